@@ -1,0 +1,73 @@
+//! Layers shared by every family: (quantized) linear and embedding, norms,
+//! rotary embeddings and the gated MLP. Families build these from a
+//! [`Weights`] view and never re-implement them.
+
+mod linear;
+mod norm;
+mod rope;
+
+pub use linear::{Embedding, Linear};
+pub use norm::{LayerNorm, RmsNorm};
+pub use rope::{Rope, RopeScaling};
+
+use crate::quant::QuantSpec;
+use crate::{Array, Error, Result};
+
+/// Read access to a model's weights by name, with per-tensor quantization.
+pub trait Weights {
+    /// The tensor called `name`, if present.
+    fn get(&self, name: &str) -> Option<Array>;
+    /// How the matrix under `prefix` (e.g. `model.layers.0.mlp.up_proj`) is
+    /// quantized, or `None` when it is stored dense.
+    fn quant(&self, prefix: &str) -> Option<QuantSpec>;
+
+    /// The tensor `name`, or an error naming it.
+    fn require(&self, name: &str) -> Result<Array> {
+        self.get(name).ok_or_else(|| Error(format!("missing weight {name}")))
+    }
+}
+
+/// `silu(gate) * up`, the SwiGLU activation.
+pub fn swiglu(gate: &Array, up: &Array) -> Result<Array> {
+    gate.mul(&gate.sigmoid()?)?.mul(up)
+}
+
+/// `x * sigmoid(x)`.
+pub fn silu(x: &Array) -> Result<Array> {
+    x.mul(&x.sigmoid()?)
+}
+
+/// The tanh approximation of GELU (`gelu_pytorch_tanh`).
+pub fn gelu_approx(x: &Array) -> Result<Array> {
+    // 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))
+    let c = (2.0f64 / std::f64::consts::PI).sqrt();
+    let inner = x.add(&x.pow_s(3.0)?.mul_s(0.044715)?)?.mul_s(c)?;
+    x.mul_s(0.5)?.mul(&inner.tanh()?.add_s(1.0)?)
+}
+
+/// The gated MLP of Llama-style models: `down(act(gate(x)) * up(x))`.
+#[derive(Debug, Clone)]
+pub struct GatedMlp {
+    /// gate projection
+    pub gate: Linear,
+    /// up projection
+    pub up: Linear,
+    /// down projection
+    pub down: Linear,
+}
+
+impl GatedMlp {
+    /// Loads `{prefix}.gate_proj`, `up_proj`, `down_proj`.
+    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
+        Ok(GatedMlp {
+            gate: Linear::load(w, &format!("{prefix}.gate_proj"))?,
+            up: Linear::load(w, &format!("{prefix}.up_proj"))?,
+            down: Linear::load(w, &format!("{prefix}.down_proj"))?,
+        })
+    }
+
+    /// SwiGLU forward.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        self.down.forward(&swiglu(&self.gate.forward(x)?, &self.up.forward(x)?)?)
+    }
+}

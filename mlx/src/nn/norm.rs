@@ -1,0 +1,46 @@
+//! Normalisation layers.
+
+use super::Weights;
+use crate::{fast, Array, Result};
+
+/// RMS norm with a learned scale.
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    /// scale
+    pub weight: Array,
+    /// epsilon
+    pub eps: f32,
+}
+
+impl RmsNorm {
+    /// Loads `{prefix}.weight`.
+    pub fn load(w: &dyn Weights, prefix: &str, eps: f32) -> Result<Self> {
+        Ok(RmsNorm { weight: w.require(&format!("{prefix}.weight"))?, eps })
+    }
+    /// Applies the norm over the last axis.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        fast::rms_norm(x, Some(&self.weight), self.eps)
+    }
+}
+
+/// Layer norm with optional scale and bias.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    /// scale
+    pub weight: Option<Array>,
+    /// bias
+    pub bias: Option<Array>,
+    /// epsilon
+    pub eps: f32,
+}
+
+impl LayerNorm {
+    /// Loads `{prefix}.weight` and `{prefix}.bias` when present.
+    pub fn load(w: &dyn Weights, prefix: &str, eps: f32) -> Result<Self> {
+        Ok(LayerNorm { weight: w.get(&format!("{prefix}.weight")), bias: w.get(&format!("{prefix}.bias")), eps })
+    }
+    /// Applies the norm over the last axis.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        fast::layer_norm(x, self.weight.as_ref(), self.bias.as_ref(), self.eps)
+    }
+}

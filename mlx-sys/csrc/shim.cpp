@@ -11,6 +11,7 @@
 
 #include "mlx/backend/cuda/cuda.h"
 #include "mlx/backend/metal/metal.h"
+#include "mlx/compile_impl.h"
 #include "mlx/mlx.h"
 
 namespace mx = mlx::core;
@@ -114,6 +115,17 @@ struct Tensors {
 
 struct Closure {
   std::function<std::vector<mx::array>(const std::vector<mx::array>&)> fn;
+  // Key of this closure in MLX's compile cache (the address of this object,
+  // unique while it lives; erased on free).
+  std::uintptr_t id = 0;
+  ~Closure() {
+    if (id) {
+      try {
+        mx::detail::compile_erase(mx::detail::compile_cache(), id);
+      } catch (...) {
+      }
+    }
+  }
 };
 
 struct Kernel {
@@ -170,7 +182,8 @@ MLXS_API int mlxs_array_from_data(const void* data, const int* shape, size_t ndi
   })
 }
 MLXS_API int mlxs_array_from_f64(double v, int dtype, mlxs_array* out) {
-  TRY(*out = H(mx::astype(mx::array(v, mx::float64 == D(dtype) ? mx::float64 : mx::float32), D(dtype))))
+  // Converted on the host: one graph node, no AsType (as a Python scalar).
+  TRY(*out = H(mx::array(v, D(dtype))))
 }
 MLXS_API int mlxs_array_from_i64(int64_t v, int dtype, mlxs_array* out) {
   TRY(*out = H(mx::array(v, D(dtype))))
@@ -736,8 +749,11 @@ MLXS_API int mlxs_compile(mlxs_closure_fn f, void* ctx, void (*drop_ctx)(void*),
       }
       return r;
     };
+    // mx::compile keys its cache by a plain function pointer and refuses
+    // lambdas; the detail entry point takes an explicit key instead.
     auto c = std::make_unique<Closure>();
-    c->fn = mx::compile(fn, shapeless != 0);
+    c->id = reinterpret_cast<std::uintptr_t>(c.get());
+    c->fn = mx::detail::compile(fn, c->id, shapeless != 0);
     *out = reinterpret_cast<mlxs_closure>(c.release());
   })
 }
@@ -775,6 +791,12 @@ MLXS_API int mlxs_backend(void) {
   return 0;
 }
 MLXS_API int mlxs_new_stream(int type, int* index) { TRY(*index = mx::new_stream(mx::Device(DT(type), 0)).index) }
+MLXS_API int mlxs_default_stream(int type, int* index) {
+  TRY(*index = mx::default_stream(mx::Device(DT(type), 0)).index)
+}
+MLXS_API int mlxs_synchronize_stream(int type, int index) {
+  TRY(mx::synchronize(mx::Stream(index, mx::Device(DT(type), 0))))
+}
 MLXS_API int mlxs_set_default_stream(int type, int index) {
   TRY(mx::set_default_stream(mx::Stream(index, mx::Device(DT(type), 0))))
 }

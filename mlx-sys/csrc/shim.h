@@ -164,6 +164,9 @@ int mlxs_device_available(int type);
 int mlxs_backend(void);
 int mlxs_new_stream(int type, int* index);
 int mlxs_set_default_stream(int type, int index);
+// the calling thread's default stream on a device
+int mlxs_default_stream(int type, int* index);
+int mlxs_synchronize_stream(int type, int index);
 
 // ---- memory ----
 size_t mlxs_get_active_memory(void);

@@ -46,7 +46,14 @@ pub fn backend() -> Backend {
 pub fn default_device() -> Result<(DeviceType, i32)> {
     let (mut t, mut i) = (0, 0);
     check(unsafe { sys::mlxs_default_device(&mut t, &mut i) })?;
-    Ok((if t == 1 { DeviceType::Gpu } else { DeviceType::Cpu }, i))
+    Ok((
+        if t == 1 {
+            DeviceType::Gpu
+        } else {
+            DeviceType::Cpu
+        },
+        i,
+    ))
 }
 
 /// Sets the default device.
@@ -69,4 +76,17 @@ pub fn new_stream(t: DeviceType) -> Result<i32> {
 /// Makes a stream the default for its device.
 pub fn set_default_stream(t: DeviceType, index: i32) -> Result<()> {
     check(unsafe { sys::mlxs_set_default_stream(t as i32, index) })
+}
+
+/// The calling thread's default stream on a device (MLX keeps one per
+/// thread); returns its index.
+pub fn default_stream(t: DeviceType) -> Result<i32> {
+    let mut i = 0;
+    check(unsafe { sys::mlxs_default_stream(t as i32, &mut i) })?;
+    Ok(i)
+}
+
+/// Waits for all work queued on one stream.
+pub fn synchronize_stream(t: DeviceType, index: i32) -> Result<()> {
+    check(unsafe { sys::mlxs_synchronize_stream(t as i32, index) })
 }

@@ -151,4 +151,3 @@ element!(f32, F32);
 element!(f64, F64);
 element!(half::f16, F16);
 element!(half::bf16, BF16);
-

@@ -2,7 +2,7 @@
 
 use crate::{out1, Array, Error, Result};
 use mlx_sys as sys;
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::ptr::null_mut;
 
 fn opt(a: Option<&Array>) -> sys::mlxs_array {
@@ -15,7 +15,12 @@ pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
 }
 
 /// Layer norm over the last axis.
-pub fn layer_norm(x: &Array, weight: Option<&Array>, bias: Option<&Array>, eps: f32) -> Result<Array> {
+pub fn layer_norm(
+    x: &Array,
+    weight: Option<&Array>,
+    bias: Option<&Array>,
+    eps: f32,
+) -> Result<Array> {
     out1(|o| unsafe { sys::mlxs_layer_norm(x.as_raw(), opt(weight), opt(bias), eps, o) })
 }
 
@@ -88,14 +93,23 @@ pub fn scaled_dot_product_attention(
     mask: Mask<'_>,
     sinks: Option<&Array>,
 ) -> Result<Array> {
-    let (mode, arr) = match mask {
-        Mask::None => ("", null_mut()),
-        Mask::Causal => ("causal", null_mut()),
-        Mask::Array(a) => ("array", a.as_raw()),
+    // Static C strings: no allocation per call.
+    let (mode, arr): (&CStr, _) = match mask {
+        Mask::None => (c"", null_mut()),
+        Mask::Causal => (c"causal", null_mut()),
+        Mask::Array(a) => (c"array", a.as_raw()),
     };
-    let m = CString::new(mode).expect("static");
     out1(|o| unsafe {
-        sys::mlxs_sdpa(q.as_raw(), k.as_raw(), v.as_raw(), scale, m.as_ptr(), arr, opt(sinks), o)
+        sys::mlxs_sdpa(
+            q.as_raw(),
+            k.as_raw(),
+            v.as_raw(),
+            scale,
+            mode.as_ptr(),
+            arr,
+            opt(sinks),
+            o,
+        )
     })
 }
 

@@ -68,13 +68,24 @@ impl Kernel {
 
     /// Builds the kernel for the live backend (an error on CPU-only MLX or
     /// when `src` has no source for it).
-    pub fn new(name: &str, inputs: &[&str], outputs: &[&str], src: &KernelSource, shared_memory: i32) -> Result<Kernel> {
+    pub fn new(
+        name: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        src: &KernelSource,
+        shared_memory: i32,
+    ) -> Result<Kernel> {
         let (code, body) = match backend() {
             Backend::Metal => (1, src.metal.as_deref()),
             Backend::Cuda => (2, src.cuda.as_deref()),
             Backend::Cpu => (0, None),
         };
-        let body = body.ok_or_else(|| Error(format!("kernel {name}: no source for the {} backend", backend())))?;
+        let body = body.ok_or_else(|| match backend() {
+            Backend::Cpu => Error(format!(
+                "kernel {name}: custom kernels need a GPU backend (Metal or CUDA), but the loaded libmlx is CPU-only"
+            )),
+            b => Error(format!("kernel {name}: no source for the {b} backend")),
+        })?;
         let c = |s: &str| CString::new(s).map_err(|_| Error::msg("kernel: NUL in a string"));
         let ins: Vec<CString> = inputs.iter().map(|s| c(s)).collect::<Result<_>>()?;
         let outs: Vec<CString> = outputs.iter().map(|s| c(s)).collect::<Result<_>>()?;
@@ -97,13 +108,20 @@ impl Kernel {
                 &mut raw,
             )
         })?;
-        Ok(Kernel { raw, nout: outputs.len() })
+        Ok(Kernel {
+            raw,
+            nout: outputs.len(),
+        })
     }
 
     /// Launches the kernel; returns its outputs.
     pub fn call(&self, l: &Launch<'_>) -> Result<Vec<Array>> {
         if l.outputs.len() != self.nout {
-            return Err(Error(format!("kernel: {} outputs declared, {} given", self.nout, l.outputs.len())));
+            return Err(Error(format!(
+                "kernel: {} outputs declared, {} given",
+                self.nout,
+                l.outputs.len()
+            )));
         }
         let ins: Vec<_> = l.inputs.iter().map(|a| a.as_raw()).collect();
         let mut shapes = Vec::new();
@@ -114,8 +132,11 @@ impl Kernel {
             ndims.push(s.len());
             dts.push(*d as i32);
         }
-        let tn: Vec<CString> =
-            l.template.iter().map(|(n, _)| CString::new(*n).map_err(|_| Error::msg("bad name"))).collect::<Result<_>>()?;
+        let tn: Vec<CString> = l
+            .template
+            .iter()
+            .map(|(n, _)| CString::new(*n).map_err(|_| Error::msg("bad name")))
+            .collect::<Result<_>>()?;
         let tnp: Vec<_> = tn.iter().map(|s| s.as_ptr()).collect();
         let (mut tk, mut tv) = (Vec::new(), Vec::new());
         for (_, a) in l.template {
@@ -148,6 +169,9 @@ impl Kernel {
                 outs.as_mut_ptr(),
             )
         })?;
-        Ok(outs.into_iter().map(|r| unsafe { Array::from_raw(r) }).collect())
+        Ok(outs
+            .into_iter()
+            .map(|r| unsafe { Array::from_raw(r) })
+            .collect())
     }
 }

@@ -3,7 +3,8 @@
 
 use crate::{check, out1, Array, Dtype, Result};
 use mlx_sys as sys;
-use std::ffi::CString;
+use std::borrow::Cow;
+use std::ffi::{CStr, CString};
 use std::ptr::null_mut;
 
 fn opt(a: Option<&Array>) -> sys::mlxs_array {
@@ -24,10 +25,22 @@ pub struct QuantSpec {
 impl QuantSpec {
     /// Affine quantization.
     pub fn affine(group_size: i32, bits: i32) -> Self {
-        QuantSpec { group_size, bits, mode: "affine".into() }
+        QuantSpec {
+            group_size,
+            bits,
+            mode: "affine".into(),
+        }
     }
-    fn mode_c(&self) -> CString {
-        CString::new(self.mode.as_str()).unwrap_or_else(|_| CString::new("affine").expect("static"))
+    /// The mode as a C string; the known modes borrow a static string, so a
+    /// quantized matmul does not allocate.
+    fn mode_c(&self) -> Cow<'static, CStr> {
+        match self.mode.as_str() {
+            "affine" => Cow::Borrowed(c"affine"),
+            "mxfp4" => Cow::Borrowed(c"mxfp4"),
+            "mxfp8" => Cow::Borrowed(c"mxfp8"),
+            "nvfp4" => Cow::Borrowed(c"nvfp4"),
+            m => Cow::Owned(CString::new(m).unwrap_or_else(|_| c"affine".to_owned())),
+        }
     }
 }
 
@@ -46,12 +59,26 @@ pub struct Quantized {
 pub fn quantize(w: &Array, spec: &QuantSpec) -> Result<Quantized> {
     let (mut q, mut s, mut b) = (null_mut(), null_mut(), null_mut());
     let m = spec.mode_c();
-    check(unsafe { sys::mlxs_quantize(w.as_raw(), spec.group_size, spec.bits, m.as_ptr(), &mut q, &mut s, &mut b) })?;
+    check(unsafe {
+        sys::mlxs_quantize(
+            w.as_raw(),
+            spec.group_size,
+            spec.bits,
+            m.as_ptr(),
+            &mut q,
+            &mut s,
+            &mut b,
+        )
+    })?;
     unsafe {
         Ok(Quantized {
             w: Array::from_raw(q),
             scales: Array::from_raw(s),
-            biases: if b.is_null() { None } else { Some(Array::from_raw(b)) },
+            biases: if b.is_null() {
+                None
+            } else {
+                Some(Array::from_raw(b))
+            },
         })
     }
 }
@@ -74,7 +101,12 @@ pub fn dequantize(q: &Quantized, spec: &QuantSpec, dtype: Option<Dtype>) -> Resu
 }
 
 /// `x @ dequant(w).T` (or without the transpose) on the packed weights.
-pub fn quantized_matmul(x: &Array, q: &Quantized, spec: &QuantSpec, transpose: bool) -> Result<Array> {
+pub fn quantized_matmul(
+    x: &Array,
+    q: &Quantized,
+    spec: &QuantSpec,
+    transpose: bool,
+) -> Result<Array> {
     let m = spec.mode_c();
     out1(|o| unsafe {
         sys::mlxs_quantized_matmul(
@@ -92,8 +124,16 @@ pub fn quantized_matmul(x: &Array, q: &Quantized, spec: &QuantSpec, transpose: b
 }
 
 /// Batched matmul gathering the left and right operands by index (MoE experts).
-pub fn gather_mm(a: &Array, b: &Array, lhs: Option<&Array>, rhs: Option<&Array>, sorted: bool) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_gather_mm(a.as_raw(), b.as_raw(), opt(lhs), opt(rhs), sorted as i32, o) })
+pub fn gather_mm(
+    a: &Array,
+    b: &Array,
+    lhs: Option<&Array>,
+    rhs: Option<&Array>,
+    sorted: bool,
+) -> Result<Array> {
+    out1(|o| unsafe {
+        sys::mlxs_gather_mm(a.as_raw(), b.as_raw(), opt(lhs), opt(rhs), sorted as i32, o)
+    })
 }
 
 /// Quantized [`gather_mm`].

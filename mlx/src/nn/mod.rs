@@ -23,7 +23,8 @@ pub trait Weights {
 
     /// The tensor `name`, or an error naming it.
     fn require(&self, name: &str) -> Result<Array> {
-        self.get(name).ok_or_else(|| Error(format!("missing weight {name}")))
+        self.get(name)
+            .ok_or_else(|| Error(format!("missing weight {name}")))
     }
 }
 
@@ -68,6 +69,7 @@ impl GatedMlp {
 
     /// SwiGLU forward.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        self.down.forward(&swiglu(&self.gate.forward(x)?, &self.up.forward(x)?)?)
+        self.down
+            .forward(&swiglu(&self.gate.forward(x)?, &self.up.forward(x)?)?)
     }
 }

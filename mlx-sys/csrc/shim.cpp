@@ -2,6 +2,7 @@
 // point catches, stores the message for mlxs_last_error and returns 1.
 #include "shim.h"
 
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -115,8 +116,9 @@ struct Tensors {
 
 struct Closure {
   std::function<std::vector<mx::array>(const std::vector<mx::array>&)> fn;
-  // Key of this closure in MLX's compile cache (the address of this object,
-  // unique while it lives; erased on free).
+  // Key of this closure in MLX's compile cache: a number never reused (so a
+  // stale entry can never be replayed for another closure), erased on free
+  // so dropped functions do not keep their traced graphs alive.
   std::uintptr_t id = 0;
   ~Closure() {
     if (id) {
@@ -749,10 +751,11 @@ MLXS_API int mlxs_compile(mlxs_closure_fn f, void* ctx, void (*drop_ctx)(void*),
       }
       return r;
     };
-    // mx::compile keys its cache by a plain function pointer and refuses
-    // lambdas; the detail entry point takes an explicit key instead.
+    // The detail entry point takes an explicit cache key (as MLX's Python
+    // binding does), which lets mlxs_closure_free erase the entry.
+    static std::atomic<std::uintptr_t> next_id{1};
     auto c = std::make_unique<Closure>();
-    c->id = reinterpret_cast<std::uintptr_t>(c.get());
+    c->id = next_id.fetch_add(1);
     c->fn = mx::detail::compile(fn, c->id, shapeless != 0);
     *out = reinterpret_cast<mlxs_closure>(c.release());
   })

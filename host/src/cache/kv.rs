@@ -1,0 +1,99 @@
+//! The dense KV cache: pre-allocated buffers that grow geometrically, written
+//! in place with slice updates (no per-step concatenation).
+
+use super::CacheImpl;
+use mlx::{zeros, Array, Result};
+
+/// Smallest growth step in tokens.
+const STEP: i32 = 256;
+
+/// Dense keys and values of every position.
+#[derive(Clone, Default)]
+pub struct KvCache {
+    keys: Option<Array>,
+    values: Option<Array>,
+    offset: i64,
+}
+
+impl KvCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn capacity(&self) -> i64 {
+        self.keys.as_ref().map_or(0, |k| k.dim(2) as i64)
+    }
+
+    fn grow(&mut self, k: &Array, v: &Array, need: i64) -> Result<()> {
+        let cap = self.capacity();
+        // Double (at least one step) so long generations reallocate O(log n) times.
+        let new_cap = need.max(cap * 2).max(STEP as i64);
+        let new_cap = ((new_cap + STEP as i64 - 1) / STEP as i64 * STEP as i64) as i32;
+        let (b, h, dk, dv) = (k.dim(0), k.dim(1), k.dim(3), v.dim(3));
+        let mut nk = zeros(&[b, h, new_cap, dk], k.dtype())?;
+        let mut nv = zeros(&[b, h, new_cap, dv], v.dtype())?;
+        if let (Some(ok), Some(ov)) = (&self.keys, &self.values) {
+            let off = self.offset as i32;
+            let ok = ok.slice_axis(2, 0, off)?;
+            let ov = ov.slice_axis(2, 0, off)?;
+            nk = nk.slice_update(&ok, &[0, 0, 0, 0], &[b, h, off, dk], &[1, 1, 1, 1])?;
+            nv = nv.slice_update(&ov, &[0, 0, 0, 0], &[b, h, off, dv], &[1, 1, 1, 1])?;
+        }
+        self.keys = Some(nk);
+        self.values = Some(nv);
+        Ok(())
+    }
+}
+
+impl CacheImpl for KvCache {
+    fn offset(&self) -> i64 {
+        self.offset
+    }
+
+    fn update(&mut self, k: Array, v: Array) -> Result<(Array, Array)> {
+        let l = k.dim(2) as i64;
+        let need = self.offset + l;
+        if need > self.capacity() {
+            self.grow(&k, &v, need)?;
+        }
+        let (b, h, dk, dv) = (k.dim(0), k.dim(1), k.dim(3), v.dim(3));
+        let (s, e) = (self.offset as i32, need as i32);
+        let keys = self.keys.as_ref().expect("grown").slice_update(&k, &[0, 0, s, 0], &[b, h, e, dk], &[1, 1, 1, 1])?;
+        let values = self.values.as_ref().expect("grown").slice_update(&v, &[0, 0, s, 0], &[b, h, e, dv], &[1, 1, 1, 1])?;
+        self.offset = need;
+        let out = (keys.slice_axis(2, 0, e)?, values.slice_axis(2, 0, e)?);
+        self.keys = Some(keys);
+        self.values = Some(values);
+        Ok(out)
+    }
+
+    fn fetch(&self) -> Result<Option<(Array, Array)>> {
+        match (&self.keys, &self.values) {
+            (Some(k), Some(v)) if self.offset > 0 => {
+                let e = self.offset as i32;
+                Ok(Some((k.slice_axis(2, 0, e)?, v.slice_axis(2, 0, e)?)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn arrays(&self) -> Vec<Array> {
+        self.keys.iter().chain(self.values.iter()).cloned().collect()
+    }
+
+    fn trim(&mut self, n: i64) -> i64 {
+        let n = n.min(self.offset).max(0);
+        self.offset -= n;
+        n
+    }
+
+    fn can_trim(&self, n: i64) -> bool {
+        n <= self.offset
+    }
+
+    fn snapshot(&self) -> Box<dyn CacheImpl> {
+        // Arrays are immutable graph nodes: sharing them is a cheap, exact copy.
+        Box::new(self.clone())
+    }
+}

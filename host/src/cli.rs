@@ -1,0 +1,452 @@
+//! The `famlx` command line.
+
+use crate::cache::CacheOptions;
+use crate::default_model;
+use crate::generate::{generate, GenParams, GenStats};
+use crate::model::LoadedModel;
+use crate::plugins::{search_dirs, Registry};
+use crate::prompt::{chat_ids, parse_ids, Message};
+use crate::sample::SamplerParams;
+use anyhow::{anyhow, bail, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::{json, Map, Value};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// LLM inference on MLX; every model family is a plugin.
+#[derive(Parser, Debug)]
+#[command(name = "famlx", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate a completion for one prompt.
+    Generate(GenerateArgs),
+    /// Chat interactively (REPL).
+    Chat(ChatArgs),
+    /// List plugins found, loaded and refused.
+    Plugins(PluginArgs),
+}
+
+/// Where plugins and the model come from.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Checkpoint folder, .gguf file, or the default's name (default: SmolLM2-135M-Instruct).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Extra plugin directory (searched first; repeatable).
+    #[arg(long = "plugin-dir")]
+    pub plugin_dirs: Vec<PathBuf>,
+    /// Use this family even if another plugin claims the model_type first.
+    #[arg(long)]
+    pub family: Option<String>,
+}
+
+/// Sampling and generation flags (mlx-lm's names).
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Most tokens to generate.
+    #[arg(long = "max-tokens", short = 'm', default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Sampling temperature (0: greedy).
+    #[arg(long = "temperature", alias = "temp", default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling mass.
+    #[arg(long = "top-p", default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Keep only the k most likely tokens (0: off).
+    #[arg(long = "top-k", default_value_t = 0)]
+    pub top_k: i32,
+    /// Min-p filtering (0: off).
+    #[arg(long = "min-p", default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Random seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Prompt tokens per prefill chunk.
+    #[arg(long = "prefill-step-size", default_value_t = 2048)]
+    pub prefill_step_size: usize,
+    /// Bound the KV cache to this many tokens.
+    #[arg(long = "max-kv-size")]
+    pub max_kv_size: Option<usize>,
+}
+
+/// Thinking mode for templates that support it.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Think {
+    /// enable_thinking=true
+    On,
+    /// enable_thinking=false
+    Off,
+    /// The template's default.
+    Default,
+}
+
+/// `famlx generate`.
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// Model and plugins.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Sampling.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// The prompt text.
+    #[arg(long, short = 'p')]
+    pub prompt: Option<String>,
+    /// Prompt token ids (comma-separated; no template, no BOS added).
+    #[arg(long = "prompt-ids", conflicts_with = "prompt")]
+    pub prompt_ids: Option<String>,
+    /// System message.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Skip the chat template.
+    #[arg(long)]
+    pub raw: bool,
+    /// Thinking mode.
+    #[arg(long, value_enum, default_value_t = Think::Default)]
+    pub think: Think,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `famlx chat`.
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    /// Model and plugins.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Sampling.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// System message.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Thinking mode.
+    #[arg(long, value_enum, default_value_t = Think::Default)]
+    pub think: Think,
+}
+
+/// `famlx plugins`.
+#[derive(Args, Debug)]
+pub struct PluginArgs {
+    /// Extra plugin directory (searched first; repeatable).
+    #[arg(long = "plugin-dir")]
+    pub plugin_dirs: Vec<PathBuf>,
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    mlx::check_runtime().map_err(|e| anyhow!("{}", e.0))?;
+    match cli.command {
+        Command::Generate(a) => run_generate(a),
+        Command::Chat(a) => run_chat(a),
+        Command::Plugins(a) => run_plugins(a),
+    }
+}
+
+fn registry(dirs: &[PathBuf]) -> Registry {
+    let r = Registry::discover(&search_dirs(dirs));
+    for w in &r.warnings {
+        eprintln!("famlx: warning: {w}");
+    }
+    for f in &r.refused {
+        tracing::warn!("refused plugin {}: {}", f.path.display(), f.reason);
+    }
+    r
+}
+
+fn load(m: &ModelArgs, s: &SamplingArgs) -> Result<LoadedModel> {
+    let path = default_model::resolve(m.model.as_deref())?;
+    let reg = registry(&m.plugin_dirs);
+    let bar = progress(&format!("loading {}", path.display()));
+    let model = LoadedModel::load(&path, &reg, m.family.as_deref(), CacheOptions { max_kv_size: s.max_kv_size });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let model = model?;
+    // Keep freed buffers around for reuse, but not without bound.
+    mlx::memory::set_cache_limit(mlx::memory::active().max(1 << 30));
+    Ok(model)
+}
+
+fn progress(msg: &str) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new_spinner();
+    b.set_message(msg.to_string());
+    b.enable_steady_tick(std::time::Duration::from_millis(120));
+    Some(b)
+}
+
+fn params(s: &SamplingArgs, model: &LoadedModel) -> Result<GenParams> {
+    if let Some(seed) = s.seed {
+        mlx::random::seed(seed).map_err(|e| anyhow!("{}", e.0))?;
+    }
+    if !(0.0..=1.0).contains(&s.top_p) {
+        bail!("--top-p must be in [0, 1], got {}", s.top_p);
+    }
+    if s.temperature < 0.0 {
+        bail!("--temperature must be ≥ 0, got {}", s.temperature);
+    }
+    if s.prefill_step_size == 0 {
+        bail!("--prefill-step-size must be ≥ 1");
+    }
+    let mut stop: Vec<u32> = model.plan.eos_ids.iter().copied().collect();
+    if let Some(t) = &model.tokenizer {
+        for id in t.eos_ids() {
+            if !stop.contains(&id) {
+                stop.push(id);
+            }
+        }
+    }
+    Ok(GenParams {
+        max_tokens: s.max_tokens,
+        sampler: SamplerParams { temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, min_p: s.min_p },
+        prefill_step: s.prefill_step_size,
+        stop_ids: stop,
+    })
+}
+
+fn template_kwargs(think: Think) -> Map<String, Value> {
+    let mut m = Map::new();
+    match think {
+        Think::On => {
+            m.insert("enable_thinking".into(), Value::Bool(true));
+        }
+        Think::Off => {
+            m.insert("enable_thinking".into(), Value::Bool(false));
+        }
+        Think::Default => {}
+    }
+    m
+}
+
+fn run_generate(a: GenerateArgs) -> Result<()> {
+    let mut model = load(&a.model, &a.sampling)?;
+    let p = params(&a.sampling, &model)?;
+    let prompt: Vec<u32> = if let Some(ids) = &a.prompt_ids {
+        parse_ids(ids)?
+    } else {
+        let text = a.prompt.clone().unwrap_or_else(|| "Hello!".into());
+        let tok = model.tokenizer()?;
+        if a.raw {
+            tok.encode(&text, true).map_err(|e| anyhow!("{e}"))?
+        } else {
+            let mut msgs = Vec::new();
+            if let Some(s) = &a.system {
+                msgs.push(Message::new("system", s));
+            }
+            msgs.push(Message::new("user", &text));
+            chat_ids(tok, &msgs, &template_kwargs(a.think))?
+        }
+    };
+    if let Some(&bad) = prompt.iter().find(|&&i| i >= model.plan.vocab_size) {
+        bail!("prompt token id {bad} is outside the vocabulary ({} tokens)", model.plan.vocab_size);
+    }
+    let mut detok = model.tokenizer.as_ref().map(|t| t.detokenizer());
+    let mut text = String::new();
+    let stream = !a.json;
+    let stop_ids = p.stop_ids.clone();
+    let stats = generate(&mut model, &prompt, &p, |id| {
+        if stop_ids.contains(&id) {
+            return true;
+        }
+        if let Some(d) = detok.as_mut() {
+            let piece = d.push(id);
+            if stream {
+                print!("{piece}");
+                let _ = std::io::stdout().flush();
+            }
+            text.push_str(&piece);
+        }
+        true
+    })?;
+    if let Some(d) = detok.as_mut() {
+        let piece = d.finish();
+        if stream {
+            print!("{piece}");
+        }
+        text.push_str(&piece);
+    }
+    if a.json {
+        println!("{}", stats_json(&stats, &text));
+    } else {
+        println!();
+        eprintln!("==========");
+        print_stats(&stats);
+    }
+    Ok(())
+}
+
+/// The `--json` object.
+pub fn stats_json(s: &GenStats, text: &str) -> Value {
+    json!({
+        "prompt_tokens": s.prompt_tokens,
+        "generation_tokens": s.tokens.len(),
+        "tokens": s.tokens,
+        "text": text,
+        "prompt_tps": s.prompt_tps,
+        "generation_tps": s.generation_tps,
+        "peak_memory_bytes": s.peak_memory_bytes,
+        "finish_reason": format!("{:?}", s.finish).to_lowercase(),
+    })
+}
+
+fn print_stats(s: &GenStats) {
+    eprintln!("Prompt: {} tokens, {:.3} tokens-per-sec", s.prompt_tokens, s.prompt_tps);
+    eprintln!("Generation: {} tokens, {:.3} tokens-per-sec", s.tokens.len(), s.generation_tps);
+    eprintln!("Peak memory: {:.3} GB", s.peak_memory_bytes as f64 / 1e9);
+}
+
+fn run_chat(a: ChatArgs) -> Result<()> {
+    let mut model = load(&a.model, &a.sampling)?;
+    let p = params(&a.sampling, &model)?;
+    let tty = std::io::stdout().is_terminal();
+    let cancel = Arc::new(AtomicBool::new(false));
+    {
+        let c = cancel.clone();
+        // Ctrl-C stops the current answer, not the program.
+        let _ = ctrlc::set_handler(move || c.store(true, Ordering::SeqCst));
+    }
+    let mut history: Vec<Message> = Vec::new();
+    if let Some(s) = &a.system {
+        history.push(Message::new("system", s));
+    }
+    let kwargs = template_kwargs(a.think);
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if tty {
+            print!(">> ");
+            let _ = std::io::stdout().flush();
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line?;
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                history.retain(|m| m.role == "system");
+                model.reset_caches()?;
+                println!("(history cleared)");
+                continue;
+            }
+            _ => {}
+        }
+        history.push(Message::new("user", line));
+        let tok = model.tokenizer()?.clone();
+        let ids = chat_ids(&tok, &history, &kwargs)?;
+        model.reset_caches()?;
+        cancel.store(false, Ordering::SeqCst);
+        let mut detok = tok.detokenizer();
+        let mut answer = String::new();
+        let mut styler = ThinkStyler::new(tty);
+        let stop_ids = p.stop_ids.clone();
+        generate(&mut model, &ids, &p, |id| {
+            if cancel.load(Ordering::SeqCst) {
+                return false;
+            }
+            if !stop_ids.contains(&id) {
+                let piece = detok.push(id);
+                answer.push_str(&piece);
+                styler.print(&piece);
+            }
+            true
+        })?;
+        let rest = detok.finish();
+        answer.push_str(&rest);
+        styler.print(&rest);
+        styler.end();
+        println!();
+        history.push(Message::new("assistant", &answer));
+    }
+    Ok(())
+}
+
+/// Prints streamed text, dimming `<think>…</think>` reasoning on a terminal.
+struct ThinkStyler {
+    tty: bool,
+    in_think: bool,
+}
+
+impl ThinkStyler {
+    fn new(tty: bool) -> Self {
+        ThinkStyler { tty, in_think: false }
+    }
+    fn print(&mut self, s: &str) {
+        let mut out = std::io::stdout();
+        if !self.tty {
+            let _ = write!(out, "{s}");
+            let _ = out.flush();
+            return;
+        }
+        let mut rest = s;
+        while !rest.is_empty() {
+            let tag = if self.in_think { "</think>" } else { "<think>" };
+            match rest.find(tag) {
+                Some(i) => {
+                    let _ = write!(out, "{}", &rest[..i]);
+                    self.in_think = !self.in_think;
+                    let _ = write!(out, "{}{tag}", if self.in_think { "\x1b[2m" } else { "" });
+                    if !self.in_think {
+                        let _ = write!(out, "\x1b[0m\x1b[1m");
+                    }
+                    rest = &rest[i + tag.len()..];
+                }
+                None => {
+                    let _ = write!(out, "{rest}");
+                    rest = "";
+                }
+            }
+        }
+        let _ = out.flush();
+    }
+    fn end(&mut self) {
+        if self.tty {
+            print!("\x1b[0m");
+        }
+    }
+}
+
+fn run_plugins(a: PluginArgs) -> Result<()> {
+    let dirs = search_dirs(&a.plugin_dirs);
+    println!("search directories:");
+    for d in &dirs {
+        println!("  {}", d.display());
+    }
+    let reg = Registry::discover(&dirs);
+    println!("loaded:");
+    for p in &reg.plugins {
+        println!("  {} ({})", p.name, p.path.display());
+        for f in &p.families {
+            println!(
+                "    family {}: model types {} [ABI {}, MLX {}]",
+                f.name,
+                f.model_types.join(", "),
+                plugin_api::ABI_VERSION,
+                mlx::build_version()
+            );
+        }
+    }
+    if !reg.refused.is_empty() {
+        println!("refused:");
+        for r in &reg.refused {
+            println!("  {}: {}", r.path.display(), r.reason);
+        }
+    }
+    for w in &reg.warnings {
+        println!("warning: {w}");
+    }
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! The generation loop: chunked prefill, then a pipelined decode in which the
+//! next step's graph is queued (async_eval) before the current token is read.
+
+use crate::model::LoadedModel;
+use crate::sample::{sample, SamplerParams};
+use anyhow::{anyhow, bail, Result};
+use mlx::{Array, Dtype};
+use plugin_api::LogitsWanted;
+use std::time::Instant;
+
+/// Generation settings.
+#[derive(Debug, Clone)]
+pub struct GenParams {
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Sampling.
+    pub sampler: SamplerParams,
+    /// Prompt tokens per prefill chunk.
+    pub prefill_step: usize,
+    /// Token ids that end generation (not emitted... but reported).
+    pub stop_ids: Vec<u32>,
+}
+
+impl Default for GenParams {
+    fn default() -> Self {
+        GenParams { max_tokens: 256, sampler: SamplerParams::default(), prefill_step: 2048, stop_ids: Vec::new() }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// A stop token was produced.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The callback asked to stop.
+    Cancelled,
+}
+
+/// What a generation produced and how fast.
+#[derive(Debug, Clone)]
+pub struct GenStats {
+    /// Prompt length.
+    pub prompt_tokens: usize,
+    /// Generated ids (including a final stop token, if any).
+    pub tokens: Vec<u32>,
+    /// Prompt tokens / time to first token.
+    pub prompt_tps: f64,
+    /// Tokens after the first / time after the first.
+    pub generation_tps: f64,
+    /// Peak MLX memory during the call.
+    pub peak_memory_bytes: usize,
+    /// Why it ended.
+    pub finish: Finish,
+}
+
+fn merr(e: mlx::Error) -> anyhow::Error {
+    anyhow!("{}", e.0)
+}
+
+fn ids_array(ids: &[u32]) -> Result<Array> {
+    let v: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+    Array::from_slice(&v, &[1, v.len() as i32]).map_err(merr)
+}
+
+/// Feeds `prompt` through the model in chunks; returns the last position's
+/// logits `[1, V]`.
+pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array> {
+    if prompt.is_empty() {
+        bail!("the prompt is empty: nothing to generate from");
+    }
+    let step = step.max(1);
+    let mut rest = prompt;
+    while rest.len() > step {
+        m.forward(&ids_array(&rest[..step])?, LogitsWanted::None)?;
+        m.eval_caches()?;
+        rest = &rest[step..];
+    }
+    let logits = m.forward(&ids_array(rest)?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("the model returned no logits"))?;
+    let v = logits.dim(-1);
+    logits.reshape(&[1, v]).map_err(merr)
+}
+
+/// Generates after `prompt`, calling `on_token` with each id (return false to stop).
+pub fn generate(m: &mut LoadedModel, prompt: &[u32], p: &GenParams, mut on_token: impl FnMut(u32) -> bool) -> Result<GenStats> {
+    mlx::memory::reset_peak();
+    let t0 = Instant::now();
+    let logits = prefill(m, prompt, p.prefill_step)?;
+    let mut y = sample(&logits, &p.sampler).map_err(merr)?;
+    mlx::async_eval(&[&y]).map_err(merr)?;
+    let mut tokens = Vec::new();
+    let mut t_first = None;
+    let mut finish = Finish::Length;
+    let mut pending = false;
+    for i in 0..p.max_tokens {
+        // Queue the next step before reading this token, so the device never waits on the host.
+        let next = if i + 1 < p.max_tokens {
+            let l = m.forward(&y.reshape(&[1, 1]).map_err(merr)?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("no logits"))?;
+            let v = l.dim(-1);
+            let ny = sample(&l.reshape(&[1, v]).map_err(merr)?, &p.sampler).map_err(merr)?;
+            mlx::async_eval(&[&ny]).map_err(merr)?;
+            pending = true;
+            Some(ny)
+        } else {
+            pending = false;
+            None
+        };
+        let tok = y.item_i64().map_err(merr)? as u32;
+        if t_first.is_none() {
+            t_first = Some(Instant::now());
+        }
+        tokens.push(tok);
+        if p.stop_ids.contains(&tok) {
+            finish = Finish::Stop;
+            break;
+        }
+        if !on_token(tok) {
+            finish = Finish::Cancelled;
+            break;
+        }
+        match next {
+            Some(n) => y = n,
+            None => break,
+        }
+    }
+    let t_end = Instant::now();
+    if pending {
+        // The queued step consumed one token the caller never saw: take it back.
+        for c in &m.caches {
+            c.lock().trim(1);
+        }
+    }
+    let t_first = t_first.unwrap_or(t_end);
+    let first = t_first.duration_since(t0).as_secs_f64();
+    let rest = t_end.duration_since(t_first).as_secs_f64();
+    Ok(GenStats {
+        prompt_tokens: prompt.len(),
+        prompt_tps: if first > 0.0 { prompt.len() as f64 / first } else { 0.0 },
+        generation_tps: if rest > 0.0 && tokens.len() > 1 { (tokens.len() - 1) as f64 / rest } else { 0.0 },
+        peak_memory_bytes: mlx::memory::peak(),
+        tokens,
+        finish,
+    })
+}
+
+/// The dtype used for token id inputs.
+pub const TOKEN_DTYPE: Dtype = Dtype::I32;

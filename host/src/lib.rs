@@ -1,0 +1,12 @@
+//! The famlx runtime: plugin registry, checkpoint reading, caches, sampler,
+//! generation loop and the pieces of the `famlx` command line.
+
+pub mod cache;
+pub mod checkpoint;
+pub mod cli;
+pub mod default_model;
+pub mod generate;
+pub mod model;
+pub mod plugins;
+pub mod prompt;
+pub mod sample;

@@ -1,0 +1,157 @@
+//! A loaded model: the checkpoint's rewritten weights (held by the host so a
+//! plugin can be swapped without re-reading them), the family's plan and
+//! built model, the tokenizer and the caches.
+
+use crate::cache::{make_caches, CacheOptions, SharedCache};
+use crate::checkpoint::{Checkpoint, QuantConfig};
+use crate::plugins::{FamilyEntry, Registry};
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{ROption, RStr, RString, RVec};
+use anyhow::{anyhow, Context, Result};
+use famlx_text::Tokenizer;
+use mlx::Array;
+use plugin_api::{ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan, QuantSpec, WeightStore, WeightStore_TO};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Weights after the family's rewriter, as the host holds them.
+pub struct HostWeights {
+    /// Tensors by (rewritten) name.
+    pub tensors: HashMap<String, Array>,
+    /// Declared quantization.
+    pub quant: QuantConfig,
+}
+
+impl WeightStore for HostWeights {
+    fn get(&self, name: RStr<'_>) -> ROption<ArrayHandle> {
+        self.tensors.get(name.as_str()).map(|a| ArrayHandle::from(a.clone())).into()
+    }
+    fn quant(&self, prefix: RStr<'_>) -> ROption<QuantSpec> {
+        let p = prefix.as_str();
+        let (Some(w), Some(s)) = (self.tensors.get(&format!("{p}.weight")), self.tensors.get(&format!("{p}.scales"))) else {
+            return ROption::RNone;
+        };
+        self.quant.spec_for(p, w.shape(), s.shape()).map(|q| QuantSpec::from(&q)).into()
+    }
+    fn names(&self) -> RVec<RString> {
+        self.tensors.keys().map(|k| RString::from(k.as_str())).collect()
+    }
+}
+
+/// A model ready to run.
+pub struct LoadedModel {
+    /// The family serving it.
+    pub family: Arc<FamilyEntry>,
+    /// The family's plan.
+    pub plan: ModelPlan,
+    /// Rewritten weights.
+    pub weights: Arc<HostWeights>,
+    /// The built model.
+    pub model: ModelBox,
+    /// The tokenizer, when the checkpoint has one.
+    pub tokenizer: Option<Tokenizer>,
+    /// Why the checkpoint has no usable tokenizer.
+    pub tokenizer_error: Option<String>,
+    /// Host handles to the caches.
+    pub caches: Vec<SharedCache>,
+    /// The plugin's view of the same caches.
+    cache_boxes: RVec<CacheBox>,
+    /// Cache settings.
+    pub cache_opts: CacheOptions,
+}
+
+fn plugin_err(family: &str, what: &str, e: RString) -> anyhow::Error {
+    anyhow!("{family} plugin: {what}: {e}")
+}
+
+impl LoadedModel {
+    /// Opens the checkpoint at `path`, picks its family and builds it.
+    pub fn load(path: &Path, registry: &Registry, family: Option<&str>, cache_opts: CacheOptions) -> Result<LoadedModel> {
+        let ck = Checkpoint::open(path)?;
+        let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
+        let config_text = serde_json::to_string(&ck.config)?;
+        let plan = fam
+            .family
+            .plan(RStr::from(config_text.as_str()))
+            .into_result()
+            .map_err(|e| anyhow!("{}: {e}", config_source(path)))?;
+        let mut tensors = HashMap::with_capacity(ck.tensors.len());
+        for (name, t) in ck.tensors {
+            let out = fam
+                .family
+                .rewrite(&plan, RStr::from(name.as_str()), t.into())
+                .into_result()
+                .map_err(|e| plugin_err(&fam.name, &format!("rewriting {name}"), e))?;
+            for p in out {
+                tensors.insert(p.0.into_string(), p.1.into_array());
+            }
+        }
+        let weights = Arc::new(HostWeights { tensors, quant: ck.quant });
+        let model = build(&fam, &plan, &weights)?;
+        let caches = make_caches(&plan.caches, &cache_opts)?;
+        let cache_boxes = caches.iter().map(SharedCache::boxed).collect();
+        Ok(LoadedModel {
+            family: fam,
+            plan,
+            weights,
+            model,
+            tokenizer: ck.tokenizer,
+            tokenizer_error: ck.tokenizer_error,
+            caches,
+            cache_boxes,
+            cache_opts,
+        })
+    }
+
+    /// The tokenizer, or an error saying why there is none.
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer
+            .as_ref()
+            .ok_or_else(|| anyhow!("{}", self.tokenizer_error.clone().unwrap_or_else(|| "no tokenizer".into())))
+    }
+
+    /// Replaces the caches with empty ones.
+    pub fn reset_caches(&mut self) -> Result<()> {
+        self.caches = make_caches(&self.plan.caches, &self.cache_opts)?;
+        self.cache_boxes = self.caches.iter().map(SharedCache::boxed).collect();
+        Ok(())
+    }
+
+    /// Tokens currently held by the caches.
+    pub fn cache_offset(&self) -> i64 {
+        self.caches.first().map_or(0, |c| c.lock().offset())
+    }
+
+    /// Runs the model over `tokens` (`[1, L]` int32), updating the caches.
+    pub fn forward(&mut self, tokens: &Array, logits: LogitsWanted) -> Result<Option<Array>> {
+        let input = ForwardInput { tokens: tokens.clone().into(), embeddings: ROption::RNone, logits, want_hidden: false };
+        let out = self
+            .model
+            .forward(input, &mut self.cache_boxes)
+            .into_result()
+            .map_err(|e| plugin_err(&self.family.name, "forward", e))?;
+        Ok(out.logits.into_option().map(ArrayHandle::into_array))
+    }
+
+    /// Evaluates the cache contents (after a prefill chunk).
+    pub fn eval_caches(&self) -> Result<()> {
+        let arrays: Vec<Array> = self.caches.iter().flat_map(|c| c.lock().arrays()).collect();
+        let refs: Vec<&Array> = arrays.iter().collect();
+        mlx::eval(&refs).map_err(|e| anyhow!("{}", e.0))
+    }
+}
+
+fn config_source(path: &Path) -> String {
+    if path.is_dir() {
+        path.join("config.json").display().to_string()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// Builds the family's model from host weights.
+pub fn build(fam: &FamilyEntry, plan: &ModelPlan, weights: &HostWeights) -> Result<ModelBox> {
+    let store = WeightStore_TO::from_ptr(weights, TD_Opaque);
+    fam.family.build(plan, store).into_result().map_err(|e| plugin_err(&fam.name, "build", e))
+}

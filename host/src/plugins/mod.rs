@@ -1,0 +1,252 @@
+//! Finding, checking and loading family plugins.
+//!
+//! A plugin file is `libfamlx_plugin_*.so` (`.dylib` on macOS,
+//! `famlx_plugin_*.dll` on Windows). Directories are searched in this order,
+//! earlier ones winning when two plugins claim the same `model_type`:
+//! `--plugin-dir` flags, `FAMLX_PLUGIN_PATH` (colon-separated), the user data
+//! dir (`~/.local/share/famlx/plugins`), then the folder of the executable
+//! (so a plain `cargo build` works).
+
+use abi_stable::library::{lib_header_from_path, RootModule};
+use anyhow::{anyhow, bail, Result};
+use plugin_api::{FamilyBox, PluginRef, ABI_VERSION, ABI_VERSION_SYMBOL, MLX_VERSION_SYMBOL};
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A family served by a loaded plugin.
+pub struct FamilyEntry {
+    /// Family name.
+    pub name: String,
+    /// Claimed model types.
+    pub model_types: Vec<String>,
+    /// The plugin file it came from.
+    pub plugin_path: PathBuf,
+    /// The family object.
+    pub family: Arc<FamilyBox>,
+}
+
+/// A plugin that loaded.
+pub struct LoadedPlugin {
+    /// File it was loaded from.
+    pub path: PathBuf,
+    /// Plugin name.
+    pub name: String,
+    /// Its families.
+    pub families: Vec<Arc<FamilyEntry>>,
+}
+
+/// A plugin file that was refused, and why.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The file.
+    pub path: PathBuf,
+    /// The reason, one line.
+    pub reason: String,
+}
+
+/// Every plugin found in the search directories.
+#[derive(Default)]
+pub struct Registry {
+    /// Loaded plugins, in search order.
+    pub plugins: Vec<LoadedPlugin>,
+    /// Refused files.
+    pub refused: Vec<Refused>,
+    /// Warnings (e.g. two plugins claiming one model type).
+    pub warnings: Vec<String>,
+}
+
+/// The file-name prefix and suffix of plugin libraries on this platform.
+pub fn plugin_pattern() -> (&'static str, &'static str) {
+    if cfg!(target_os = "macos") {
+        ("libfamlx_plugin_", ".dylib")
+    } else if cfg!(windows) {
+        ("famlx_plugin_", ".dll")
+    } else {
+        ("libfamlx_plugin_", ".so")
+    }
+}
+
+/// The search directories, in precedence order.
+pub fn search_dirs(cli: &[PathBuf]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = cli.to_vec();
+    if let Some(p) = std::env::var_os("FAMLX_PLUGIN_PATH") {
+        dirs.extend(std::env::split_paths(&p).filter(|p| !p.as_os_str().is_empty()));
+    }
+    if let Some(d) = dirs::data_dir() {
+        dirs.push(d.join("famlx").join("plugins"));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(d) = exe.parent() {
+            dirs.push(d.to_path_buf());
+            // Test binaries live in target/<profile>/deps; plugins one level up.
+            if d.ends_with("deps") {
+                if let Some(p) = d.parent() {
+                    dirs.push(p.to_path_buf());
+                }
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    dirs.retain(|d| seen.insert(d.canonicalize().unwrap_or_else(|_| d.clone())));
+    dirs
+}
+
+/// Plugin files in one directory, sorted by name.
+pub fn plugin_files(dir: &Path) -> Vec<PathBuf> {
+    let (pre, suf) = plugin_pattern();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(pre) && n.ends_with(suf))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+static RELOADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Loads one plugin file. With `fresh`, loads a private copy so a rebuilt
+/// file is really reloaded (the dynamic loader caches by path). Libraries are
+/// never unloaded: MLX kernels and compile caches may point into them.
+pub fn load_plugin(path: &Path, fresh: bool) -> Result<LoadedPlugin> {
+    let load_path = if fresh {
+        let dir = std::env::temp_dir().join(format!("famlx-plugins-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let n = RELOADS.fetch_add(1, Ordering::Relaxed);
+        let name = path.file_name().ok_or_else(|| anyhow!("{}: not a file", path.display()))?;
+        let copy = dir.join(format!("{n}-{}", name.to_string_lossy()));
+        std::fs::copy(path, &copy).map_err(|e| anyhow!("{}: cannot copy for loading: {e}", path.display()))?;
+        copy
+    } else {
+        path.to_path_buf()
+    };
+    check_stamps(&load_path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let header = lib_header_from_path(&load_path).map_err(|e| anyhow!("{}: {}", path.display(), one_line(&e.to_string())))?;
+    let root = header
+        .init_root_module::<PluginRef>()
+        .map_err(|e| anyhow!("{}: {}", path.display(), one_line(&e.to_string())))?;
+    let name = (root.name())().to_string();
+    let mut families = Vec::new();
+    for fam in (root.families())() {
+        let fname = fam.name().to_string();
+        let model_types: Vec<String> = fam.model_types().into_iter().map(|s| s.to_string()).collect();
+        if model_types.is_empty() {
+            bail!("{}: family `{fname}` claims no model_type", path.display());
+        }
+        families.push(Arc::new(FamilyEntry { name: fname, model_types, plugin_path: path.to_path_buf(), family: Arc::new(fam) }));
+    }
+    if families.is_empty() {
+        bail!("{}: plugin `{name}` provides no family", path.display());
+    }
+    Ok(LoadedPlugin { path: path.to_path_buf(), name, families })
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Reads the ABI and MLX stamps before touching the root module, so a
+/// mismatch is reported with both versions instead of a layout error.
+fn check_stamps(path: &Path) -> Result<()> {
+    // SAFETY: loading a library runs its initialisers; plugins are trusted code
+    // the user put in a plugin directory.
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| anyhow!("cannot load: {e}"))?;
+    let abi: libloading::Symbol<extern "C" fn() -> u32> = unsafe { lib.get(ABI_VERSION_SYMBOL) }
+        .map_err(|_| anyhow!("not a famlx plugin (no famlx_plugin_abi_version symbol)"))?;
+    let theirs = abi();
+    if theirs != ABI_VERSION {
+        bail!("plugin ABI version {theirs} does not match the host's ABI version {ABI_VERSION}; rebuild the plugin against this famlx");
+    }
+    let mlxv: libloading::Symbol<extern "C" fn() -> *const std::ffi::c_char> = unsafe { lib.get(MLX_VERSION_SYMBOL) }
+        .map_err(|_| anyhow!("not a famlx plugin (no famlx_plugin_mlx_version symbol)"))?;
+    let p = mlxv();
+    let theirs = if p.is_null() { String::from("?") } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() };
+    let ours = mlx::build_version();
+    if theirs != ours {
+        bail!("plugin built against MLX {theirs}, host uses MLX {ours}; rebuild the plugin");
+    }
+    // Keep it loaded: abi_stable opens the same path next and we never unload.
+    std::mem::forget(lib);
+    Ok(())
+}
+
+impl Registry {
+    /// Loads every plugin in `dirs` (in order). Problems are recorded, not fatal.
+    pub fn discover(dirs: &[PathBuf]) -> Registry {
+        let mut r = Registry::default();
+        let mut seen_names = std::collections::HashSet::new();
+        for d in dirs {
+            for f in plugin_files(d) {
+                // The same plugin in two directories: the earlier directory wins.
+                let fname = f.file_name().map(|n| n.to_os_string());
+                if !seen_names.insert(fname) {
+                    continue;
+                }
+                match load_plugin(&f, false) {
+                    Ok(p) => r.plugins.push(p),
+                    Err(e) => r.refused.push(Refused { path: f, reason: e.to_string() }),
+                }
+            }
+        }
+        r.check_conflicts();
+        r
+    }
+
+    fn check_conflicts(&mut self) {
+        let mut owner: std::collections::HashMap<String, (String, PathBuf)> = Default::default();
+        for p in &self.plugins {
+            for f in &p.families {
+                for t in &f.model_types {
+                    if let Some((of, op)) = owner.get(t) {
+                        self.warnings.push(format!(
+                            "model_type `{t}` is claimed by `{of}` ({}) and `{}` ({}); using `{of}` (pick with --family)",
+                            op.display(),
+                            f.name,
+                            p.path.display()
+                        ));
+                    } else {
+                        owner.insert(t.clone(), (f.name.clone(), p.path.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// All families in precedence order.
+    pub fn families(&self) -> impl Iterator<Item = &Arc<FamilyEntry>> {
+        self.plugins.iter().flat_map(|p| p.families.iter())
+    }
+
+    /// The family serving `model_type` (or named `family` when given).
+    pub fn resolve(&self, model_type: &str, family: Option<&str>) -> Result<Arc<FamilyEntry>> {
+        if let Some(name) = family {
+            return self
+                .families()
+                .find(|f| f.name == name)
+                .cloned()
+                .ok_or_else(|| anyhow!("--family {name}: no loaded plugin provides this family ({})", self.summary()));
+        }
+        self.families()
+            .find(|f| f.model_types.iter().any(|t| t == model_type))
+            .cloned()
+            .ok_or_else(|| anyhow!("unknown model_type `{model_type}`: no loaded plugin claims it ({})", self.summary()))
+    }
+
+    fn summary(&self) -> String {
+        let fams: Vec<String> =
+            self.families().map(|f| format!("{}: {}", f.name, f.model_types.join("/"))).collect();
+        if fams.is_empty() {
+            "no plugins found; see `famlx plugins`".into()
+        } else {
+            format!("loaded: {}", fams.join(", "))
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! Token sampling on the device: greedy, temperature, top-p, top-k, min-p.
+
+use mlx::{random, where_, Array, Dtype, Result};
+
+/// Sampler settings (mlx-lm's names and meanings).
+#[derive(Debug, Clone)]
+pub struct SamplerParams {
+    /// 0 means greedy.
+    pub temperature: f32,
+    /// Nucleus mass (1.0: off).
+    pub top_p: f32,
+    /// Keep the k most likely (0: off).
+    pub top_k: i32,
+    /// Drop tokens below min_p × p(max) (0: off).
+    pub min_p: f32,
+}
+
+impl Default for SamplerParams {
+    fn default() -> Self {
+        SamplerParams { temperature: 0.0, top_p: 1.0, top_k: 0, min_p: 0.0 }
+    }
+}
+
+/// Samples the next token from `[B, V]` logits, returning `[B]` int32 ids.
+pub fn sample(logits: &Array, p: &SamplerParams) -> Result<Array> {
+    if p.temperature <= 0.0 {
+        return logits.argmax(-1, false)?.astype(Dtype::I32);
+    }
+    let logits = logits.astype(Dtype::F32)?;
+    let mut logprobs = logits.sub(&logits.logsumexp(&[-1], true)?)?;
+    let neg_inf = Array::f32(f32::NEG_INFINITY);
+    if p.top_p > 0.0 && p.top_p < 1.0 {
+        // Keep the smallest set whose mass reaches top_p: sort ascending,
+        // drop tokens whose cumulative mass from the bottom is ≤ 1 - top_p.
+        let probs = logprobs.exp()?;
+        let order = logprobs.argsort(-1)?;
+        let sorted = probs.take_along_axis(&order, -1)?;
+        let cum = sorted.cumsum(-1, false, true)?;
+        let keep_sorted = cum.gt(&Array::f32(1.0 - p.top_p))?;
+        let keep = mlx::zeros(logprobs.shape(), Dtype::Bool)?.put_along_axis(&order, &keep_sorted, -1)?;
+        logprobs = where_(&keep, &logprobs, &neg_inf)?;
+    }
+    if p.min_p > 0.0 {
+        let top = logprobs.max(&[-1], true)?;
+        let thresh = top.add(&Array::f32(p.min_p.ln()))?;
+        logprobs = where_(&logprobs.lt(&thresh)?, &neg_inf, &logprobs)?;
+    }
+    if p.top_k > 0 && p.top_k < logprobs.dim(-1) {
+        let kth = logprobs.neg()?.argpartition(p.top_k - 1, -1)?;
+        let v = logprobs.dim(-1);
+        let drop_idx = kth.slice_axis(-1, p.top_k, v)?;
+        let mask_vals = mlx::full(drop_idx.shape(), &neg_inf, Dtype::F32)?;
+        logprobs = logprobs.put_along_axis(&drop_idx, &mask_vals, -1)?;
+    }
+    random::categorical(&logprobs.mul_s(1.0 / p.temperature as f64)?, -1, None)?.astype(Dtype::I32)
+}

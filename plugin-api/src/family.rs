@@ -1,0 +1,299 @@
+//! The plain-Rust side of a family plugin: implement [`FamilySpec`] and
+//! [`ModelForward`], then [`export_plugin!`](crate::export_plugin). The
+//! adapters here turn them into the stable trait objects and make sure no
+//! panic crosses the boundary.
+
+use crate::*;
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RErr, ROk, RSome};
+use mlx::{Array, Result};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// A model family, written in plain Rust.
+pub trait FamilySpec: Send + Sync + 'static {
+    /// Family name.
+    fn name(&self) -> &'static str;
+    /// `model_type` values served.
+    fn model_types(&self) -> &'static [&'static str];
+    /// Config (config.json, or GGUF metadata as JSON) → plan.
+    fn plan(&self, config: &serde_json::Value) -> Result<ModelPlan>;
+    /// One checkpoint tensor → zero or more tensors in the family's naming.
+    fn rewrite(&self, _plan: &ModelPlan, name: &str, tensor: Array) -> Result<Vec<(String, Array)>> {
+        Ok(vec![(name.to_string(), tensor)])
+    }
+    /// Converter quantization class; by default matrices are body, the rest skipped.
+    fn quant_class(&self, _plan: &ModelPlan, name: &str) -> QuantClass {
+        if name.ends_with(".weight") && !name.contains("norm") {
+            QuantClass::Body
+        } else {
+            QuantClass::Skip
+        }
+    }
+    /// Builds the model.
+    fn build(&self, plan: &ModelPlan, weights: &dyn mlx::nn::Weights) -> Result<Box<dyn ModelForward>>;
+    /// Builds a drafter when the family and weights have one.
+    fn build_drafter(&self, _plan: &ModelPlan, _weights: &dyn mlx::nn::Weights) -> Result<Option<Box<dyn DraftForward>>> {
+        Ok(None)
+    }
+}
+
+/// A model's forward pass, in plain Rust.
+pub trait ModelForward: Send {
+    /// Runs the model. `tokens` is `[B, L]` int32.
+    fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output>;
+}
+
+/// A drafter, in plain Rust.
+pub trait DraftForward: Send {
+    /// Proposes up to `depth` tokens.
+    fn draft(&mut self, hidden: &Array, last_token: &Array, depth: u32, target: &mut Caches<'_>, own: &mut Caches<'_>) -> Result<Vec<Array>>;
+}
+
+/// Forward input on the plugin side.
+pub struct Input {
+    /// Token ids `[B, L]`.
+    pub tokens: Array,
+    /// Replacement input embeddings.
+    pub embeddings: Option<Array>,
+    /// Which logits to compute.
+    pub logits: LogitsWanted,
+    /// Return the hidden state too.
+    pub want_hidden: bool,
+}
+
+/// Forward output on the plugin side.
+pub struct Output {
+    /// Logits, if asked.
+    pub logits: Option<Array>,
+    /// Hidden state, if asked.
+    pub hidden: Option<Array>,
+}
+
+/// The host's caches as the plugin sees them, one per plan slot.
+pub struct Caches<'a> {
+    inner: &'a mut RVec<CacheBox>,
+}
+
+fn merr(e: RString) -> mlx::Error {
+    mlx::Error(e.into_string())
+}
+
+impl<'a> Caches<'a> {
+    /// Wraps the host's cache list.
+    pub fn new(inner: &'a mut RVec<CacheBox>) -> Self {
+        Caches { inner }
+    }
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.inner.len()
+    }
+    /// True when the model was given no caches.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+    fn slot(&self, i: usize) -> Result<&CacheBox> {
+        self.inner.get(i).ok_or_else(|| mlx::Error(format!("cache slot {i} missing ({} given)", self.inner.len())))
+    }
+    /// Tokens already cached in slot `i`.
+    pub fn offset(&self, i: usize) -> Result<i64> {
+        Ok(self.slot(i)?.offset())
+    }
+    /// Appends k/v to slot `i` and attends `q` over the slot.
+    pub fn attend(&mut self, i: usize, q: Array, k: Array, v: Array, opts: AttnOptions) -> Result<Array> {
+        self.slot(i)?;
+        self.inner[i].attend(q.into(), k.into(), v.into(), opts).into_result().map(ArrayHandle::into_array).map_err(merr)
+    }
+    /// Attends `q` over slot `i` without appending.
+    pub fn attend_cached(&self, i: usize, q: Array, opts: AttnOptions) -> Result<Array> {
+        self.slot(i)?.attend_cached(q.into(), opts).into_result().map(ArrayHandle::into_array).map_err(merr)
+    }
+    /// Appends k/v to slot `i` and returns all cached k/v.
+    pub fn update_and_fetch(&mut self, i: usize, k: Array, v: Array) -> Result<(Array, Array)> {
+        self.slot(i)?;
+        let t = self.inner[i].update_and_fetch(k.into(), v.into()).into_result().map_err(merr)?;
+        Ok((t.0.into_array(), t.1.into_array()))
+    }
+    /// Recurrent state of slot `i`.
+    pub fn state(&self, i: usize) -> Result<Vec<Array>> {
+        Ok(self.slot(i)?.state().into_iter().map(ArrayHandle::into_array).collect())
+    }
+    /// Sets the recurrent state of slot `i`, advancing it by `tokens`.
+    pub fn set_state(&mut self, i: usize, state: Vec<Array>, tokens: i64) -> Result<()> {
+        self.slot(i)?;
+        let s: RVec<ArrayHandle> = state.into_iter().map(ArrayHandle::from).collect();
+        self.inner[i].set_state(s, tokens).into_result().map_err(merr)
+    }
+}
+
+/// Adapts the host's [`WeightStoreRef`] to [`mlx::nn::Weights`].
+pub struct StoreWeights<'a, 'b>(pub &'a WeightStoreRef<'b>);
+
+impl mlx::nn::Weights for StoreWeights<'_, '_> {
+    fn get(&self, name: &str) -> Option<Array> {
+        self.0.get(name.into()).into_option().map(ArrayHandle::into_array)
+    }
+    fn quant(&self, prefix: &str) -> Option<mlx::quant::QuantSpec> {
+        self.0.quant(prefix.into()).into_option().map(|q| (&q).into())
+    }
+}
+
+fn panic_msg(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".into()
+    }
+}
+
+/// Runs `f`, turning errors and panics into the stable error type.
+pub fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> RResult<T, RString> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => ROk(v),
+        Ok(Err(e)) => RErr(e.0.into()),
+        Err(p) => RErr(format!("panic in {what}: {}", panic_msg(p)).into()),
+    }
+}
+
+/// Wraps a [`FamilySpec`] as a stable [`FamilyBox`].
+pub fn family_box<F: FamilySpec>(f: F) -> FamilyBox {
+    Family_TO::from_value(FamilyAdapter(f), TD_Opaque)
+}
+
+/// The adapter behind [`family_box`].
+pub struct FamilyAdapter<F>(pub F);
+
+impl<F: FamilySpec> Family for FamilyAdapter<F> {
+    fn name(&self) -> RString {
+        self.0.name().into()
+    }
+    fn model_types(&self) -> RVec<RString> {
+        self.0.model_types().iter().map(|s| RString::from(*s)).collect()
+    }
+    fn plan(&self, config_json: RStr<'_>) -> RResult<ModelPlan, RString> {
+        guard(self.0.name(), || {
+            let v: serde_json::Value =
+                serde_json::from_str(config_json.as_str()).map_err(|e| mlx::Error(format!("config is not JSON: {e}")))?;
+            self.0.plan(&v)
+        })
+    }
+    fn rewrite(&self, plan: &ModelPlan, name: RStr<'_>, tensor: ArrayHandle) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, RString> {
+        guard(self.0.name(), || {
+            let out = self.0.rewrite(plan, name.as_str(), tensor.into_array())?;
+            Ok(out.into_iter().map(|(n, a)| Tuple2(RString::from(n), ArrayHandle::from(a))).collect())
+        })
+    }
+    fn quant_class(&self, plan: &ModelPlan, name: RStr<'_>) -> QuantClass {
+        catch_unwind(AssertUnwindSafe(|| self.0.quant_class(plan, name.as_str()))).unwrap_or(QuantClass::Skip)
+    }
+    fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString> {
+        guard(self.0.name(), || {
+            let m = self.0.build(plan, &StoreWeights(&weights))?;
+            Ok(Model_TO::from_value(ModelAdapter { inner: m, family: self.0.name() }, TD_Opaque))
+        })
+    }
+    fn build_drafter(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ROption<DrafterBox>, RString> {
+        guard(self.0.name(), || {
+            Ok(match self.0.build_drafter(plan, &StoreWeights(&weights))? {
+                Some(d) => RSome(Drafter_TO::from_value(DrafterAdapter { inner: d, family: self.0.name() }, TD_Opaque)),
+                None => ROption::RNone,
+            })
+        })
+    }
+}
+
+struct ModelAdapter {
+    inner: Box<dyn ModelForward>,
+    family: &'static str,
+}
+
+impl Model for ModelAdapter {
+    fn forward(&mut self, input: ForwardInput, caches: &mut RVec<CacheBox>) -> RResult<ForwardOutput, RString> {
+        let family = self.family;
+        guard(family, || {
+            let inp = Input {
+                tokens: input.tokens.into_array(),
+                embeddings: input.embeddings.into_option().map(ArrayHandle::into_array),
+                logits: input.logits,
+                want_hidden: input.want_hidden,
+            };
+            let out = self.inner.forward(&inp, &mut Caches::new(caches))?;
+            Ok(ForwardOutput {
+                logits: out.logits.map(ArrayHandle::from).into(),
+                hidden: out.hidden.map(ArrayHandle::from).into(),
+            })
+        })
+    }
+}
+
+struct DrafterAdapter {
+    inner: Box<dyn DraftForward>,
+    family: &'static str,
+}
+
+impl Drafter for DrafterAdapter {
+    fn draft(
+        &mut self,
+        hidden: ArrayHandle,
+        last_token: ArrayHandle,
+        depth: u32,
+        target_caches: &mut RVec<CacheBox>,
+        own_caches: &mut RVec<CacheBox>,
+    ) -> RResult<RVec<ArrayHandle>, RString> {
+        guard(self.family, || {
+            let out = self.inner.draft(
+                &hidden.into_array(),
+                &last_token.into_array(),
+                depth,
+                &mut Caches::new(target_caches),
+                &mut Caches::new(own_caches),
+            )?;
+            Ok(out.into_iter().map(ArrayHandle::from).collect())
+        })
+    }
+}
+
+/// The MLX version this plugin was built against, NUL-terminated.
+#[doc(hidden)]
+pub fn mlx_version_cstr() -> *const std::ffi::c_char {
+    static V: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    V.get_or_init(|| std::ffi::CString::new(mlx::build_version()).unwrap_or_default()).as_ptr()
+}
+
+/// Exports a plugin: its name and the [`FamilySpec`] values it provides.
+///
+/// ```ignore
+/// plugin_api::export_plugin!("famlx-llama", [Llama]);
+/// ```
+/// The plugin crate must depend on `abi_stable` directly (its export macro
+/// names it by path).
+#[macro_export]
+macro_rules! export_plugin {
+    ($name:expr, [$($fam:expr),* $(,)?]) => {
+        /// ABI version stamp, read by the host before anything else.
+        #[no_mangle]
+        pub extern "C" fn famlx_plugin_abi_version() -> u32 {
+            $crate::ABI_VERSION
+        }
+        /// MLX version stamp.
+        #[no_mangle]
+        pub extern "C" fn famlx_plugin_mlx_version() -> *const ::std::ffi::c_char {
+            $crate::family::mlx_version_cstr()
+        }
+        extern "C" fn __famlx_plugin_name() -> $crate::abi_stable::std_types::RString {
+            $name.into()
+        }
+        extern "C" fn __famlx_plugin_families() -> $crate::abi_stable::std_types::RVec<$crate::FamilyBox> {
+            let mut v = $crate::abi_stable::std_types::RVec::new();
+            $( v.push($crate::family::family_box($fam)); )*
+            v
+        }
+        /// The plugin's root module.
+        #[$crate::abi_stable::export_root_module]
+        pub fn get_library() -> $crate::PluginRef {
+            use $crate::abi_stable::prefix_type::PrefixTypeTrait;
+            $crate::Plugin { name: __famlx_plugin_name, families: __famlx_plugin_families }.leak_into_prefix()
+        }
+    };
+}

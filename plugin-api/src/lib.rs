@@ -1,0 +1,153 @@
+//! The stable ABI between the famlx host and model-family plugins.
+//!
+//! A plugin is a `cdylib` exporting a [`PluginRef`] root module (through
+//! [`export_plugin!`]) that lists [`FamilyBox`]es. Each family parses configs
+//! into a [`ModelPlan`], rewrites checkpoint tensors, and builds a
+//! [`ModelBox`] whose `forward` runs against host-owned caches
+//! ([`CacheBox`]). Arrays cross the boundary as [`ArrayHandle`]s: owned
+//! pointers to the one MLX both sides link dynamically.
+//!
+//! Family authors implement the plain-Rust [`family::FamilySpec`] trait; the
+//! adapter in [`family`] wraps it in the stable traits and catches panics.
+
+pub mod family;
+mod handle;
+pub mod layers;
+mod types;
+
+pub use abi_stable;
+pub use handle::ArrayHandle;
+pub use types::*;
+
+use abi_stable::library::RootModule;
+use abi_stable::sabi_trait;
+use abi_stable::std_types::{RBox, ROption, RResult, RStr, RString, RVec, Tuple2};
+use abi_stable::{declare_root_module_statics, package_version_strings, StableAbi};
+
+/// Version of this ABI. Bumped on any change to the types or traits here;
+/// the host refuses plugins with another value.
+pub const ABI_VERSION: u32 = 1;
+
+/// Symbol every plugin exports with its [`ABI_VERSION`] (read before the
+/// root module, so a mismatch is reported with both numbers).
+pub const ABI_VERSION_SYMBOL: &[u8] = b"famlx_plugin_abi_version\0";
+/// Symbol every plugin exports with the MLX version it was built against.
+pub const MLX_VERSION_SYMBOL: &[u8] = b"famlx_plugin_mlx_version\0";
+
+/// The root module of a plugin library.
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = PluginRef)))]
+#[sabi(missing_field(panic))]
+pub struct Plugin {
+    /// Human-readable plugin name (usually the crate name).
+    pub name: extern "C" fn() -> RString,
+    /// The families this plugin provides.
+    #[sabi(last_prefix_field)]
+    pub families: extern "C" fn() -> RVec<FamilyBox>,
+}
+
+impl RootModule for PluginRef {
+    declare_root_module_statics! {PluginRef}
+    const BASE_NAME: &'static str = "famlx_plugin";
+    const NAME: &'static str = "famlx_plugin";
+    const VERSION_STRINGS: abi_stable::sabi_types::VersionStrings = package_version_strings!();
+}
+
+/// A model family: config parsing, weight rewriting, model building.
+#[sabi_trait]
+pub trait Family: Send + Sync {
+    /// The family's name (e.g. `llama`).
+    fn name(&self) -> RString;
+    /// The `model_type` values this family serves.
+    fn model_types(&self) -> RVec<RString>;
+    /// Parses a config (config.json, or GGUF metadata as a JSON object) into a plan.
+    fn plan(&self, config_json: RStr<'_>) -> RResult<ModelPlan, RString>;
+    /// Rewrites one checkpoint tensor: zero outputs drop it, one renames or
+    /// transforms it, several split it.
+    fn rewrite(&self, plan: &ModelPlan, name: RStr<'_>, tensor: ArrayHandle) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, RString>;
+    /// How the converter should quantize a (rewritten) tensor.
+    fn quant_class(&self, plan: &ModelPlan, name: RStr<'_>) -> QuantClass;
+    /// Builds the model from host-held weights.
+    fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString>;
+    /// Builds the family's drafter for speculative decoding, if it has one
+    /// and the weights carry it.
+    #[sabi(last_prefix_field)]
+    fn build_drafter(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ROption<DrafterBox>, RString>;
+}
+
+/// A boxed [`Family`] trait object.
+pub type FamilyBox = Family_TO<'static, RBox<()>>;
+
+/// Host-held weights, lent to a plugin during `build`.
+#[sabi_trait]
+pub trait WeightStore {
+    /// The tensor `name` (a new reference), if present.
+    fn get(&self, name: RStr<'_>) -> ROption<ArrayHandle>;
+    /// How the matrix under `prefix` is quantized (`None`: dense).
+    fn quant(&self, prefix: RStr<'_>) -> ROption<QuantSpec>;
+    /// All tensor names.
+    #[sabi(last_prefix_field)]
+    fn names(&self) -> RVec<RString>;
+}
+
+/// A borrowed [`WeightStore`] trait object.
+pub type WeightStoreRef<'a> = WeightStore_TO<'a, abi_stable::sabi_types::RRef<'a, ()>>;
+
+/// A built model.
+#[sabi_trait]
+pub trait Model {
+    /// Runs the model over `input`, reading and updating `caches` (one per
+    /// entry of the plan's `caches`).
+    #[sabi(last_prefix_field)]
+    fn forward(&mut self, input: ForwardInput, caches: &mut RVec<CacheBox>) -> RResult<ForwardOutput, RString>;
+}
+
+/// A boxed [`Model`].
+pub type ModelBox = Model_TO<'static, RBox<()>>;
+
+/// A draft head for speculative decoding.
+#[sabi_trait]
+pub trait Drafter {
+    /// Proposes up to `depth` tokens after `last_token`, starting from the
+    /// target's last hidden state; reads the target's caches read-only and
+    /// keeps its own in `own_caches`.
+    #[sabi(last_prefix_field)]
+    fn draft(
+        &mut self,
+        hidden: ArrayHandle,
+        last_token: ArrayHandle,
+        depth: u32,
+        target_caches: &mut RVec<CacheBox>,
+        own_caches: &mut RVec<CacheBox>,
+    ) -> RResult<RVec<ArrayHandle>, RString>;
+}
+
+/// A boxed [`Drafter`].
+pub type DrafterBox = Drafter_TO<'static, RBox<()>>;
+
+/// A host-owned cache for one layer. Dense, quantized and rotating kinds all
+/// sit behind this one interface.
+#[sabi_trait]
+pub trait LayerCache {
+    /// Tokens seen so far (positions already cached).
+    fn offset(&self) -> i64;
+    /// Appends `k`, `v` (`[B, Hkv, L, D]`) and returns the attention of `q`
+    /// (`[B, Hq, L, D]`) over everything cached, masked causally (and by the
+    /// window for a rotating cache) unless `opts.mask` says otherwise.
+    fn attend(&mut self, q: ArrayHandle, k: ArrayHandle, v: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, RString>;
+    /// Attends `q` over what is cached without appending (KV-sharing layers,
+    /// drafters reading the target's cache).
+    fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, RString>;
+    /// Appends `k`, `v` and returns all cached keys and values dense, for
+    /// families that need their own attention.
+    fn update_and_fetch(&mut self, k: ArrayHandle, v: ArrayHandle) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, RString>;
+    /// Recurrent state (empty for KV caches).
+    fn state(&self) -> RVec<ArrayHandle>;
+    /// Replaces the recurrent state and advances the offset by `tokens`.
+    #[sabi(last_prefix_field)]
+    fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), RString>;
+}
+
+/// A boxed [`LayerCache`].
+pub type CacheBox = LayerCache_TO<'static, RBox<()>>;

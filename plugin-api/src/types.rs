@@ -1,0 +1,154 @@
+//! Plain data crossing the boundary: plans, inputs, outputs, options.
+
+use crate::ArrayHandle;
+use abi_stable::std_types::{ROption, RString, RVec};
+use abi_stable::StableAbi;
+
+/// How a tensor is quantized.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct QuantSpec {
+    /// Elements per scale.
+    pub group_size: i32,
+    /// Bits per element.
+    pub bits: i32,
+    /// "affine", "mxfp4", ...
+    pub mode: RString,
+}
+
+impl From<&QuantSpec> for mlx::quant::QuantSpec {
+    fn from(q: &QuantSpec) -> Self {
+        mlx::quant::QuantSpec { group_size: q.group_size, bits: q.bits, mode: q.mode.to_string() }
+    }
+}
+
+impl From<&mlx::quant::QuantSpec> for QuantSpec {
+    fn from(q: &mlx::quant::QuantSpec) -> Self {
+        QuantSpec { group_size: q.group_size, bits: q.bits, mode: q.mode.as_str().into() }
+    }
+}
+
+/// The cache a layer slot needs.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub enum CacheKind {
+    /// Keys and values of every position.
+    Full,
+    /// Keys and values of the last `window` positions.
+    Sliding {
+        /// window length in tokens
+        window: u32,
+    },
+    /// A recurrent state of `arrays` arrays (e.g. conv state + SSM state).
+    Recurrent {
+        /// number of state arrays
+        arrays: u32,
+    },
+}
+
+/// How the converter treats a tensor.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub enum QuantClass {
+    /// Never quantize (norms, biases, small or sensitive tensors).
+    Skip,
+    /// Quantize with the run's bits and group size.
+    Body,
+    /// Quantize with these settings whatever the run asks.
+    Pinned(QuantSpec),
+}
+
+/// What the host needs to know about a model to run it.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct ModelPlan {
+    /// Family name.
+    pub family: RString,
+    /// The checkpoint's `model_type`.
+    pub model_type: RString,
+    /// The family's parsed config as JSON; handed back to `build`.
+    pub config: RString,
+    /// One entry per cache slot the model's forward expects.
+    pub caches: RVec<CacheKind>,
+    /// End-of-sequence token ids from the config.
+    pub eos_ids: RVec<u32>,
+    /// Output vocabulary size.
+    pub vocab_size: u32,
+    /// Width of the hidden state (for drafters and embeddings input).
+    pub hidden_size: u32,
+    /// Longest context the model was trained for (0: unknown).
+    pub max_position_embeddings: u32,
+    /// Inputs the model accepts: "text", "image", "audio".
+    pub modalities: RVec<RString>,
+    /// The checkpoint's storage dtype ("bfloat16", ...).
+    pub dtype: RString,
+    /// Whether the tokenizer should prepend BOS (None: leave it to the tokenizer).
+    pub add_bos: ROption<bool>,
+}
+
+/// Which logits a forward call must produce.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
+pub enum LogitsWanted {
+    /// Every position (speculative verification).
+    All,
+    /// Only the last position (generation).
+    Last,
+    /// None (prefill chunks before the last).
+    None,
+}
+
+/// Input of one forward call.
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct ForwardInput {
+    /// Token ids `[B, L]` (int32).
+    pub tokens: ArrayHandle,
+    /// Input embeddings `[B, L, hidden]` replacing the token embeddings.
+    pub embeddings: ROption<ArrayHandle>,
+    /// Which logits to compute.
+    pub logits: LogitsWanted,
+    /// Also return the final hidden state (before the head).
+    pub want_hidden: bool,
+}
+
+/// Output of one forward call.
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct ForwardOutput {
+    /// Logits `[B, L or 1, vocab]` (float), absent for `LogitsWanted::None`.
+    pub logits: ROption<ArrayHandle>,
+    /// Final hidden state `[B, L, hidden]` when asked.
+    pub hidden: ROption<ArrayHandle>,
+}
+
+/// The mask of an attention call.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone)]
+pub enum AttnMask {
+    /// Causal over the cache (windowed for rotating caches).
+    Causal,
+    /// No mask (bidirectional, e.g. over media tokens).
+    None,
+    /// An explicit mask broadcastable to `[B, H, L, S]` (bool or additive).
+    Array(ArrayHandle),
+}
+
+/// Options of an attention call.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct AttnOptions {
+    /// Score scale (usually 1/√head_dim).
+    pub scale: f32,
+    /// The mask.
+    pub mask: AttnMask,
+    /// Per-head attention sinks (logits of a virtual always-attended key).
+    pub sinks: ROption<ArrayHandle>,
+}
+
+impl AttnOptions {
+    /// Causal attention with the given scale.
+    pub fn causal(scale: f32) -> Self {
+        AttnOptions { scale, mask: AttnMask::Causal, sinks: ROption::RNone }
+    }
+}

@@ -1,0 +1,107 @@
+//! The qwen3 family (dense Qwen3): Llama-style blocks with per-head q/k RMS
+//! norms; config, weight-name rules and registration.
+
+use mlx::nn::{Embedding, GatedMlp, Linear, RmsNorm, Rope, RopeScaling, Weights};
+use mlx::{Error, Result};
+use plugin_api::family::{FamilySpec, ModelForward};
+use plugin_api::layers::{eos_ids, field, field_or, rope_scaling, Attention, DecoderLm, PreNormBlock};
+use plugin_api::{CacheKind, ModelPlan};
+use serde_json::{json, Value};
+
+/// The parsed config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub hidden_size: i32,
+    pub num_hidden_layers: i32,
+    pub intermediate_size: i32,
+    pub num_attention_heads: i32,
+    pub num_key_value_heads: i32,
+    pub head_dim: i32,
+    pub rms_norm_eps: f32,
+    pub vocab_size: i32,
+    pub rope_theta: f32,
+    pub rope_scaling: RopeScaling,
+    pub tie_word_embeddings: bool,
+    pub max_position_embeddings: i32,
+}
+
+impl Config {
+    /// From config.json (or the plan's copy of it).
+    pub fn parse(c: &Value) -> Result<Config> {
+        Ok(Config {
+            hidden_size: field(c, "hidden_size")?,
+            num_hidden_layers: field(c, "num_hidden_layers")?,
+            intermediate_size: field(c, "intermediate_size")?,
+            num_attention_heads: field(c, "num_attention_heads")?,
+            num_key_value_heads: field(c, "num_key_value_heads")?,
+            head_dim: field(c, "head_dim")?,
+            rms_norm_eps: field(c, "rms_norm_eps")?,
+            vocab_size: field(c, "vocab_size")?,
+            rope_theta: field_or(c, "rope_theta", 1_000_000.0)?,
+            rope_scaling: rope_scaling(c)?,
+            tie_word_embeddings: field(c, "tie_word_embeddings")?,
+            max_position_embeddings: field_or(c, "max_position_embeddings", 0)?,
+        })
+    }
+}
+
+/// The family registration.
+pub struct Qwen3Family;
+
+impl FamilySpec for Qwen3Family {
+    fn name(&self) -> &'static str {
+        "qwen3"
+    }
+
+    fn model_types(&self) -> &'static [&'static str] {
+        &["qwen3"]
+    }
+
+    fn plan(&self, config: &Value) -> Result<ModelPlan> {
+        let cfg = Config::parse(config)?;
+        // Keep the original config: `build` re-parses it with the same rules.
+        let mut stored = config.clone();
+        if let Some(o) = stored.as_object_mut() {
+            o.retain(|k, _| !k.starts_with("quantization"));
+        }
+        Ok(ModelPlan {
+            family: "qwen3".into(),
+            model_type: "qwen3".into(),
+            config: json!(stored).to_string().into(),
+            caches: (0..cfg.num_hidden_layers).map(|_| CacheKind::Full).collect(),
+            eos_ids: eos_ids(config).into(),
+            vocab_size: cfg.vocab_size as u32,
+            hidden_size: cfg.hidden_size as u32,
+            max_position_embeddings: cfg.max_position_embeddings.max(0) as u32,
+            modalities: vec!["text".into()].into(),
+            dtype: field_or::<String>(config, "torch_dtype", "bfloat16".into())?.into(),
+            add_bos: abi_stable::std_types::ROption::RNone,
+        })
+    }
+
+    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+        let c: Value = serde_json::from_str(plan.config.as_str()).map_err(|e| Error(format!("plan config: {e}")))?;
+        let cfg = Config::parse(&c)?;
+        let rope = Rope::new(cfg.head_dim, cfg.rope_theta, false, &cfg.rope_scaling)?;
+        let eps = cfg.rms_norm_eps;
+        let blocks = (0..cfg.num_hidden_layers)
+            .map(|i| {
+                let p = format!("model.layers.{i}");
+                Ok(PreNormBlock {
+                    attn: Attention::load(w, &format!("{p}.self_attn"), cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, rope.clone(), Some(eps))?,
+                    mlp: GatedMlp::load(w, &format!("{p}.mlp"))?,
+                    input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), eps)?,
+                    post_attn_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), eps)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Box::new(DecoderLm {
+            embed: Embedding::load(w, "model.embed_tokens")?,
+            blocks,
+            norm: RmsNorm::load(w, "model.norm", eps)?,
+            lm_head: if cfg.tie_word_embeddings { None } else { Some(Linear::load(w, "lm_head")?) },
+        }))
+    }
+}
+
+plugin_api::export_plugin!("famlx-plugin-qwen3", [Qwen3Family]);

@@ -7,7 +7,7 @@
 //! dir (`~/.local/share/famlx/plugins`), then the folder of the executable
 //! (so a plain `cargo build` works).
 
-use abi_stable::library::{lib_header_from_path, RootModule};
+use abi_stable::library::lib_header_from_path;
 use anyhow::{anyhow, bail, Result};
 use plugin_api::{FamilyBox, PluginRef, ABI_VERSION, ABI_VERSION_SYMBOL, MLX_VERSION_SYMBOL};
 use std::ffi::CStr;

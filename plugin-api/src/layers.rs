@@ -32,6 +32,8 @@ pub struct Attention {
     pub scale: f32,
     /// rotary embedding
     pub rope: Rope,
+    /// q, k and v stacked: one matmul instead of three
+    pub qkv: Option<Linear>,
 }
 
 impl Attention {
@@ -39,10 +41,15 @@ impl Attention {
     /// `{prefix}.{q,k}_norm`.
     pub fn load(w: &dyn Weights, prefix: &str, n_heads: i32, n_kv_heads: i32, head_dim: i32, rope: Rope, qk_norm_eps: Option<f32>) -> Result<Self> {
         let norm = |n: &str| qk_norm_eps.map(|eps| RmsNorm::load(w, &format!("{prefix}.{n}"), eps)).transpose();
+        let q = Linear::load(w, &format!("{prefix}.q_proj"))?;
+        let k = Linear::load(w, &format!("{prefix}.k_proj"))?;
+        let v = Linear::load(w, &format!("{prefix}.v_proj"))?;
+        let qkv = Linear::concat(&[&q, &k, &v])?;
         Ok(Attention {
-            q: Linear::load(w, &format!("{prefix}.q_proj"))?,
-            k: Linear::load(w, &format!("{prefix}.k_proj"))?,
-            v: Linear::load(w, &format!("{prefix}.v_proj"))?,
+            q,
+            k,
+            v,
+            qkv,
             o: Linear::load(w, &format!("{prefix}.o_proj"))?,
             q_norm: norm("q_norm")?,
             k_norm: norm("k_norm")?,
@@ -65,9 +72,19 @@ impl Attention {
     /// `x` is `[B, L, hidden]`; attends through cache `slot`.
     pub fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
-        let q = Self::heads(self.q.forward(x)?, b, l, self.n_heads, &self.q_norm)?;
-        let k = Self::heads(self.k.forward(x)?, b, l, self.n_kv_heads, &self.k_norm)?;
-        let v = Self::heads(self.v.forward(x)?, b, l, self.n_kv_heads, &None)?;
+        let (q, k, v) = match &self.qkv {
+            Some(qkv) => {
+                let (nq, nk) = (self.q.out_features(), self.k.out_features());
+                let mut p = qkv.forward(x)?.split_at(&[nq, nq + nk], -1)?;
+                let v = p.pop().expect("3 parts");
+                let k = p.pop().expect("3 parts");
+                (p.pop().expect("3 parts"), k, v)
+            }
+            None => (self.q.forward(x)?, self.k.forward(x)?, self.v.forward(x)?),
+        };
+        let q = Self::heads(q, b, l, self.n_heads, &self.q_norm)?;
+        let k = Self::heads(k, b, l, self.n_kv_heads, &self.k_norm)?;
+        let v = Self::heads(v, b, l, self.n_kv_heads, &None)?;
         let off = caches.offset(slot)? as i32;
         let q = self.rope.forward(&q, RopeOffset::Int(off))?;
         let k = self.rope.forward(&k, RopeOffset::Int(off))?;

@@ -10,6 +10,8 @@
 //! Family authors implement the plain-Rust [`family::FamilySpec`] trait; the
 //! adapter in [`family`] wraps it in the stable traits and catches panics.
 
+#![allow(non_local_definitions)] // abi_stable's sabi_trait expands to such impls
+
 pub mod family;
 mod handle;
 pub mod layers;

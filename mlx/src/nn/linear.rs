@@ -76,6 +76,65 @@ impl Linear {
         }
     }
 
+    /// Stacks layers with the same input and storage into one whose output
+    /// is their outputs side by side (one matmul instead of several).
+    /// `None` when they cannot be stacked (mixed storage or biases).
+    pub fn concat(parts: &[&Linear]) -> Result<Option<Linear>> {
+        let cat = |v: Vec<&Array>| crate::concatenate(&v, 0);
+        let biases: Vec<Option<&Array>> = parts.iter().map(|p| p.bias()).collect();
+        let b = if biases.iter().all(Option::is_none) {
+            None
+        } else if let Some(bs) = biases.iter().copied().collect::<Option<Vec<_>>>() {
+            Some(crate::concatenate(&bs, 0)?)
+        } else {
+            return Ok(None);
+        };
+        if let Some(ws) = parts
+            .iter()
+            .map(|p| match p {
+                Linear::Dense { w, .. } => Some(w),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+        {
+            if ws.iter().any(|w| w.dtype() != ws[0].dtype()) {
+                return Ok(None);
+            }
+            return Ok(Some(Linear::dense(cat(ws)?, b)?));
+        }
+        let qs: Option<Vec<(&Quantized, &QuantSpec)>> = parts
+            .iter()
+            .map(|p| match p {
+                Linear::Quant { q, spec, .. } => Some((q, spec)),
+                _ => None,
+            })
+            .collect();
+        let Some(qs) = qs else { return Ok(None) };
+        let spec = qs[0].1;
+        if qs.iter().any(|(q, s)| *s != spec || q.biases.is_some() != qs[0].0.biases.is_some()) {
+            return Ok(None);
+        }
+        let biases = match qs[0].0.biases {
+            Some(_) => Some(cat(qs.iter().map(|(q, _)| q.biases.as_ref().expect("checked")).collect())?),
+            None => None,
+        };
+        Ok(Some(Linear::Quant {
+            q: Quantized {
+                w: cat(qs.iter().map(|(q, _)| &q.w).collect())?,
+                scales: cat(qs.iter().map(|(q, _)| &q.scales).collect())?,
+                biases,
+            },
+            spec: spec.clone(),
+            b,
+        }))
+    }
+
+    fn bias(&self) -> Option<&Array> {
+        match self {
+            Linear::Dense { b, .. } | Linear::Quant { b, .. } => b.as_ref(),
+        }
+    }
+
     /// Output features.
     pub fn out_features(&self) -> i32 {
         match self {

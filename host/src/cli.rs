@@ -6,6 +6,9 @@ use crate::generate::{generate, GenParams, GenStats};
 use crate::model::LoadedModel;
 use crate::plugins::{search_dirs, Registry};
 use crate::prompt::{chat_ids, parse_ids, Message};
+use crate::reload::{reload_if_changed, PluginWatcher, Reload};
+use crate::session::PromptCache;
+use std::time::Duration;
 use crate::sample::SamplerParams;
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -116,6 +119,10 @@ pub struct GenerateArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Keep running: when the serving plugin is rebuilt, reload it and
+    /// generate again (for family authors iterating on a plugin).
+    #[arg(long)]
+    pub watch: bool,
 }
 
 /// `famlx chat`.
@@ -133,6 +140,9 @@ pub struct ChatArgs {
     /// Thinking mode.
     #[arg(long, value_enum, default_value_t = Think::Default)]
     pub think: Think,
+    /// Hot-reload the serving plugin when it is rebuilt.
+    #[arg(long)]
+    pub watch: bool,
 }
 
 /// `famlx plugins`.
@@ -233,7 +243,25 @@ fn template_kwargs(think: Think) -> Map<String, Value> {
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
     let mut model = load(&a.model, &a.sampling)?;
-    let p = params(&a.sampling, &model)?;
+    let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };
+    generate_once(&a, &mut model)?;
+    let Some(w) = watcher else { return Ok(()) };
+    loop {
+        let changed = w.changed(Duration::from_secs(3600));
+        match reload_if_changed(&mut model, &changed) {
+            Reload::Unrelated => continue,
+            Reload::Failed(msg) => eprintln!("{msg}"),
+            Reload::Swapped(msg) => {
+                eprintln!("{msg}");
+                model.reset_caches()?;
+                generate_once(&a, &mut model)?;
+            }
+        }
+    }
+}
+
+fn generate_once(a: &GenerateArgs, model: &mut LoadedModel) -> Result<()> {
+    let p = params(&a.sampling, model)?;
     let prompt: Vec<u32> = if let Some(ids) = &a.prompt_ids {
         parse_ids(ids)?
     } else {
@@ -257,7 +285,7 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     let mut text = String::new();
     let stream = !a.json;
     let stop_ids = p.stop_ids.clone();
-    let stats = generate(&mut model, &prompt, &p, |id| {
+    let stats = generate(model, &prompt, &p, |id| {
         if stop_ids.contains(&id) {
             return true;
         }
@@ -285,6 +313,7 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         eprintln!("==========");
         print_stats(&stats);
     }
+    let _ = std::io::stdout().flush();
     Ok(())
 }
 
@@ -311,6 +340,7 @@ fn print_stats(s: &GenStats) {
 fn run_chat(a: ChatArgs) -> Result<()> {
     let mut model = load(&a.model, &a.sampling)?;
     let p = params(&a.sampling, &model)?;
+    let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };
     let tty = std::io::stdout().is_terminal();
     let cancel = Arc::new(AtomicBool::new(false));
     {
@@ -323,14 +353,48 @@ fn run_chat(a: ChatArgs) -> Result<()> {
         history.push(Message::new("system", s));
     }
     let kwargs = template_kwargs(a.think);
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    let mut cache = PromptCache::default();
+    // Read stdin on a thread so plugin reloads are served while waiting for input.
+    let (tx, rx) = std::sync::mpsc::channel::<std::io::Result<String>>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut prompt_shown = false;
     loop {
-        if tty {
+        if tty && !prompt_shown {
             print!(">> ");
             let _ = std::io::stdout().flush();
+            prompt_shown = true;
         }
-        let Some(line) = lines.next() else { break };
+        let line = match &watcher {
+            Some(w) => match rx.try_recv() {
+                Ok(l) => l,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    let changed = w.changed(Duration::from_millis(20));
+                    match reload_if_changed(&mut model, &changed) {
+                        Reload::Unrelated => {}
+                        Reload::Failed(msg) => eprintln!("{msg}"),
+                        Reload::Swapped(msg) => {
+                            eprintln!("{msg}");
+                            if model.cache_offset() == 0 {
+                                cache.clear();
+                            }
+                        }
+                    }
+                    continue;
+                }
+            },
+            None => match rx.recv() {
+                Ok(l) => l,
+                Err(_) => break,
+            },
+        };
+        prompt_shown = false;
         let line = line?;
         let line = line.trim();
         match line {
@@ -339,6 +403,7 @@ fn run_chat(a: ChatArgs) -> Result<()> {
             "/reset" => {
                 history.retain(|m| m.role == "system");
                 model.reset_caches()?;
+                cache.clear();
                 println!("(history cleared)");
                 continue;
             }
@@ -347,13 +412,12 @@ fn run_chat(a: ChatArgs) -> Result<()> {
         history.push(Message::new("user", line));
         let tok = model.tokenizer()?.clone();
         let ids = chat_ids(&tok, &history, &kwargs)?;
-        model.reset_caches()?;
         cancel.store(false, Ordering::SeqCst);
         let mut detok = tok.detokenizer();
         let mut answer = String::new();
         let mut styler = ThinkStyler::new(tty);
         let stop_ids = p.stop_ids.clone();
-        generate(&mut model, &ids, &p, |id| {
+        let (_, prefilled) = cache.generate(&mut model, &ids, &p, |id| {
             if cancel.load(Ordering::SeqCst) {
                 return false;
             }
@@ -364,6 +428,7 @@ fn run_chat(a: ChatArgs) -> Result<()> {
             }
             true
         })?;
+        tracing::debug!("prefilled {prefilled} of {} prompt tokens", ids.len());
         let rest = detok.finish();
         answer.push_str(&rest);
         styler.print(&rest);

@@ -9,4 +9,6 @@ pub mod generate;
 pub mod model;
 pub mod plugins;
 pub mod prompt;
+pub mod reload;
 pub mod sample;
+pub mod session;

@@ -39,6 +39,37 @@ impl WeightStore for HostWeights {
     }
 }
 
+/// A checkpoint as read from disk, before any family's rewriter.
+struct Source {
+    config_text: String,
+    config_path: String,
+    tensors: HashMap<String, Array>,
+    quant: QuantConfig,
+}
+
+/// Plans, rewrites and builds a model with `fam` from `src`.
+fn assemble(fam: &FamilyEntry, src: &Source) -> Result<(ModelPlan, Arc<HostWeights>, ModelBox)> {
+    let plan = fam
+        .family
+        .plan(RStr::from(src.config_text.as_str()))
+        .into_result()
+        .map_err(|e| anyhow!("{}: {e}", src.config_path))?;
+    let mut tensors = HashMap::with_capacity(src.tensors.len());
+    for (name, t) in &src.tensors {
+        let out = fam
+            .family
+            .rewrite(&plan, RStr::from(name.as_str()), t.clone().into())
+            .into_result()
+            .map_err(|e| plugin_err(&fam.name, &format!("rewriting {name}"), e))?;
+        for p in out {
+            tensors.insert(p.0.into_string(), p.1.into_array());
+        }
+    }
+    let weights = Arc::new(HostWeights { tensors, quant: src.quant.clone() });
+    let model = build(fam, &plan, &weights)?;
+    Ok((plan, weights, model))
+}
+
 /// A model ready to run.
 pub struct LoadedModel {
     /// The family serving it.
@@ -47,6 +78,8 @@ pub struct LoadedModel {
     pub plan: ModelPlan,
     /// Rewritten weights.
     pub weights: Arc<HostWeights>,
+    /// What was read from disk, kept for rebuilding after a plugin reload.
+    source: Arc<Source>,
     /// The built model.
     pub model: ModelBox,
     /// The tokenizer, when the checkpoint has one.
@@ -70,31 +103,20 @@ impl LoadedModel {
     pub fn load(path: &Path, registry: &Registry, family: Option<&str>, cache_opts: CacheOptions) -> Result<LoadedModel> {
         let ck = Checkpoint::open(path)?;
         let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
-        let config_text = serde_json::to_string(&ck.config)?;
-        let plan = fam
-            .family
-            .plan(RStr::from(config_text.as_str()))
-            .into_result()
-            .map_err(|e| anyhow!("{}: {e}", config_source(path)))?;
-        let mut tensors = HashMap::with_capacity(ck.tensors.len());
-        for (name, t) in ck.tensors {
-            let out = fam
-                .family
-                .rewrite(&plan, RStr::from(name.as_str()), t.into())
-                .into_result()
-                .map_err(|e| plugin_err(&fam.name, &format!("rewriting {name}"), e))?;
-            for p in out {
-                tensors.insert(p.0.into_string(), p.1.into_array());
-            }
-        }
-        let weights = Arc::new(HostWeights { tensors, quant: ck.quant });
-        let model = build(&fam, &plan, &weights)?;
+        let source = Arc::new(Source {
+            config_text: serde_json::to_string(&ck.config)?,
+            config_path: config_source(path),
+            tensors: ck.tensors,
+            quant: ck.quant,
+        });
+        let (plan, weights, model) = assemble(&fam, &source)?;
         let caches = make_caches(&plan.caches, &cache_opts)?;
         let cache_boxes = caches.iter().map(SharedCache::boxed).collect();
         Ok(LoadedModel {
             family: fam,
             plan,
             weights,
+            source,
             model,
             tokenizer: ck.tokenizer,
             tokenizer_error: ck.tokenizer_error,
@@ -102,6 +124,23 @@ impl LoadedModel {
             cache_boxes,
             cache_opts,
         })
+    }
+
+    /// Swaps in another build of the serving family (hot reload), rebuilding
+    /// the model from the tensors already in memory. Caches survive when the
+    /// new plan asks for the same cache layout; returns whether they did.
+    /// On error the current family keeps serving.
+    pub fn swap_family(&mut self, fam: Arc<FamilyEntry>) -> Result<bool> {
+        let (plan, weights, model) = assemble(&fam, &self.source)?;
+        let same = plan.caches == self.plan.caches;
+        self.family = fam;
+        self.plan = plan;
+        self.weights = weights;
+        self.model = model;
+        if !same {
+            self.reset_caches()?;
+        }
+        Ok(same)
     }
 
     /// The tokenizer, or an error saying why there is none.
@@ -124,14 +163,31 @@ impl LoadedModel {
     }
 
     /// Runs the model over `tokens` (`[1, L]` int32), updating the caches.
-    pub fn forward(&mut self, tokens: &Array, logits: LogitsWanted) -> Result<Option<Array>> {
-        let input = ForwardInput { tokens: tokens.clone().into(), embeddings: ROption::RNone, logits, want_hidden: false };
+    pub fn forward(&mut self, tokens: &Array, logits_wanted: LogitsWanted) -> Result<Option<Array>> {
+        let input =
+            ForwardInput { tokens: tokens.clone().into(), embeddings: ROption::RNone, logits: logits_wanted, want_hidden: false };
         let out = self
             .model
             .forward(input, &mut self.cache_boxes)
             .into_result()
             .map_err(|e| plugin_err(&self.family.name, "forward", e))?;
-        Ok(out.logits.into_option().map(ArrayHandle::into_array))
+        let logits = out.logits.into_option().map(ArrayHandle::into_array);
+        if let Some(l) = &logits {
+            let (b, n) = (tokens.dim(0), tokens.dim(1));
+            let rows = if logits_wanted == LogitsWanted::All { n } else { 1 };
+            let want = [b, rows, self.plan.vocab_size as i32];
+            if l.shape() != want {
+                return Err(anyhow!(
+                    "{} plugin: forward returned logits of shape {:?}, expected {:?}",
+                    self.family.name,
+                    l.shape(),
+                    want
+                ));
+            }
+        } else if logits_wanted != LogitsWanted::None {
+            return Err(anyhow!("{} plugin: forward returned no logits", self.family.name));
+        }
+        Ok(logits)
     }
 
     /// Evaluates the cache contents (after a prefill chunk).

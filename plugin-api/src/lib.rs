@@ -18,6 +18,9 @@ pub mod layers;
 mod types;
 
 pub use abi_stable;
+/// The MLX API, so out-of-tree plugins need no other famlx crate.
+pub use mlx;
+pub use serde_json;
 pub use handle::ArrayHandle;
 pub use types::*;
 

@@ -189,6 +189,13 @@ fn check_stamps(path: &Path) -> Result<()> {
 impl Registry {
     /// Loads every plugin in `dirs` (in order). Problems are recorded, not fatal.
     pub fn discover(dirs: &[PathBuf]) -> Registry {
+        Self::discover_with(dirs, false)
+    }
+
+    /// Like [`Registry::discover`]; with `fresh`, every plugin is loaded from a
+    /// private copy, so the originals can be overwritten in place while
+    /// watching (a `cp` over a mapped library would corrupt running code).
+    pub fn discover_with(dirs: &[PathBuf], fresh: bool) -> Registry {
         let mut r = Registry::default();
         let mut seen_names = std::collections::HashSet::new();
         for d in dirs {
@@ -198,7 +205,7 @@ impl Registry {
                 if !seen_names.insert(fname) {
                     continue;
                 }
-                match load_plugin(&f, false) {
+                match load_plugin(&f, fresh) {
                     Ok(p) => r.plugins.push(p),
                     Err(e) => r.refused.push(Refused { path: f, reason: e.to_string() }),
                 }

@@ -76,9 +76,52 @@ pub struct SamplingArgs {
     /// Prompt tokens per prefill chunk.
     #[arg(long = "prefill-step-size", default_value_t = 2048)]
     pub prefill_step_size: usize,
-    /// Bound the KV cache to this many tokens.
+    /// Bound the KV cache to this many tokens (a sliding window keeping the first 4).
     #[arg(long = "max-kv-size")]
     pub max_kv_size: Option<usize>,
+    /// KV cache quantization and memory bounds.
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+/// KV cache quantization and memory flags (mlx-lm's names where it has them).
+#[derive(Args, Debug, Clone)]
+pub struct CacheArgs {
+    /// Quantize keys and values to this many bits (2, 3, 4, 6, 8).
+    #[arg(long = "kv-bits")]
+    pub kv_bits: Option<i32>,
+    /// Bits for keys (overrides --kv-bits).
+    #[arg(long = "k-bits")]
+    pub k_bits: Option<i32>,
+    /// Bits for values (overrides --kv-bits).
+    #[arg(long = "v-bits")]
+    pub v_bits: Option<i32>,
+    /// Group size of KV quantization (32, 64, 128).
+    #[arg(long = "kv-group-size", default_value_t = 64)]
+    pub kv_group_size: i32,
+    /// Quantize the KV cache once this many tokens are cached.
+    #[arg(long = "quantized-kv-start", default_value_t = 0)]
+    pub quantized_kv_start: usize,
+    /// Stop with an error when MLX memory in use passes this (bytes, or e.g. 512M, 8G).
+    #[arg(long = "memory-limit", value_parser = crate::memory::parse_bytes)]
+    pub memory_limit: Option<usize>,
+}
+
+impl SamplingArgs {
+    /// The cache settings these flags ask for (checked; warnings not printed).
+    pub fn cache_options(&self) -> Result<CacheOptions> {
+        let c = &self.cache;
+        let o = CacheOptions {
+            max_kv_size: self.max_kv_size,
+            k_bits: c.k_bits.or(c.kv_bits),
+            v_bits: c.v_bits.or(c.kv_bits),
+            kv_group_size: c.kv_group_size,
+            quantized_kv_start: c.quantized_kv_start,
+            ..CacheOptions::default()
+        };
+        o.validate().map_err(|e| anyhow!("{}", e.0))?;
+        Ok(o)
+    }
 }
 
 /// Thinking mode for templates that support it.
@@ -177,12 +220,19 @@ fn registry(dirs: &[PathBuf]) -> Registry {
 fn load(m: &ModelArgs, s: &SamplingArgs) -> Result<LoadedModel> {
     let path = default_model::resolve(m.model.as_deref())?;
     let reg = registry(&m.plugin_dirs);
+    let opts = s.cache_options()?;
+    for w in opts.warnings() {
+        eprintln!("famlx: warning: {w}");
+    }
+    if let Some(l) = s.cache.memory_limit {
+        crate::memory::set_limit(l);
+    }
     let bar = progress(&format!("loading {}", path.display()));
-    let model = LoadedModel::load(&path, &reg, m.family.as_deref(), CacheOptions { max_kv_size: s.max_kv_size });
+    let model = LoadedModel::load(&path, &reg, m.family.as_deref(), opts);
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let model = model?;
+    let model = model.map_err(crate::memory::explain)?;
     // Keep freed buffers around for reuse, but not without bound.
     mlx::memory::set_cache_limit(mlx::memory::active().max(1 << 30));
     Ok(model)

@@ -82,11 +82,33 @@ pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array
     logits.reshape(&[1, v]).map_err(merr)
 }
 
+/// Feeds `prompt` as mlx-lm's `generate_step` does: all but the last token
+/// in chunks of `step` (evaluating the caches after each), then the last
+/// token alone; returns its logits `[1, V]`. The chunk boundaries decide
+/// when a quantized cache starts quantizing and what a rotating window
+/// holds, so this split gives mlx-lm's tokens with those caches.
+pub fn prefill_last_alone(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array> {
+    let Some((_, head)) = prompt.split_last() else {
+        bail!("the prompt is empty: nothing to generate from");
+    };
+    for chunk in head.chunks(step.max(1)) {
+        m.forward(&ids_array(chunk)?, LogitsWanted::None)?;
+        m.eval_caches()?;
+        crate::memory::check()?;
+    }
+    prefill(m, &prompt[head.len()..], 1)
+}
+
 /// Generates after `prompt`, calling `on_token` with each id (return false to stop).
-pub fn generate(m: &mut LoadedModel, prompt: &[u32], p: &GenParams, mut on_token: impl FnMut(u32) -> bool) -> Result<GenStats> {
+pub fn generate(m: &mut LoadedModel, prompt: &[u32], p: &GenParams, on_token: impl FnMut(u32) -> bool) -> Result<GenStats> {
+    // MLX failing an allocation becomes the error that names the flags that help.
+    generate_inner(m, prompt, p, on_token).map_err(crate::memory::explain)
+}
+
+fn generate_inner(m: &mut LoadedModel, prompt: &[u32], p: &GenParams, mut on_token: impl FnMut(u32) -> bool) -> Result<GenStats> {
     mlx::memory::reset_peak();
     let t0 = Instant::now();
-    let logits = prefill(m, prompt, p.prefill_step)?;
+    let logits = prefill_last_alone(m, prompt, p.prefill_step)?;
     let mut y = sample(&logits, &p.sampler).map_err(merr)?;
     mlx::async_eval(&[&y]).map_err(merr)?;
     let mut tokens = Vec::new();
@@ -107,6 +129,7 @@ pub fn generate(m: &mut LoadedModel, prompt: &[u32], p: &GenParams, mut on_token
             None
         };
         let tok = y.item_i64().map_err(merr)? as u32;
+        crate::memory::check()?;
         if t_first.is_none() {
             t_first = Some(Instant::now());
         }

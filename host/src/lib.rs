@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod default_model;
 pub mod generate;
+pub mod memory;
 pub mod model;
 pub mod plugins;
 pub mod prompt;

@@ -2,7 +2,7 @@
 //! plugin can be swapped without re-reading them), the family's plan and
 //! built model, the tokenizer and the caches.
 
-use crate::cache::{make_caches, CacheOptions, SharedCache};
+use crate::cache::{make_caches, CacheOptions, CacheSnapshot, SharedCache};
 use crate::checkpoint::{Checkpoint, QuantConfig};
 use crate::plugins::{FamilyEntry, Registry};
 use abi_stable::sabi_trait::TD_Opaque;
@@ -155,6 +155,31 @@ impl LoadedModel {
         self.caches = make_caches(&self.plan.caches, &self.cache_opts)?;
         self.cache_boxes = self.caches.iter().map(SharedCache::boxed).collect();
         Ok(())
+    }
+
+    /// A cheap copy of every cache (arrays are shared, not copied), for
+    /// [`LoadedModel::restore`].
+    pub fn snapshot(&self) -> CacheSnapshot {
+        CacheSnapshot::take(&self.caches)
+    }
+
+    /// Puts the caches back as `snap` recorded them; `snap` stays usable.
+    pub fn restore(&mut self, snap: &CacheSnapshot) -> Result<()> {
+        snap.restore_into(&self.caches).map_err(|e| anyhow!("{}", e.0))
+    }
+
+    /// Drops the last `n` tokens from every cache. Returns false, changing
+    /// nothing, when some cache cannot rewind exactly (a window that has
+    /// slid, a recurrent state): restore a snapshot instead.
+    pub fn trim(&mut self, n: usize) -> bool {
+        let n = n as i64;
+        if !self.caches.iter().all(|c| c.lock().can_trim(n)) {
+            return false;
+        }
+        for c in &self.caches {
+            c.lock().trim(n);
+        }
+        true
     }
 
     /// Tokens currently held by the caches.

@@ -1,7 +1,8 @@
 //! The dense KV cache: pre-allocated buffers that grow geometrically, written
 //! in place with slice updates (no per-step concatenation).
 
-use super::CacheImpl;
+use super::quantized::QuantizedKvCache;
+use super::{CacheImpl, KvQuant};
 use mlx::{zeros, Array, Result};
 
 /// Smallest growth step in tokens.
@@ -13,12 +14,22 @@ pub struct KvCache {
     keys: Option<Array>,
     values: Option<Array>,
     offset: i64,
+    /// Turn into a quantized cache once due.
+    quant: Option<KvQuant>,
 }
 
 impl KvCache {
     /// An empty cache.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty cache that becomes a [`QuantizedKvCache`] once `quant` is due.
+    pub fn with_quant(quant: Option<KvQuant>) -> Self {
+        KvCache {
+            quant,
+            ..Self::default()
+        }
     }
 
     fn capacity(&self) -> i64 {
@@ -51,6 +62,20 @@ impl CacheImpl for KvCache {
         self.offset
     }
 
+    fn promote(&mut self) -> Result<Option<Box<dyn CacheImpl>>> {
+        match self.quant {
+            Some(q) if q.due(self.offset) => {
+                let bufs = self.keys.clone().zip(self.values.clone());
+                Ok(Some(Box::new(QuantizedKvCache::from_dense(
+                    bufs,
+                    self.offset,
+                    q,
+                )?)))
+            }
+            _ => Ok(None),
+        }
+    }
+
     fn update(&mut self, k: Array, v: Array) -> Result<(Array, Array)> {
         let l = k.dim(2) as i64;
         let need = self.offset + l;
@@ -59,8 +84,18 @@ impl CacheImpl for KvCache {
         }
         let (b, h, dk, dv) = (k.dim(0), k.dim(1), k.dim(3), v.dim(3));
         let (s, e) = (self.offset as i32, need as i32);
-        let keys = self.keys.as_ref().expect("grown").slice_update(&k, &[0, 0, s, 0], &[b, h, e, dk], &[1, 1, 1, 1])?;
-        let values = self.values.as_ref().expect("grown").slice_update(&v, &[0, 0, s, 0], &[b, h, e, dv], &[1, 1, 1, 1])?;
+        let keys = self.keys.as_ref().expect("grown").slice_update(
+            &k,
+            &[0, 0, s, 0],
+            &[b, h, e, dk],
+            &[1, 1, 1, 1],
+        )?;
+        let values = self.values.as_ref().expect("grown").slice_update(
+            &v,
+            &[0, 0, s, 0],
+            &[b, h, e, dv],
+            &[1, 1, 1, 1],
+        )?;
         self.offset = need;
         let out = (keys.slice_axis(2, 0, e)?, values.slice_axis(2, 0, e)?);
         self.keys = Some(keys);
@@ -79,7 +114,11 @@ impl CacheImpl for KvCache {
     }
 
     fn arrays(&self) -> Vec<Array> {
-        self.keys.iter().chain(self.values.iter()).cloned().collect()
+        self.keys
+            .iter()
+            .chain(self.values.iter())
+            .cloned()
+            .collect()
     }
 
     fn trim(&mut self, n: i64) -> i64 {

@@ -14,7 +14,10 @@ pub struct RecurrentCache {
 impl RecurrentCache {
     /// A cache of `n` (initially absent) state arrays.
     pub fn new(n: usize) -> Self {
-        RecurrentCache { state: vec![None; n], offset: 0 }
+        RecurrentCache {
+            state: vec![None; n],
+            offset: 0,
+        }
     }
 }
 
@@ -37,7 +40,11 @@ impl CacheImpl for RecurrentCache {
     }
     fn set_state(&mut self, s: Vec<Array>, tokens: i64) -> Result<()> {
         if s.len() != self.state.len() {
-            return Err(Error(format!("recurrent cache expects {} state arrays, got {}", self.state.len(), s.len())));
+            return Err(Error(format!(
+                "recurrent cache expects {} state arrays, got {}",
+                self.state.len(),
+                s.len()
+            )));
         }
         self.state = s.into_iter().map(Some).collect();
         self.offset += tokens;

@@ -22,193 +22,11 @@
 
 mod common;
 
+use common::parity::{check_greedy, check_logits, check_tokenizer, floats};
 use common::{expected, fixture, ids, mlx_lock, registry};
 use famlx::cache::CacheOptions;
 use famlx::generate::{generate, prefill, GenParams};
 use famlx::model::LoadedModel;
-use famlx::prompt::{chat_ids, Message};
-use serde_json::Value;
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn check_logits(
-    variant: &str,
-    prompt: &str,
-    f32_model: bool,
-    ours: &[f32],
-    want: &[f32],
-) -> Result<(), String> {
-    if ours.len() != want.len() {
-        return Err(format!(
-            "{variant}/{prompt}: {} logits, expected {}",
-            ours.len(),
-            want.len()
-        ));
-    }
-    let (abs, rel, mean_bound) = if f32_model {
-        (1e-4f32, 1e-5f32, 1e-5f32)
-    } else {
-        (0.125, 1.0 / 64.0, 0.02)
-    };
-    let mut worst = (0usize, 0f32);
-    let mut sum = 0f64;
-    for (i, (&a, &b)) in ours.iter().zip(want).enumerate() {
-        let d = (a - b).abs();
-        if !d.is_finite() {
-            return Err(format!("{variant}/{prompt}: logit {i} is {a}"));
-        }
-        sum += d as f64;
-        if d - (abs + rel * b.abs()) > worst.1 - (abs + rel * want[worst.0].abs()) {
-            worst = (i, d);
-        }
-    }
-    let mean = (sum / ours.len() as f64) as f32;
-    let (i, d) = worst;
-    eprintln!("{variant}/{prompt}: max |diff| {d:.3e} at {i}, mean {mean:.3e}");
-    if d > abs + rel * want[i].abs() {
-        return Err(format!(
-            "{variant}/{prompt}: logit {i} is {}, expected {} (|diff| {d} > {abs} + {rel}*|ref|)",
-            ours[i], want[i]
-        ));
-    }
-    if mean > mean_bound {
-        return Err(format!(
-            "{variant}/{prompt}: mean |diff| {mean} > {mean_bound}"
-        ));
-    }
-    Ok(())
-}
-
-/// Index of the first tie (recorded margin exactly 0.0), if any.
-fn first_tie(margins: &[f32]) -> Option<usize> {
-    margins.iter().position(|&m| m == 0.0)
-}
-
-fn check_greedy(
-    variant: &str,
-    prompt: &str,
-    ours: &[u32],
-    want: &[u32],
-    margins: &[f32],
-) -> Result<(), String> {
-    if ours.len() != want.len() {
-        return Err(format!(
-            "{variant}/{prompt}: generated {} tokens, expected {}: {ours:?}",
-            ours.len(),
-            want.len()
-        ));
-    }
-    let Some(first_diff) = ours.iter().zip(want).position(|(a, b)| a != b) else {
-        return Ok(());
-    };
-    match first_tie(margins) {
-        Some(t) if first_diff >= t => {
-            eprintln!("{variant}/{prompt}: diverges at step {first_diff}, after the tie at step {t} (allowed)");
-            Ok(())
-        }
-        tie => Err(format!(
-            "{variant}/{prompt}: greedy token {first_diff} is {}, expected {} (margin there {}, first tie {tie:?})\n ours: {ours:?}\n want: {want:?}",
-            ours[first_diff], want[first_diff], margins[first_diff]
-        )),
-    }
-}
-
-fn check_tokenizer(variant: &str, m: &LoadedModel, exp: &Value) -> Vec<String> {
-    let mut errs = Vec::new();
-    let tok = match m.tokenizer() {
-        Ok(t) => t,
-        Err(e) => return vec![format!("{variant}: no tokenizer: {e}")],
-    };
-    let t = &exp["tokenizer"];
-    let add_bos = t["add_bos_token"].as_bool().unwrap();
-    if tok.add_bos() != add_bos {
-        errs.push(format!(
-            "{variant}: add_bos is {}, expected {add_bos}",
-            tok.add_bos()
-        ));
-    }
-    let cases = t["cases"].as_array().unwrap();
-    assert!(!cases.is_empty());
-    let bos = tok.bos_token();
-    for c in cases {
-        let text = c["text"].as_str().unwrap();
-        let hf = ids(&c["ids"]);
-        // `Tokenizer::encode(text, true)` follows mlx-lm's generate rule, not
-        // bare `tokenizer.encode`: no BOS is added when the text already
-        // starts with the BOS string (so a templated prompt never gets two).
-        // The fixtures record transformers' `encode`, which gives
-        // `[bos, bos]` for the text "<bos>"; that one case differs by design.
-        let want = match &bos {
-            Some((s, id))
-                if add_bos
-                    && text.starts_with(s.as_str())
-                    && hf.len() >= 2
-                    && hf[..2] == [*id, *id] =>
-            {
-                hf[1..].to_vec()
-            }
-            _ => hf.clone(),
-        };
-        // Without BOS: the same ids minus the BOS transformers added.
-        let no_bos = if add_bos { &hf[1..] } else { &hf[..] };
-        match tok.encode(text, false) {
-            Ok(got) if got == no_bos => {}
-            Ok(got) => errs.push(format!(
-                "{variant}: encode({text:?}, no BOS) = {got:?}, expected {no_bos:?}"
-            )),
-            Err(e) => errs.push(format!("{variant}: encode({text:?}, no BOS): {e}")),
-        }
-        match tok.encode(text, true) {
-            Ok(got) if got == want => {}
-            Ok(got) => errs.push(format!(
-                "{variant}: encode({text:?}) = {got:?}, expected {want:?}"
-            )),
-            Err(e) => errs.push(format!("{variant}: encode({text:?}): {e}")),
-        }
-        let decoded = c["decoded"].as_str().unwrap();
-        match tok.decode(&hf, false) {
-            Ok(got) if got == decoded => {}
-            Ok(got) => errs.push(format!(
-                "{variant}: decode({hf:?}) = {got:?}, expected {decoded:?}"
-            )),
-            Err(e) => errs.push(format!("{variant}: decode({hf:?}): {e}")),
-        }
-    }
-    let chat = &t["chat"];
-    assert_eq!(chat["add_generation_prompt"], Value::Bool(true));
-    let msgs_json = chat["messages"].as_array().unwrap();
-    let msgs: Vec<Message> = msgs_json
-        .iter()
-        .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
-        .collect();
-    let want_text = chat["text"].as_str().unwrap();
-    let tpl = tok
-        .compiled_chat_template()
-        .unwrap()
-        .expect("fixture has a chat template");
-    match tpl.render(msgs_json, None, true, &Default::default()) {
-        Ok(got) if got == want_text => {}
-        Ok(got) => errs.push(format!(
-            "{variant}: chat template renders {got:?}, expected {want_text:?}"
-        )),
-        Err(e) => errs.push(format!("{variant}: chat template: {e}")),
-    }
-    let want_ids = ids(&chat["ids"]);
-    match chat_ids(tok, &msgs, &Default::default()) {
-        Ok(got) if got == want_ids => {}
-        Ok(got) => errs.push(format!(
-            "{variant}: chat ids {got:?}, expected {want_ids:?}"
-        )),
-        Err(e) => errs.push(format!("{variant}: chat_ids: {e}")),
-    }
-    errs
-}
 
 fn parity(variant: &str) {
     let _g = mlx_lock();
@@ -318,7 +136,11 @@ fn every_fixture_is_tested() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     found.sort();
-    let mut listed: Vec<String> = common::FIXTURES.iter().map(|s| s.to_string()).collect();
+    let mut listed: Vec<String> = common::FIXTURES
+        .iter()
+        .chain(common::GEMMA4_FIXTURES.iter())
+        .map(|s| s.to_string())
+        .collect();
     listed.sort();
     assert_eq!(found, listed);
 }

@@ -2,6 +2,8 @@
 //! plugin folders, running the `famlx` binary, and one lock around MLX.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod parity;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +19,14 @@ pub const FIXTURES: [&str; 8] = [
     "qwen3-bf16",
     "qwen3-q4",
     "qwen3-q8",
+];
+
+/// The gemma4 fixtures (host/tests/gemma4.rs; fixtures/make_gemma4_fixtures.py).
+pub const GEMMA4_FIXTURES: [&str; 4] = [
+    "gemma4-hf-bf16",
+    "gemma4-bf16",
+    "gemma4-q4",
+    "gemma4-e2b-bf16",
 ];
 
 /// `fixtures/<name>` in the repository.

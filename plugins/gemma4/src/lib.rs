@@ -1,0 +1,847 @@
+//! The gemma4 family (Gemma 4 text models): config, layers, forward,
+//! weight-name rules and registration.
+//!
+//! Serves `gemma4` (multimodal checkpoints: the text model under
+//! `text_config`, vision/audio towers dropped) and `gemma4_text`. The text
+//! model has sliding-window and global attention layers with their own head
+//! dims, q/k norms and a scale-free v norm (attention scale 1), proportional
+//! partial rope on global layers, K=V global attention where the config asks,
+//! a GeGLU MLP between four norms per layer, a per-layer output scalar,
+//! embedding scaling, final-logit soft-capping and tied embeddings. The
+//! E2B/E4B variants add per-layer input embeddings and KV sharing: the last
+//! `num_kv_shared_layers` layers own no K/V (and no cache slot) and attend
+//! over the K/V of the last earlier layer of the same type.
+//!
+//! Not yet: the MoE block (`enable_moe_block`) and the assistant drafter.
+
+use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
+use mlx::nn::{gelu_approx, Embedding, Linear, RmsNorm, Rope, RopeScaling, Weights};
+use mlx::{arange, Array, Dtype, Error, Result};
+use plugin_api::family::{Caches, FamilySpec, Input, ModelForward, Output};
+use plugin_api::layers::{eos_ids, field, field_or};
+use plugin_api::{AttnOptions, CacheKind, LogitsWanted, ModelPlan};
+use serde_json::{json, Value};
+
+/// Rope settings of one attention type (`rope_parameters` entry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeParams {
+    /// Base θ.
+    pub theta: f32,
+    /// `default` or `proportional`.
+    pub kind: String,
+    /// Fraction of the head dim that rotates (`proportional` only).
+    pub partial_rotary_factor: f32,
+    /// Frequency factor (`proportional` only).
+    pub factor: f32,
+}
+
+impl RopeParams {
+    fn parse(v: Option<&Value>) -> Result<RopeParams> {
+        let empty = json!({});
+        let v = v.filter(|v| !v.is_null()).unwrap_or(&empty);
+        Ok(RopeParams {
+            theta: field_or(v, "rope_theta", 10000.0)?,
+            kind: field_or::<String>(v, "rope_type", "default".into())
+                .or_else(|_| field_or::<String>(v, "type", "default".into()))?,
+            partial_rotary_factor: field_or(v, "partial_rotary_factor", 1.0)?,
+            factor: field_or(v, "factor", 1.0)?,
+        })
+    }
+
+    /// The rope over a head of `dims` features.
+    pub fn rope(&self, dims: i32, traditional: bool) -> Result<Rope> {
+        match self.kind.as_str() {
+            "default" => Rope::new(dims, self.theta, traditional, &RopeScaling::None),
+            "linear" => Rope::new(
+                dims,
+                self.theta,
+                traditional,
+                &RopeScaling::Linear {
+                    factor: self.factor,
+                },
+            ),
+            "proportional" => {
+                // The first `rotated` features rotate with periods θ^(2i/dims)
+                // (exponents over the whole head); the rest get infinite
+                // periods, i.e. stay put.
+                let rotated = (dims as f32 * self.partial_rotary_factor) as i32;
+                if rotated > dims {
+                    return Err(Error::msg("rope: partial_rotary_factor > 1"));
+                }
+                let mut f: Vec<f32> = (0..rotated / 2)
+                    .map(|i| self.factor * self.theta.powf((2 * i) as f32 / dims as f32))
+                    .collect();
+                f.extend(std::iter::repeat_n(
+                    f32::INFINITY,
+                    ((dims - rotated) / 2) as usize,
+                ));
+                Ok(Rope::with_freqs(
+                    dims,
+                    traditional,
+                    Array::from_slice(&f, &[f.len() as i32])?,
+                ))
+            }
+            other => Err(Error(format!(
+                "config: rope_type `{other}` is not supported by gemma4"
+            ))),
+        }
+    }
+}
+
+/// The parsed text config (mlx-lm's defaults where a field is absent).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Checkpoint `model_type` (`gemma4` or `gemma4_text`).
+    pub model_type: String,
+    /// Residual width.
+    pub hidden_size: i32,
+    /// Decoder layers.
+    pub num_hidden_layers: i32,
+    /// MLP width (doubled on KV-shared layers with `use_double_wide_mlp`).
+    pub intermediate_size: i32,
+    /// Query heads.
+    pub num_attention_heads: i32,
+    /// Key/value heads.
+    pub num_key_value_heads: i32,
+    /// Key/value heads of K=V global layers, when different.
+    pub num_global_key_value_heads: Option<i32>,
+    /// Head dim of sliding layers.
+    pub head_dim: i32,
+    /// Head dim of global layers (0: `head_dim`).
+    pub global_head_dim: i32,
+    /// RMS norm epsilon.
+    pub rms_norm_eps: f32,
+    /// Vocabulary.
+    pub vocab_size: i32,
+    /// Vocabulary of the per-layer input embeddings.
+    pub vocab_size_per_layer_input: i32,
+    /// Width of each layer's input embedding (0: none).
+    pub hidden_size_per_layer_input: i32,
+    /// Trailing layers that reuse earlier layers' K/V.
+    pub num_kv_shared_layers: i32,
+    /// Window of sliding layers.
+    pub sliding_window: i32,
+    /// Per layer: true for global (full) attention.
+    pub full: Vec<bool>,
+    /// Rope of global layers.
+    pub rope_full: RopeParams,
+    /// Rope of sliding layers.
+    pub rope_sliding: RopeParams,
+    /// Traditional (interleaved) rope.
+    pub rope_traditional: bool,
+    /// Global layers use keys as values (no v_proj).
+    pub attention_k_eq_v: bool,
+    /// `tanh(x / c) * c` on the logits.
+    pub final_logit_softcapping: Option<f32>,
+    /// Doubled MLP on KV-shared layers.
+    pub use_double_wide_mlp: bool,
+    /// Mixture-of-experts block (not supported yet).
+    pub enable_moe_block: bool,
+    /// Output head tied to the embedding.
+    pub tie_word_embeddings: bool,
+    /// Trained context.
+    pub max_position_embeddings: i32,
+}
+
+/// The text part of a config: `text_config` when present, else the config.
+fn text_part(c: &Value) -> &Value {
+    c.get("text_config").filter(|t| t.is_object()).unwrap_or(c)
+}
+
+impl Config {
+    /// From config.json (multimodal `gemma4` or `gemma4_text`).
+    pub fn parse(c: &Value) -> Result<Config> {
+        let model_type: String = field_or(c, "model_type", "gemma4_text".to_string())?;
+        let t = text_part(c);
+        let n: i32 = field_or(t, "num_hidden_layers", 35)?;
+        // mlx-lm's gemma4 wrapper takes the vocabulary from the top level.
+        let vocab: i32 = match c.get("vocab_size").filter(|_| !std::ptr::eq(t, c)) {
+            Some(v) if !v.is_null() => field(c, "vocab_size")?,
+            _ => field_or(t, "vocab_size", 262144)?,
+        };
+        let full = match t.get("layer_types").filter(|v| !v.is_null()) {
+            Some(_) => field::<Vec<String>>(t, "layer_types")?
+                .iter()
+                .map(|s| s == "full_attention")
+                .collect(),
+            None => {
+                let p: i32 = field_or(t, "sliding_window_pattern", 5)?;
+                (0..n)
+                    .map(|i| (i % p.max(1)) == p - 1)
+                    .collect::<Vec<bool>>()
+            }
+        };
+        if full.len() != n as usize {
+            return Err(Error(format!(
+                "config: layer_types has {} entries for {n} layers",
+                full.len()
+            )));
+        }
+        let rp = t.get("rope_parameters").filter(|v| !v.is_null());
+        let (rope_full, rope_sliding) = match rp {
+            Some(r) => (
+                RopeParams::parse(r.get("full_attention"))?,
+                RopeParams::parse(r.get("sliding_attention"))?,
+            ),
+            None => (
+                RopeParams {
+                    theta: 1e6,
+                    kind: "proportional".into(),
+                    partial_rotary_factor: 0.25,
+                    factor: 1.0,
+                },
+                RopeParams {
+                    theta: 1e4,
+                    kind: "default".into(),
+                    partial_rotary_factor: 1.0,
+                    factor: 1.0,
+                },
+            ),
+        };
+        let cfg = Config {
+            model_type,
+            hidden_size: field_or(t, "hidden_size", 1536)?,
+            num_hidden_layers: n,
+            intermediate_size: field_or(t, "intermediate_size", 6144)?,
+            num_attention_heads: field_or(t, "num_attention_heads", 8)?,
+            num_key_value_heads: field_or(t, "num_key_value_heads", 1)?,
+            num_global_key_value_heads: field_or(t, "num_global_key_value_heads", None)?,
+            head_dim: field_or(t, "head_dim", 256)?,
+            global_head_dim: field_or(t, "global_head_dim", 512)?,
+            rms_norm_eps: field_or(t, "rms_norm_eps", 1e-6)?,
+            vocab_size: vocab,
+            vocab_size_per_layer_input: field_or(t, "vocab_size_per_layer_input", 262144)?,
+            hidden_size_per_layer_input: field_or(t, "hidden_size_per_layer_input", 256)?,
+            num_kv_shared_layers: field_or(t, "num_kv_shared_layers", 20)?,
+            sliding_window: field_or(t, "sliding_window", 512)?,
+            full,
+            rope_full,
+            rope_sliding,
+            rope_traditional: field_or(t, "rope_traditional", false)?,
+            attention_k_eq_v: field_or(t, "attention_k_eq_v", false)?,
+            final_logit_softcapping: field_or(t, "final_logit_softcapping", Some(30.0))?,
+            use_double_wide_mlp: field_or(t, "use_double_wide_mlp", true)?,
+            enable_moe_block: field_or(t, "enable_moe_block", false)?,
+            tie_word_embeddings: field_or(
+                t,
+                "tie_word_embeddings",
+                field_or(c, "tie_word_embeddings", true)?,
+            )?,
+            max_position_embeddings: field_or(t, "max_position_embeddings", 131072)?,
+        };
+        if cfg.num_kv_shared_layers < 0 || cfg.num_kv_shared_layers > n {
+            return Err(Error(format!(
+                "config: num_kv_shared_layers {} out of range",
+                cfg.num_kv_shared_layers
+            )));
+        }
+        if cfg.sliding_window < 1 {
+            return Err(Error::msg("config: sliding_window must be positive"));
+        }
+        Ok(cfg)
+    }
+
+    /// Index of the first layer that owns no K/V.
+    pub fn first_kv_shared(&self) -> i32 {
+        self.num_hidden_layers - self.num_kv_shared_layers
+    }
+
+    /// For each layer, the layer whose K/V it attends over (itself for
+    /// layers that own K/V; the last earlier layer of the same type for
+    /// KV-shared ones).
+    pub fn kv_sources(&self) -> Result<Vec<usize>> {
+        let m = self.first_kv_shared() as usize;
+        (0..self.num_hidden_layers as usize)
+            .map(|i| {
+                if i < m {
+                    return Ok(i);
+                }
+                (0..m)
+                    .rev()
+                    .find(|&j| self.full[j] == self.full[i])
+                    .ok_or_else(|| {
+                        Error(format!(
+                            "config: KV-shared layer {i} has no earlier layer of its type"
+                        ))
+                    })
+            })
+            .collect()
+    }
+
+    /// The name prefix of the text model's tensors in the host's naming
+    /// (mlx-lm's: `language_model.model.` for multimodal checkpoints).
+    pub fn prefix(&self) -> &'static str {
+        if self.model_type == "gemma4" {
+            "language_model."
+        } else {
+            ""
+        }
+    }
+}
+
+/// Module prefixes of the non-text towers of multimodal checkpoints.
+const MEDIA_PREFIXES: [&str; 6] = [
+    "vision_tower",
+    "multi_modal_projector",
+    "audio_tower",
+    "embed_audio",
+    "embed_vision",
+    "vision_embedder",
+];
+
+/// Tensor name fragments that carry no weights a runtime needs.
+const DROPPED: [&str; 5] = [
+    "self_attn.rotary_emb",
+    "input_max",
+    "input_min",
+    "output_max",
+    "output_min",
+];
+
+/// The family registration.
+pub struct Gemma4Family;
+
+impl FamilySpec for Gemma4Family {
+    fn name(&self) -> &'static str {
+        "gemma4"
+    }
+
+    fn model_types(&self) -> &'static [&'static str] {
+        &["gemma4", "gemma4_text"]
+    }
+
+    fn plan(&self, config: &Value) -> Result<ModelPlan> {
+        let cfg = Config::parse(config)?;
+        if cfg.enable_moe_block {
+            return Err(Error::msg(
+                "gemma4: the mixture-of-experts block (enable_moe_block) is not supported yet",
+            ));
+        }
+        cfg.kv_sources()?;
+        let mut stored = config.clone();
+        if let Some(o) = stored.as_object_mut() {
+            o.retain(|k, _| !k.starts_with("quantization"));
+        }
+        let caches = (0..cfg.first_kv_shared() as usize)
+            .map(|i| {
+                if cfg.full[i] {
+                    CacheKind::Full
+                } else {
+                    CacheKind::Sliding {
+                        window: cfg.sliding_window as u32,
+                    }
+                }
+            })
+            .collect();
+        let mut eos = eos_ids(config);
+        if eos.is_empty() {
+            eos = eos_ids(text_part(config));
+        }
+        let dtype = field_or::<Option<String>>(config, "torch_dtype", None)?
+            .or(field_or::<Option<String>>(
+                text_part(config),
+                "torch_dtype",
+                None,
+            )?)
+            .unwrap_or_else(|| "bfloat16".into());
+        Ok(ModelPlan {
+            family: "gemma4".into(),
+            model_type: cfg.model_type.as_str().into(),
+            config: json!(stored).to_string().into(),
+            caches,
+            eos_ids: eos.into(),
+            vocab_size: cfg.vocab_size as u32,
+            hidden_size: cfg.hidden_size as u32,
+            max_position_embeddings: cfg.max_position_embeddings.max(0) as u32,
+            modalities: vec!["text".into()].into(),
+            dtype: dtype.into(),
+            // Gemma is trained with BOS first; the tokenizer adds it once.
+            add_bos: abi_stable::std_types::ROption::RSome(true),
+        })
+    }
+
+    fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let cfg = Config::from_plan(plan)?;
+        let bare = name.strip_prefix("model.").unwrap_or(name);
+        if MEDIA_PREFIXES.iter().any(|p| bare.starts_with(p))
+            || DROPPED.iter().any(|d| name.contains(d))
+        {
+            return Ok(vec![]);
+        }
+        // Hugging Face naming (`model.language_model.X`) to mlx-lm's
+        // (`language_model.model.X`); gemma4_text names stay as they are.
+        let name = match name.strip_prefix("model.language_model.") {
+            Some(rest) => format!("language_model.model.{rest}"),
+            None => name.to_string(),
+        };
+        // KV-shared layers own no K/V: drop projections a checkpoint may carry.
+        if [
+            ".self_attn.k_proj",
+            ".self_attn.v_proj",
+            ".self_attn.k_norm",
+        ]
+        .iter()
+        .any(|s| name.contains(s))
+        {
+            if let Some(i) = name
+                .split("layers.")
+                .nth(1)
+                .and_then(|r| r.split('.').next())
+                .and_then(|s| s.parse::<i32>().ok())
+            {
+                if i >= cfg.first_kv_shared() {
+                    return Ok(vec![]);
+                }
+            }
+        }
+        Ok(vec![(name, t)])
+    }
+
+    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+        Ok(Box::new(Gemma4Text::load(&Config::from_plan(plan)?, w)?))
+    }
+}
+
+impl Config {
+    /// Re-parses the config the plan carries.
+    pub fn from_plan(plan: &ModelPlan) -> Result<Config> {
+        let c: Value = serde_json::from_str(plan.config.as_str())
+            .map_err(|e| Error(format!("plan config: {e}")))?;
+        Config::parse(&c)
+    }
+}
+
+/// The GeGLU MLP: `down(gelu_tanh(gate(x)) * up(x))`.
+#[derive(Debug, Clone)]
+pub struct GegluMlp {
+    /// gate projection
+    pub gate: Linear,
+    /// up projection
+    pub up: Linear,
+    /// down projection
+    pub down: Linear,
+}
+
+impl GegluMlp {
+    /// Loads `{prefix}.{gate,up,down}_proj`.
+    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
+        Ok(GegluMlp {
+            gate: Linear::load(w, &format!("{prefix}.gate_proj"))?,
+            up: Linear::load(w, &format!("{prefix}.up_proj"))?,
+            down: Linear::load(w, &format!("{prefix}.down_proj"))?,
+        })
+    }
+    /// Forward.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        self.down
+            .forward(&gelu_approx(&self.gate.forward(x)?)?.mul(&self.up.forward(x)?)?)
+    }
+}
+
+/// K/V a layer attended over, kept for the KV-shared layers that read them.
+#[derive(Clone)]
+struct SharedKv {
+    k: Array,
+    v: Array,
+    /// Rope offset of the queries.
+    offset: i32,
+    /// Sliding window of the source (None: global).
+    window: Option<i32>,
+}
+
+/// The attention mask for `l` queries that end the `s` keys: causal, and
+/// `window` wide when given; `None` when nothing needs masking.
+fn mask_for(l: i32, s: i32, window: Option<i32>) -> Result<Option<Array>> {
+    if l == 1 && window.is_none_or(|w| s <= w) {
+        return Ok(None);
+    }
+    let qi = arange((s - l) as f64, s as f64, 1.0, Dtype::I32)?.expand_dims(&[1])?;
+    let ki = arange(0.0, s as f64, 1.0, Dtype::I32)?.expand_dims(&[0])?;
+    let mut m = qi.ge(&ki)?;
+    if let Some(w) = window {
+        m = m.logical_and(&qi.lt(&ki.add(&Array::i32(w))?)?)?;
+    }
+    Ok(Some(m))
+}
+
+/// One attention layer.
+#[derive(Debug, Clone)]
+pub struct Gemma4Attention {
+    q: Linear,
+    k: Option<Linear>,
+    v: Option<Linear>,
+    o: Linear,
+    q_norm: RmsNorm,
+    k_norm: Option<RmsNorm>,
+    eps: f32,
+    n_heads: i32,
+    n_kv_heads: i32,
+    head_dim: i32,
+    rope: Rope,
+    window: Option<i32>,
+}
+
+impl Gemma4Attention {
+    fn heads(x: &Array, b: i32, l: i32, h: i32, d: i32) -> Result<Array> {
+        x.reshape(&[b, l, h, d])
+    }
+
+    /// Runs the layer. `slot` is its cache slot; `keep` asks for the K/V it
+    /// attended over (for KV-shared layers); `shared` gives them to a layer
+    /// that owns none.
+    fn forward(
+        &self,
+        x: &Array,
+        caches: &mut Caches<'_>,
+        slot: Option<usize>,
+        keep: bool,
+        shared: Option<&SharedKv>,
+    ) -> Result<(Array, Option<SharedKv>)> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let q = self
+            .q_norm
+            .forward(&Self::heads(
+                &self.q.forward(x)?,
+                b,
+                l,
+                self.n_heads,
+                self.head_dim,
+            )?)?
+            .transpose(&[0, 2, 1, 3])?;
+        let (o, kept) = match (shared, &self.k, slot) {
+            (Some(s), _, _) => {
+                let q = self.rope.forward(&q, RopeOffset::Int(s.offset))?;
+                let m = mask_for(l, s.k.dim(2), s.window)?;
+                let mask = m.as_ref().map_or(Mask::None, Mask::Array);
+                (
+                    scaled_dot_product_attention(&q, &s.k, &s.v, 1.0, mask, None)?,
+                    None,
+                )
+            }
+            (None, Some(kp), Some(slot)) => {
+                let raw = Self::heads(&kp.forward(x)?, b, l, self.n_kv_heads, self.head_dim)?;
+                let v = match &self.v {
+                    Some(vp) => Self::heads(&vp.forward(x)?, b, l, self.n_kv_heads, self.head_dim)?,
+                    None => raw.clone(),
+                };
+                let k = self
+                    .k_norm
+                    .as_ref()
+                    .expect("k_norm with k_proj")
+                    .forward(&raw)?
+                    .transpose(&[0, 2, 1, 3])?;
+                let v = rms_norm(&v, None, self.eps)?.transpose(&[0, 2, 1, 3])?;
+                let off = caches.offset(slot)? as i32;
+                let q = self.rope.forward(&q, RopeOffset::Int(off))?;
+                let k = self.rope.forward(&k, RopeOffset::Int(off))?;
+                if keep {
+                    // KV-shared layers read these K/V later in this call: fetch
+                    // them and attend here, with the mask the cache kind implies.
+                    let (k, v) = caches.update_and_fetch(slot, k, v)?;
+                    let m = mask_for(l, k.dim(2), self.window)?;
+                    let mask = m.as_ref().map_or(Mask::None, Mask::Array);
+                    let o = scaled_dot_product_attention(&q, &k, &v, 1.0, mask, None)?;
+                    (
+                        o,
+                        Some(SharedKv {
+                            k,
+                            v,
+                            offset: off,
+                            window: self.window,
+                        }),
+                    )
+                } else {
+                    (
+                        caches.attend(slot, q, k, v, AttnOptions::causal(1.0))?,
+                        None,
+                    )
+                }
+            }
+            _ => {
+                return Err(Error::msg(
+                    "gemma4: a layer without K/V projections got no shared K/V",
+                ))
+            }
+        };
+        let o = self
+            .o
+            .forward(&o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?)?;
+        Ok((o, kept))
+    }
+}
+
+/// Per-layer input gating of the E2B/E4B models.
+#[derive(Debug, Clone)]
+struct PerLayerGate {
+    gate: Linear,
+    proj: Linear,
+    norm: RmsNorm,
+}
+
+/// One decoder layer.
+#[derive(Debug, Clone)]
+pub struct Gemma4Layer {
+    attn: Gemma4Attention,
+    mlp: GegluMlp,
+    input_norm: RmsNorm,
+    post_attn_norm: RmsNorm,
+    pre_ff_norm: RmsNorm,
+    post_ff_norm: RmsNorm,
+    per_layer: Option<PerLayerGate>,
+    scalar: Option<Array>,
+    /// Cache slot (None: KV-shared).
+    slot: Option<usize>,
+    /// Layer whose K/V this one reads.
+    source: usize,
+    /// Whether later layers read this one's K/V.
+    shared_out: bool,
+}
+
+/// Per-layer input embeddings (E2B/E4B).
+#[derive(Debug, Clone)]
+struct PerLayerInputs {
+    embed: Embedding,
+    embed_scale: f64,
+    projection: Linear,
+    projection_scale: f64,
+    norm: RmsNorm,
+    width: i32,
+}
+
+/// The Gemma 4 text model.
+#[derive(Debug, Clone)]
+pub struct Gemma4Text {
+    embed: Embedding,
+    embed_scale: f64,
+    layers: Vec<Gemma4Layer>,
+    norm: RmsNorm,
+    lm_head: Option<Linear>,
+    softcap: Option<f32>,
+    per_layer: Option<PerLayerInputs>,
+}
+
+impl Gemma4Text {
+    /// Builds the model from host-held weights.
+    pub fn load(cfg: &Config, w: &dyn Weights) -> Result<Gemma4Text> {
+        let root = cfg.prefix();
+        let p = format!("{root}model");
+        let eps = cfg.rms_norm_eps;
+        let sources = cfg.kv_sources()?;
+        let m = cfg.first_kv_shared() as usize;
+        let n = cfg.num_hidden_layers as usize;
+        let pl = cfg.hidden_size_per_layer_input;
+        let layers = (0..n)
+            .map(|i| {
+                let lp = format!("{p}.layers.{i}");
+                let full = cfg.full[i];
+                let head_dim = if full && cfg.global_head_dim > 0 {
+                    cfg.global_head_dim
+                } else {
+                    cfg.head_dim
+                };
+                let k_eq_v = cfg.attention_k_eq_v && full;
+                let n_kv_heads = match (k_eq_v, cfg.num_global_key_value_heads) {
+                    (true, Some(h)) => h,
+                    _ => cfg.num_key_value_heads,
+                };
+                let has_kv = i < m;
+                let a = format!("{lp}.self_attn");
+                let rope = if full {
+                    &cfg.rope_full
+                } else {
+                    &cfg.rope_sliding
+                }
+                .rope(head_dim, cfg.rope_traditional)?;
+                let attn = Gemma4Attention {
+                    q: Linear::load(w, &format!("{a}.q_proj"))?,
+                    k: has_kv
+                        .then(|| Linear::load(w, &format!("{a}.k_proj")))
+                        .transpose()?,
+                    v: (has_kv && !k_eq_v)
+                        .then(|| Linear::load(w, &format!("{a}.v_proj")))
+                        .transpose()?,
+                    o: Linear::load(w, &format!("{a}.o_proj"))?,
+                    q_norm: RmsNorm::load(w, &format!("{a}.q_norm"), eps)?,
+                    k_norm: has_kv
+                        .then(|| RmsNorm::load(w, &format!("{a}.k_norm"), eps))
+                        .transpose()?,
+                    eps,
+                    n_heads: cfg.num_attention_heads,
+                    n_kv_heads,
+                    head_dim,
+                    rope,
+                    window: (!full).then_some(cfg.sliding_window),
+                };
+                let per_layer = (pl > 0)
+                    .then(|| -> Result<PerLayerGate> {
+                        Ok(PerLayerGate {
+                            gate: Linear::load(w, &format!("{lp}.per_layer_input_gate"))?,
+                            proj: Linear::load(w, &format!("{lp}.per_layer_projection"))?,
+                            norm: RmsNorm::load(
+                                w,
+                                &format!("{lp}.post_per_layer_input_norm"),
+                                eps,
+                            )?,
+                        })
+                    })
+                    .transpose()?;
+                Ok(Gemma4Layer {
+                    attn,
+                    mlp: GegluMlp::load(w, &format!("{lp}.mlp"))?,
+                    input_norm: RmsNorm::load(w, &format!("{lp}.input_layernorm"), eps)?,
+                    post_attn_norm: RmsNorm::load(
+                        w,
+                        &format!("{lp}.post_attention_layernorm"),
+                        eps,
+                    )?,
+                    pre_ff_norm: RmsNorm::load(w, &format!("{lp}.pre_feedforward_layernorm"), eps)?,
+                    post_ff_norm: RmsNorm::load(
+                        w,
+                        &format!("{lp}.post_feedforward_layernorm"),
+                        eps,
+                    )?,
+                    per_layer,
+                    scalar: w.get(&format!("{lp}.layer_scalar")),
+                    slot: has_kv.then_some(i),
+                    source: sources[i],
+                    shared_out: sources[m..].contains(&i),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let per_layer = (pl > 0)
+            .then(|| -> Result<PerLayerInputs> {
+                Ok(PerLayerInputs {
+                    embed: Embedding::load(w, &format!("{p}.embed_tokens_per_layer"))?,
+                    embed_scale: (pl as f64).sqrt(),
+                    projection: Linear::load(w, &format!("{p}.per_layer_model_projection"))?,
+                    projection_scale: (cfg.hidden_size as f64).powf(-0.5),
+                    norm: RmsNorm::load(w, &format!("{p}.per_layer_projection_norm"), eps)?,
+                    width: pl,
+                })
+            })
+            .transpose()?;
+        Ok(Gemma4Text {
+            embed: Embedding::load(w, &format!("{p}.embed_tokens"))?,
+            embed_scale: (cfg.hidden_size as f64).sqrt(),
+            layers,
+            norm: RmsNorm::load(w, &format!("{p}.norm"), eps)?,
+            lm_head: if cfg.tie_word_embeddings {
+                None
+            } else {
+                Some(Linear::load(w, &format!("{root}lm_head"))?)
+            },
+            softcap: cfg.final_logit_softcapping.filter(|c| *c > 0.0),
+            per_layer,
+        })
+    }
+
+    /// The per-layer inputs `[B, L, layers, width]`, from the token ids and
+    /// the scaled input embeddings.
+    fn per_layer_inputs(&self, pl: &PerLayerInputs, tokens: &Array, h: &Array) -> Result<Array> {
+        let n = self.layers.len() as i32;
+        let (b, l) = (h.dim(0), h.dim(1));
+        let from_ids = pl
+            .embed
+            .forward(tokens)?
+            .mul_s(pl.embed_scale)?
+            .reshape(&[b, l, n, pl.width])?;
+        let proj = pl
+            .projection
+            .forward(h)?
+            .mul_s(pl.projection_scale)?
+            .reshape(&[b, l, n, pl.width])?;
+        let proj = pl.norm.forward(&proj)?;
+        proj.add(&from_ids)?.mul_s(std::f64::consts::FRAC_1_SQRT_2)
+    }
+}
+
+impl Gemma4Layer {
+    fn forward(
+        &self,
+        x: &Array,
+        caches: &mut Caches<'_>,
+        shared: Option<&SharedKv>,
+        per_layer_input: Option<&Array>,
+    ) -> Result<(Array, Option<SharedKv>)> {
+        let (a, kept) = self.attn.forward(
+            &self.input_norm.forward(x)?,
+            caches,
+            self.slot,
+            self.shared_out,
+            shared,
+        )?;
+        let h = x.add(&self.post_attn_norm.forward(&a)?)?;
+        let f = self
+            .post_ff_norm
+            .forward(&self.mlp.forward(&self.pre_ff_norm.forward(&h)?)?)?;
+        let mut h = h.add(&f)?;
+        if let (Some(g), Some(pli)) = (&self.per_layer, per_layer_input) {
+            let gate = gelu_approx(&g.gate.forward(&h)?)?.mul(pli)?;
+            h = h.add(&g.norm.forward(&g.proj.forward(&gate)?)?)?;
+        }
+        if let Some(s) = &self.scalar {
+            h = h.mul(s)?;
+        }
+        Ok((h, kept))
+    }
+}
+
+impl ModelForward for Gemma4Text {
+    fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
+        let e = match &input.embeddings {
+            Some(e) => e.clone(),
+            None => self.embed.forward(&input.tokens)?,
+        };
+        let mut h = e.mul_s(self.embed_scale)?;
+        let pli = match &self.per_layer {
+            Some(pl) => Some(self.per_layer_inputs(pl, &input.tokens, &h)?),
+            None => None,
+        };
+        let mut kept: Vec<Option<SharedKv>> = vec![None; self.layers.len()];
+        for (i, layer) in self.layers.iter().enumerate() {
+            let shared = if layer.slot.is_none() {
+                Some(kept[layer.source].as_ref().ok_or_else(|| {
+                    Error(format!(
+                        "gemma4: layer {i}: source layer {} kept no K/V",
+                        layer.source
+                    ))
+                })?)
+            } else {
+                None
+            };
+            let li = pli
+                .as_ref()
+                .map(|p| p.slice_axis(2, i as i32, i as i32 + 1)?.squeeze(&[2]))
+                .transpose()?;
+            let (out, k) = layer.forward(&h, caches, shared, li.as_ref())?;
+            h = out;
+            if k.is_some() {
+                kept[i] = k;
+            }
+        }
+        let h = self.norm.forward(&h)?;
+        let x = match input.logits {
+            LogitsWanted::None => {
+                return Ok(Output {
+                    logits: None,
+                    hidden: input.want_hidden.then_some(h),
+                })
+            }
+            LogitsWanted::Last => h.slice_axis(1, -1, h.dim(1))?,
+            LogitsWanted::All => h.clone(),
+        };
+        let mut logits = match &self.lm_head {
+            Some(l) => l.forward(&x)?,
+            None => self.embed.as_linear(&x)?,
+        };
+        if let Some(c) = self.softcap {
+            logits = logits.div_s(c as f64)?.tanh()?.mul_s(c as f64)?;
+        }
+        Ok(Output {
+            logits: Some(logits),
+            hidden: input.want_hidden.then_some(h),
+        })
+    }
+}
+
+plugin_api::export_plugin!("famlx-plugin-gemma4", [Gemma4Family]);

@@ -13,6 +13,7 @@ use mlx::Array;
 use plugin_api::{ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan, QuantSpec, WeightStore, WeightStore_TO};
 use std::collections::HashMap;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// Weights after the family's rewriter, as the host holds them.
@@ -48,7 +49,7 @@ struct Source {
 }
 
 /// Plans, rewrites and builds a model with `fam` from `src`.
-fn assemble(fam: &FamilyEntry, src: &Source) -> Result<(ModelPlan, Arc<HostWeights>, ModelBox)> {
+fn assemble(fam: &FamilyEntry, src: &Source) -> Result<(ModelPlan, Rc<HostWeights>, ModelBox)> {
     let plan = fam
         .family
         .plan(RStr::from(src.config_text.as_str()))
@@ -65,7 +66,7 @@ fn assemble(fam: &FamilyEntry, src: &Source) -> Result<(ModelPlan, Arc<HostWeigh
             tensors.insert(p.0.into_string(), p.1.into_array());
         }
     }
-    let weights = Arc::new(HostWeights { tensors, quant: src.quant.clone() });
+    let weights = Rc::new(HostWeights { tensors, quant: src.quant.clone() });
     let model = build(fam, &plan, &weights)?;
     Ok((plan, weights, model))
 }
@@ -77,9 +78,9 @@ pub struct LoadedModel {
     /// The family's plan.
     pub plan: ModelPlan,
     /// Rewritten weights.
-    pub weights: Arc<HostWeights>,
+    pub weights: Rc<HostWeights>,
     /// What was read from disk, kept for rebuilding after a plugin reload.
-    source: Arc<Source>,
+    source: Rc<Source>,
     /// The built model.
     pub model: ModelBox,
     /// The tokenizer, when the checkpoint has one.
@@ -103,7 +104,7 @@ impl LoadedModel {
     pub fn load(path: &Path, registry: &Registry, family: Option<&str>, cache_opts: CacheOptions) -> Result<LoadedModel> {
         let ck = Checkpoint::open(path)?;
         let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
-        let source = Arc::new(Source {
+        let source = Rc::new(Source {
             config_text: serde_json::to_string(&ck.config)?,
             config_path: config_source(path),
             tensors: ck.tensors,

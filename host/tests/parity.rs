@@ -139,6 +139,7 @@ fn every_fixture_is_tested() {
     let mut listed: Vec<String> = common::FIXTURES
         .iter()
         .chain(common::GEMMA4_FIXTURES.iter())
+        .chain(common::QWEN3_5_FIXTURES.iter())
         .map(|s| s.to_string())
         .collect();
     listed.sort();

@@ -29,6 +29,14 @@ pub const GEMMA4_FIXTURES: [&str; 4] = [
     "gemma4-e2b-bf16",
 ];
 
+/// The qwen3_5 fixtures (fixtures/make_qwen3_5_fixtures.py), tested in tests/qwen3_5.rs.
+pub const QWEN3_5_FIXTURES: [&str; 4] = [
+    "qwen3_5-hf-bf16",
+    "qwen3_5-bf16",
+    "qwen3_5-q4",
+    "qwen3_5_moe-f32",
+];
+
 /// `fixtures/<name>` in the repository.
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

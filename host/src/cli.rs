@@ -2,7 +2,7 @@
 
 use crate::cache::CacheOptions;
 use crate::default_model;
-use crate::generate::{generate, GenParams, GenStats};
+use crate::generate::{GenParams, GenStats};
 use crate::model::LoadedModel;
 use crate::plugins::{search_dirs, Registry};
 use crate::prompt::{chat_ids, parse_ids, Message};
@@ -36,6 +36,9 @@ pub enum Command {
     Chat(ChatArgs),
     /// List plugins found, loaded and refused.
     Plugins(PluginArgs),
+    /// Prefill a prompt and save the caches to a file for `generate
+    /// --prompt-cache-file` (like `mlx_lm.cache_prompt`).
+    CachePrompt(CachePromptArgs),
 }
 
 /// Where plugins and the model come from.
@@ -166,6 +169,39 @@ pub struct GenerateArgs {
     /// generate again (for family authors iterating on a plugin).
     #[arg(long)]
     pub watch: bool,
+    /// Start from the caches saved by `famlx cache-prompt`: only the part of
+    /// the prompt after the cached tokens is prefilled.
+    #[arg(long = "prompt-cache-file")]
+    pub prompt_cache_file: Option<PathBuf>,
+}
+
+/// `famlx cache-prompt`.
+#[derive(Args, Debug)]
+pub struct CachePromptArgs {
+    /// Model and plugins.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Cache settings (and the prefill step).
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// The prompt text (templated as `generate` does unless --raw).
+    #[arg(long, short = 'p')]
+    pub prompt: Option<String>,
+    /// Prompt token ids (comma-separated; no template, no BOS added).
+    #[arg(long = "prompt-ids", conflicts_with = "prompt")]
+    pub prompt_ids: Option<String>,
+    /// System message.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Skip the chat template.
+    #[arg(long)]
+    pub raw: bool,
+    /// Thinking mode.
+    #[arg(long, value_enum, default_value_t = Think::Default)]
+    pub think: Think,
+    /// Where to save the caches (a .safetensors file).
+    #[arg(long = "prompt-cache-file")]
+    pub prompt_cache_file: PathBuf,
 }
 
 /// `famlx chat`.
@@ -203,11 +239,12 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(a) => run_generate(a),
         Command::Chat(a) => run_chat(a),
         Command::Plugins(a) => run_plugins(a),
+        Command::CachePrompt(a) => run_cache_prompt(a),
     }
 }
 
-fn registry(dirs: &[PathBuf]) -> Registry {
-    let r = Registry::discover(&search_dirs(dirs));
+fn registry(dirs: &[PathBuf], fresh: bool) -> Registry {
+    let r = Registry::discover_with(&search_dirs(dirs), fresh);
     for w in &r.warnings {
         eprintln!("famlx: warning: {w}");
     }
@@ -217,9 +254,9 @@ fn registry(dirs: &[PathBuf]) -> Registry {
     r
 }
 
-fn load(m: &ModelArgs, s: &SamplingArgs) -> Result<LoadedModel> {
+pub(crate) fn load(m: &ModelArgs, s: &SamplingArgs, watch: bool) -> Result<LoadedModel> {
     let path = default_model::resolve(m.model.as_deref())?;
-    let reg = registry(&m.plugin_dirs);
+    let reg = registry(&m.plugin_dirs, watch);
     let opts = s.cache_options()?;
     for w in opts.warnings() {
         eprintln!("famlx: warning: {w}");
@@ -248,7 +285,7 @@ fn progress(msg: &str) -> Option<indicatif::ProgressBar> {
     Some(b)
 }
 
-fn params(s: &SamplingArgs, model: &LoadedModel) -> Result<GenParams> {
+pub(crate) fn params(s: &SamplingArgs, model: &LoadedModel) -> Result<GenParams> {
     if let Some(seed) = s.seed {
         mlx::random::seed(seed).map_err(|e| anyhow!("{}", e.0))?;
     }
@@ -292,7 +329,7 @@ fn template_kwargs(think: Think) -> Map<String, Value> {
 }
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
-    let mut model = load(&a.model, &a.sampling)?;
+    let mut model = load(&a.model, &a.sampling, a.watch)?;
     let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };
     generate_once(&a, &mut model)?;
     let Some(w) = watcher else { return Ok(()) };
@@ -310,32 +347,62 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     }
 }
 
-fn generate_once(a: &GenerateArgs, model: &mut LoadedModel) -> Result<()> {
-    let p = params(&a.sampling, model)?;
-    let prompt: Vec<u32> = if let Some(ids) = &a.prompt_ids {
+/// The prompt's token ids: `ids` as given, else `text` templated (or raw).
+fn encode_prompt(
+    model: &LoadedModel,
+    text: Option<&str>,
+    ids: Option<&str>,
+    system: Option<&str>,
+    raw: bool,
+    think: Think,
+) -> Result<Vec<u32>> {
+    let prompt: Vec<u32> = if let Some(ids) = ids {
         parse_ids(ids)?
     } else {
-        let text = a.prompt.clone().unwrap_or_else(|| "Hello!".into());
+        let text = text.unwrap_or("Hello!");
         let tok = model.tokenizer()?;
-        if a.raw {
-            tok.encode(&text, true).map_err(|e| anyhow!("{e}"))?
+        if raw {
+            tok.encode(text, true).map_err(|e| anyhow!("{e}"))?
         } else {
             let mut msgs = Vec::new();
-            if let Some(s) = &a.system {
+            if let Some(s) = system {
                 msgs.push(Message::new("system", s));
             }
-            msgs.push(Message::new("user", &text));
-            chat_ids(tok, &msgs, &template_kwargs(a.think))?
+            msgs.push(Message::new("user", text));
+            chat_ids(tok, &msgs, &template_kwargs(think))?
         }
     };
     if let Some(&bad) = prompt.iter().find(|&&i| i >= model.plan.vocab_size) {
         bail!("prompt token id {bad} is outside the vocabulary ({} tokens)", model.plan.vocab_size);
     }
+    Ok(prompt)
+}
+
+fn run_cache_prompt(a: CachePromptArgs) -> Result<()> {
+    let mut model = load(&a.model, &a.sampling, false)?;
+    let ids = encode_prompt(&model, a.prompt.as_deref(), a.prompt_ids.as_deref(), a.system.as_deref(), a.raw, a.think)?;
+    // As mlx-lm's cache_prompt: the whole prompt goes into the caches (its last token alone).
+    crate::generate::prefill_last_alone(&mut model, &ids, a.sampling.prefill_step_size.max(1))
+        .map_err(crate::memory::explain)?;
+    model.eval_caches()?;
+    model.save_prompt_cache(&a.prompt_cache_file, &ids)?;
+    eprintln!("Saved {} prompt tokens to {}", ids.len(), a.prompt_cache_file.display());
+    Ok(())
+}
+
+fn generate_once(a: &GenerateArgs, model: &mut LoadedModel) -> Result<()> {
+    let p = params(&a.sampling, model)?;
+    let prompt = encode_prompt(model, a.prompt.as_deref(), a.prompt_ids.as_deref(), a.system.as_deref(), a.raw, a.think)?;
+    // Without a file this is an empty cache: the whole prompt is prefilled.
+    let mut cache = PromptCache::default();
+    if let Some(f) = &a.prompt_cache_file {
+        cache.cached = model.load_prompt_cache(f)?;
+    }
     let mut detok = model.tokenizer.as_ref().map(|t| t.detokenizer());
     let mut text = String::new();
     let stream = !a.json;
     let stop_ids = p.stop_ids.clone();
-    let stats = generate(model, &prompt, &p, |id| {
+    let (stats, prefilled) = cache.generate(model, &prompt, &p, |id| {
         if stop_ids.contains(&id) {
             return true;
         }
@@ -357,7 +424,10 @@ fn generate_once(a: &GenerateArgs, model: &mut LoadedModel) -> Result<()> {
         text.push_str(&piece);
     }
     if a.json {
-        println!("{}", stats_json(&stats, &text));
+        let mut j = stats_json(&stats, &text);
+        j["prefilled_tokens"] = prefilled.into();
+        j["cached_tokens"] = (prompt.len() - prefilled).into();
+        println!("{j}");
     } else {
         println!();
         eprintln!("==========");
@@ -388,7 +458,7 @@ fn print_stats(s: &GenStats) {
 }
 
 fn run_chat(a: ChatArgs) -> Result<()> {
-    let mut model = load(&a.model, &a.sampling)?;
+    let mut model = load(&a.model, &a.sampling, a.watch)?;
     let p = params(&a.sampling, &model)?;
     let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };
     let tty = std::io::stdout().is_terminal();

@@ -10,6 +10,7 @@ pub mod memory;
 pub mod model;
 pub mod plugins;
 pub mod prompt;
+pub mod prompt_cache;
 pub mod reload;
 pub mod sample;
 pub mod session;

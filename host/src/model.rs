@@ -41,8 +41,11 @@ impl WeightStore for HostWeights {
 }
 
 /// A checkpoint as read from disk, before any family's rewriter.
-struct Source {
-    config_text: String,
+pub(crate) struct Source {
+    /// The checkpoint's `model_type`.
+    pub(crate) model_type: String,
+    /// The config as JSON text.
+    pub(crate) config_text: String,
     config_path: String,
     tensors: HashMap<String, Array>,
     quant: QuantConfig,
@@ -80,7 +83,7 @@ pub struct LoadedModel {
     /// Rewritten weights.
     pub weights: Rc<HostWeights>,
     /// What was read from disk, kept for rebuilding after a plugin reload.
-    source: Rc<Source>,
+    pub(crate) source: Rc<Source>,
     /// The built model.
     pub model: ModelBox,
     /// The tokenizer, when the checkpoint has one.
@@ -105,6 +108,7 @@ impl LoadedModel {
         let ck = Checkpoint::open(path)?;
         let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
         let source = Rc::new(Source {
+            model_type: ck.model_type.clone(),
             config_text: serde_json::to_string(&ck.config)?,
             config_path: config_source(path),
             tensors: ck.tensors,
@@ -156,6 +160,12 @@ impl LoadedModel {
         self.caches = make_caches(&self.plan.caches, &self.cache_opts)?;
         self.cache_boxes = self.caches.iter().map(SharedCache::boxed).collect();
         Ok(())
+    }
+
+    /// Replaces the caches (one per plan layer, e.g. read from a file).
+    pub fn set_caches(&mut self, caches: Vec<SharedCache>) {
+        self.cache_boxes = caches.iter().map(SharedCache::boxed).collect();
+        self.caches = caches;
     }
 
     /// A cheap copy of every cache (arrays are shared, not copied), for

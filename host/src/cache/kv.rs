@@ -2,8 +2,10 @@
 //! in place with slice updates (no per-step concatenation).
 
 use super::quantized::QuantizedKvCache;
-use super::{CacheImpl, KvQuant};
+use super::{field, tensor, CacheImpl, KvQuant, SavedCache};
 use mlx::{zeros, Array, Result};
+use serde_json::{json, Value};
+use std::collections::HashMap;
 
 /// Smallest growth step in tokens.
 const STEP: i32 = 256;
@@ -30,6 +32,23 @@ impl KvCache {
             quant,
             ..Self::default()
         }
+    }
+
+    /// Rebuilds a cache [`CacheImpl::save`] wrote; its buffers hold exactly
+    /// the saved positions and grow on the next update.
+    pub fn load(meta: &Value, arrays: &HashMap<String, Array>) -> Result<Self> {
+        let offset: i64 = field(meta, "offset")?;
+        let (keys, values) = if offset > 0 {
+            (Some(tensor(arrays, "keys")?), Some(tensor(arrays, "values")?))
+        } else {
+            (None, None)
+        };
+        Ok(KvCache {
+            keys,
+            values,
+            offset,
+            quant: field(meta, "quant")?,
+        })
     }
 
     fn capacity(&self) -> i64 {
@@ -134,5 +153,15 @@ impl CacheImpl for KvCache {
     fn snapshot(&self) -> Box<dyn CacheImpl> {
         // Arrays are immutable graph nodes: sharing them is a cheap, exact copy.
         Box::new(self.clone())
+    }
+
+    fn save(&self) -> Result<SavedCache> {
+        let arrays = match self.fetch()? {
+            Some((k, v)) => vec![("keys".into(), k), ("values".into(), v)],
+            None => Vec::new(),
+        };
+        // The pending quantization travels too, so the loaded cache converts when this one would have.
+        let meta = json!({"kind": "kv", "offset": self.offset, "quant": self.quant});
+        Ok((arrays, meta))
     }
 }

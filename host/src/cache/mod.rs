@@ -26,7 +26,16 @@ use mlx::{Array, Error, Result};
 use plugin_api::{
     ArrayHandle, AttnMask, AttnOptions, CacheBox, CacheKind, LayerCache, LayerCache_TO,
 };
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A cache as written to a file: its arrays by field name, cut to the valid
+/// positions, and the JSON that [`load`] rebuilds it from (`kind`, `offset`
+/// and whatever else the kind needs).
+pub type SavedCache = (Vec<(String, Array)>, Value);
 
 /// What every host cache kind implements.
 pub trait CacheImpl: Send {
@@ -54,6 +63,8 @@ pub trait CacheImpl: Send {
     fn can_trim(&self, n: i64) -> bool;
     /// A cheap copy to restore later.
     fn snapshot(&self) -> Box<dyn CacheImpl>;
+    /// What a file needs to rebuild this cache exactly (see [`load`]).
+    fn save(&self) -> Result<SavedCache>;
     /// Attention mask for `l` new queries given the keys [`CacheImpl::update`] returned.
     fn mask_for(&self, l: i32) -> Result<MaskChoice> {
         Ok(if l > 1 {
@@ -200,7 +211,7 @@ impl LayerCache for SharedCache {
 }
 
 /// When and how a KV cache quantizes itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvQuant {
     /// Keys (None: kept dense).
     pub k: Option<QBits>,
@@ -336,6 +347,33 @@ pub fn make_caches(plan: &[CacheKind], opts: &CacheOptions) -> Result<Vec<Shared
             }))
         })
         .collect()
+}
+
+/// Rebuilds a cache from what [`CacheImpl::save`] returned (`arrays` keyed
+/// by the same field names), dispatching on its `kind`.
+pub fn load(meta: &Value, arrays: &HashMap<String, Array>) -> Result<Box<dyn CacheImpl>> {
+    let kind: String = field(meta, "kind")?;
+    Ok(match kind.as_str() {
+        "kv" => Box::new(KvCache::load(meta, arrays)?),
+        "quantized" => Box::new(QuantizedKvCache::load(meta, arrays)?),
+        "rotating" => Box::new(RotatingKvCache::load(meta, arrays)?),
+        "recurrent" => Box::new(RecurrentCache::load(meta, arrays)?),
+        k => return Err(Error(format!("unknown cache kind {k:?}"))),
+    })
+}
+
+/// A field of a saved cache's metadata.
+pub(crate) fn field<T: DeserializeOwned>(meta: &Value, key: &str) -> Result<T> {
+    let v = meta.get(key).cloned().unwrap_or(Value::Null);
+    serde_json::from_value(v).map_err(|e| Error(format!("cache metadata field `{key}`: {e}")))
+}
+
+/// Array `name` of a saved cache.
+pub(crate) fn tensor(arrays: &HashMap<String, Array>, name: &str) -> Result<Array> {
+    arrays
+        .get(name)
+        .cloned()
+        .ok_or_else(|| Error(format!("missing tensor {name}")))
 }
 
 /// Copies of every layer's cache, cheap to take (arrays are immutable graph

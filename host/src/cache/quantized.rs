@@ -4,8 +4,10 @@
 
 use super::attn::{attend, AttnArgs};
 use super::store::{Kv, QBits};
-use super::{CacheImpl, KvQuant, MaskChoice};
+use super::{field, CacheImpl, KvQuant, MaskChoice, SavedCache};
 use mlx::{Array, Result};
+use serde_json::{json, Value};
+use std::collections::HashMap;
 
 /// Smallest growth step in tokens.
 const STEP: i32 = 256;
@@ -46,6 +48,24 @@ impl QuantizedKvCache {
             k: q.k,
             v: q.v,
             exact_from: q.start.max(1),
+        })
+    }
+
+    /// Rebuilds a cache [`CacheImpl::save`] wrote.
+    pub fn load(meta: &Value, arrays: &HashMap<String, Array>) -> Result<Self> {
+        let offset: i64 = field(meta, "offset")?;
+        let (k, v): (Option<QBits>, Option<QBits>) = (field(meta, "k")?, field(meta, "v")?);
+        let buf = if offset > 0 {
+            Some(Kv::from_named(arrays, (k, v))?)
+        } else {
+            None
+        };
+        Ok(QuantizedKvCache {
+            buf,
+            offset,
+            k,
+            v,
+            exact_from: field(meta, "exact_from")?,
         })
     }
 
@@ -129,5 +149,17 @@ impl CacheImpl for QuantizedKvCache {
 
     fn snapshot(&self) -> Box<dyn CacheImpl> {
         Box::new(self.clone())
+    }
+
+    fn save(&self) -> Result<SavedCache> {
+        let arrays = self.held()?.map(|kv| kv.named()).unwrap_or_default();
+        let meta = json!({
+            "kind": "quantized",
+            "offset": self.offset,
+            "k": self.k,
+            "v": self.v,
+            "exact_from": self.exact_from,
+        });
+        Ok((arrays, meta))
     }
 }

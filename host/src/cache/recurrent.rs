@@ -1,8 +1,10 @@
 //! Recurrent state (e.g. Qwen3.5's conv and delta-rule states): a fixed
 //! number of arrays replaced wholesale each step.
 
-use super::CacheImpl;
+use super::{field, tensor, CacheImpl, SavedCache};
 use mlx::{Array, Error, Result};
+use serde_json::{json, Value};
+use std::collections::HashMap;
 
 /// A recurrent-state cache.
 #[derive(Clone)]
@@ -18,6 +20,19 @@ impl RecurrentCache {
             state: vec![None; n],
             offset: 0,
         }
+    }
+
+    /// Rebuilds a cache [`CacheImpl::save`] wrote.
+    pub fn load(meta: &Value, arrays: &HashMap<String, Array>) -> Result<Self> {
+        let count: usize = field(meta, "count")?;
+        let present: bool = field(meta, "present")?;
+        let state = (0..count)
+            .map(|i| present.then(|| tensor(arrays, &format!("state.{i}"))).transpose())
+            .collect::<Result<_>>()?;
+        Ok(RecurrentCache {
+            state,
+            offset: field(meta, "offset")?,
+        })
     }
 }
 
@@ -62,5 +77,26 @@ impl CacheImpl for RecurrentCache {
     }
     fn snapshot(&self) -> Box<dyn CacheImpl> {
         Box::new(self.clone())
+    }
+    fn save(&self) -> Result<SavedCache> {
+        // The state is all or nothing (see `state`): absent entries save as "not yet".
+        let present = self.state.iter().all(Option::is_some);
+        let arrays = if present {
+            self.state
+                .iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, a)| (format!("state.{i}"), a.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let meta = json!({
+            "kind": "recurrent",
+            "offset": self.offset,
+            "count": self.state.len(),
+            "present": present,
+        });
+        Ok((arrays, meta))
     }
 }

@@ -11,8 +11,10 @@
 
 use super::attn::{attend, window_mask, AttnArgs};
 use super::store::{Kv, QBits};
-use super::{CacheImpl, KvQuant, MaskChoice};
+use super::{field, CacheImpl, KvQuant, MaskChoice, SavedCache};
 use mlx::{Array, Error, Result};
+use serde_json::{json, Value};
+use std::collections::HashMap;
 
 /// First allocation in tokens (capped by the window).
 const STEP: i32 = 256;
@@ -55,6 +57,27 @@ impl RotatingKvCache {
             packed: false,
             mask: MaskChoice::None,
         })
+    }
+
+    /// Rebuilds a cache [`CacheImpl::save`] wrote: the valid slots in ring
+    /// order with the write index, so the next token lands where it would have.
+    pub fn load(meta: &Value, arrays: &HashMap<String, Array>) -> Result<Self> {
+        let max_size: usize = field(meta, "max_size")?;
+        let mut c = RotatingKvCache::new(max_size, field(meta, "keep")?, field(meta, "quant")?)?;
+        c.packed = field(meta, "packed")?;
+        c.offset = field(meta, "offset")?;
+        c.len = field(meta, "len")?;
+        c.idx = field(meta, "idx")?;
+        if c.len < 0 || c.len > c.max_size || c.idx < 0 || c.idx > c.max_size {
+            return Err(Error(format!(
+                "rotating cache: slots {} / write index {} do not fit a window of {}",
+                c.len, c.idx, c.max_size
+            )));
+        }
+        if c.len > 0 {
+            c.buf = Some(Kv::from_named(arrays, c.packing())?);
+        }
+        Ok(c)
     }
 
     /// The window length.
@@ -254,5 +277,20 @@ impl CacheImpl for RotatingKvCache {
 
     fn snapshot(&self) -> Box<dyn CacheImpl> {
         Box::new(self.clone())
+    }
+
+    fn save(&self) -> Result<SavedCache> {
+        let arrays = self.held()?.map(|kv| kv.named()).unwrap_or_default();
+        let meta = json!({
+            "kind": "rotating",
+            "offset": self.offset,
+            "len": self.len,
+            "idx": self.idx,
+            "max_size": self.max_size,
+            "keep": self.keep,
+            "quant": self.quant,
+            "packed": self.packed,
+        });
+        Ok((arrays, meta))
     }
 }

@@ -4,9 +4,11 @@
 
 use mlx::quant::{dequantize, quantize, QuantSpec, Quantized};
 use mlx::{concatenate, zeros, Array, Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// Quantization of keys or of values (affine, along head_dim).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QBits {
     /// Bits per element (2, 3, 4, 6 or 8).
     pub bits: i32,
@@ -207,6 +209,43 @@ impl Seq {
             Seq::Packed(q, b) => dequantize(q, &b.spec(), None),
         }
     }
+
+    /// The component arrays named for a file: `name` when dense, else
+    /// `name.weight`, `name.scales` and `name.biases`.
+    pub fn named(&self, name: &str) -> Vec<(String, Array)> {
+        match self {
+            Seq::Dense(a) => vec![(name.to_string(), a.clone())],
+            Seq::Packed(q, _) => {
+                let mut v = vec![
+                    (format!("{name}.weight"), q.w.clone()),
+                    (format!("{name}.scales"), q.scales.clone()),
+                ];
+                v.extend(q.biases.iter().map(|b| (format!("{name}.biases"), b.clone())));
+                v
+            }
+        }
+    }
+
+    /// Rebuilds what [`Seq::named`] wrote (packed with `q` when given).
+    pub fn from_named(arrays: &HashMap<String, Array>, name: &str, q: Option<QBits>) -> Result<Seq> {
+        let get = |n: &str| {
+            arrays
+                .get(n)
+                .cloned()
+                .ok_or_else(|| Error(format!("missing tensor {n}")))
+        };
+        Ok(match q {
+            None => Seq::Dense(get(name)?),
+            Some(q) => Seq::Packed(
+                Quantized {
+                    w: get(&format!("{name}.weight"))?,
+                    scales: get(&format!("{name}.scales"))?,
+                    biases: arrays.get(&format!("{name}.biases")).cloned(),
+                },
+                q,
+            ),
+        })
+    }
 }
 
 /// Keys and values together.
@@ -287,5 +326,18 @@ impl Kv {
     /// Dense keys and values.
     pub fn dense(&self) -> Result<(Array, Array)> {
         Ok((self.k.dense()?, self.v.dense()?))
+    }
+    /// Keys as `keys…` and values as `values…` (see [`Seq::named`]).
+    pub fn named(&self) -> Vec<(String, Array)> {
+        let mut a = self.k.named("keys");
+        a.extend(self.v.named("values"));
+        a
+    }
+    /// Rebuilds what [`Kv::named`] wrote.
+    pub fn from_named(arrays: &HashMap<String, Array>, q: (Option<QBits>, Option<QBits>)) -> Result<Kv> {
+        Ok(Kv {
+            k: Seq::from_named(arrays, "keys", q.0)?,
+            v: Seq::from_named(arrays, "values", q.1)?,
+        })
     }
 }

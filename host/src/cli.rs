@@ -34,6 +34,8 @@ pub enum Command {
     Generate(GenerateArgs),
     /// Chat interactively (REPL).
     Chat(ChatArgs),
+    /// Measure prompt and generation speed (like `mlx_lm.benchmark`).
+    Bench(crate::bench::BenchArgs),
     /// List plugins found, loaded and refused.
     Plugins(PluginArgs),
     /// Prefill a prompt and save the caches to a file for `generate
@@ -238,6 +240,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Generate(a) => run_generate(a),
         Command::Chat(a) => run_chat(a),
+        Command::Bench(a) => crate::bench::run(a),
         Command::Plugins(a) => run_plugins(a),
         Command::CachePrompt(a) => run_cache_prompt(a),
     }

@@ -1,6 +1,7 @@
 //! The famlx runtime: plugin registry, checkpoint reading, caches, sampler,
 //! generation loop and the pieces of the `famlx` command line.
 
+pub mod bench;
 pub mod cache;
 pub mod checkpoint;
 pub mod cli;

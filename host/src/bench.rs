@@ -1,0 +1,319 @@
+//! `famlx bench`: prompt and generation speed, following `mlx_lm.benchmark`.
+//!
+//! A prompt of random token ids (seeded, drawn as mlx-lm draws it: the global
+//! MLX seed, then `randint(0, vocab, [1, p])`) is run once to warm up and then
+//! `n` more times, each on fresh caches. Every run generates exactly `g`
+//! tokens (no stop tokens). Per run: prompt tok/s = prompt length / time to
+//! the first token; generation tok/s = tokens after the first / time after
+//! the first; peak MLX memory during the run.
+
+use crate::cli::{ModelArgs, SamplingArgs};
+use crate::generate::{generate, GenStats};
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+use serde_json::{json, Value};
+use std::time::Instant;
+
+/// `famlx bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Prompt length in tokens.
+    #[arg(long = "prompt-tokens", short = 'p', default_value_t = 512)]
+    pub prompt_tokens: usize,
+    /// Tokens to generate per trial.
+    #[arg(long = "generation-tokens", short = 'g', default_value_t = 128)]
+    pub generation_tokens: usize,
+    /// Batch size (only 1 for now).
+    #[arg(long = "batch-size", short = 'b', default_value_t = 1)]
+    pub batch_size: usize,
+    /// Timed trials after the warm-up.
+    #[arg(long = "num-trials", short = 'n', default_value_t = 5)]
+    pub num_trials: usize,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Model and plugins.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Sampling and KV cache flags (greedy by default; `--seed` also seeds
+    /// the prompt ids, 0 when absent; `-g`, not `--max-tokens`, sets the count).
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Trial {
+    /// Prompt tokens / time to the first token.
+    pub prompt_tps: f64,
+    /// Tokens after the first / time after the first.
+    pub generation_tps: f64,
+    /// Peak MLX memory during the run, bytes.
+    pub peak_memory_bytes: usize,
+    /// Wall time of the whole run, seconds.
+    pub total_time_s: f64,
+}
+
+impl Trial {
+    fn from_stats(s: &GenStats, total_time_s: f64) -> Trial {
+        Trial {
+            prompt_tps: s.prompt_tps,
+            generation_tps: s.generation_tps,
+            peak_memory_bytes: s.peak_memory_bytes,
+            total_time_s,
+        }
+    }
+
+    /// The trial as a JSON object.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "prompt_tps": self.prompt_tps,
+            "generation_tps": self.generation_tps,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_memory_gb": self.peak_memory_bytes as f64 / 1e9,
+            "total_time_s": self.total_time_s,
+        })
+    }
+}
+
+/// Average and median of each figure over the trials.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    /// Mean of each figure.
+    pub average: Trial,
+    /// Median of each figure (taken figure by figure).
+    pub median: Trial,
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// Summarises `trials` figure by figure.
+pub fn summarize(trials: &[Trial]) -> Summary {
+    let col = |f: fn(&Trial) -> f64| trials.iter().map(f).collect::<Vec<f64>>();
+    let (p, g, m, t) = (
+        col(|t| t.prompt_tps),
+        col(|t| t.generation_tps),
+        col(|t| t.peak_memory_bytes as f64),
+        col(|t| t.total_time_s),
+    );
+    Summary {
+        average: Trial {
+            prompt_tps: mean(&p),
+            generation_tps: mean(&g),
+            peak_memory_bytes: mean(&m).round() as usize,
+            total_time_s: mean(&t),
+        },
+        median: Trial {
+            prompt_tps: median(&p),
+            generation_tps: median(&g),
+            peak_memory_bytes: median(&m).round() as usize,
+            total_time_s: median(&t),
+        },
+    }
+}
+
+/// The table printed without `--json`: one row per trial, then the averages
+/// and medians.
+pub fn table(trials: &[Trial]) -> String {
+    let s = summarize(trials);
+    let mut out = format!(
+        "{:>8}  {:>12}  {:>16}  {:>15}  {:>12}\n",
+        "trial", "prompt_tps", "generation_tps", "peak_memory_gb", "total_time_s"
+    );
+    let row = |label: &str, t: &Trial| {
+        format!(
+            "{:>8}  {:>12.3}  {:>16.3}  {:>15.3}  {:>12.3}\n",
+            label,
+            t.prompt_tps,
+            t.generation_tps,
+            t.peak_memory_bytes as f64 / 1e9,
+            t.total_time_s
+        )
+    };
+    for (i, t) in trials.iter().enumerate() {
+        out += &row(&(i + 1).to_string(), t);
+    }
+    out += &row("average", &s.average);
+    out += &row("median", &s.median);
+    out
+}
+
+/// Random prompt ids in `[0, vocab)`, drawn as `mlx_lm.benchmark` draws them
+/// (`mx.random.seed(seed)`, then `mx.random.randint(0, vocab, (1, n))`), so
+/// the same seed gives both tools the same prompt.
+pub fn random_prompt(vocab: u32, n: usize, seed: u64) -> Result<Vec<u32>> {
+    let merr = |e: mlx::Error| anyhow!("{}", e.0);
+    if vocab == 0 || vocab > i32::MAX as u32 {
+        bail!("cannot draw prompt ids from a vocabulary of {vocab} tokens");
+    }
+    mlx::random::seed(seed).map_err(merr)?;
+    let ids = mlx::random::randint(0, vocab as i32, &[1, n as i32], mlx::Dtype::I32, None)
+        .map_err(merr)?;
+    Ok(ids
+        .to_vec::<i32>()
+        .map_err(merr)?
+        .into_iter()
+        .map(|i| i as u32)
+        .collect())
+}
+
+/// `--max-tokens`'s default, read from the flag's definition.
+fn default_max_tokens() -> Option<usize> {
+    let cmd = <SamplingArgs as Args>::augment_args(clap::Command::new("bench"));
+    let arg = cmd.get_arguments().find(|a| a.get_id() == "max_tokens")?;
+    arg.get_default_values().first()?.to_str()?.parse().ok()
+}
+
+/// Runs `famlx bench`.
+pub fn run(a: BenchArgs) -> Result<()> {
+    if a.batch_size != 1 {
+        bail!(
+            "--batch-size {}: only batch size 1 is supported for now",
+            a.batch_size
+        );
+    }
+    if a.prompt_tokens == 0 || a.generation_tokens == 0 || a.num_trials == 0 {
+        bail!("--prompt-tokens, --generation-tokens and --num-trials must all be ≥ 1");
+    }
+    if Some(a.sampling.max_tokens) != default_max_tokens() {
+        bail!("famlx bench generates -g/--generation-tokens tokens per trial; --max-tokens does not apply");
+    }
+    let mut model = crate::cli::load(&a.model, &a.sampling, false)?;
+    let mut p = crate::cli::params(&a.sampling, &model)?;
+    p.max_tokens = a.generation_tokens;
+    // No stop tokens: every run generates exactly -g tokens.
+    p.stop_ids.clear();
+    let seed = a.sampling.seed.unwrap_or(0);
+    let prompt = random_prompt(model.plan.vocab_size, a.prompt_tokens, seed)?;
+    if let Some(s) = a.sampling.seed {
+        // Sampling (temperature > 0) starts from the same state in every process.
+        mlx::random::seed(s).map_err(|e| anyhow!("{}", e.0))?;
+    }
+    let model_name = a.model.model.clone().unwrap_or_else(|| "default".into());
+    let run_once = |model: &mut crate::model::LoadedModel| -> Result<Trial> {
+        model.reset_caches()?;
+        let t0 = Instant::now();
+        let stats = generate(model, &prompt, &p, |_| true)?;
+        let total = t0.elapsed().as_secs_f64();
+        if stats.tokens.len() != a.generation_tokens {
+            bail!(
+                "generated {} tokens instead of {}",
+                stats.tokens.len(),
+                a.generation_tokens
+            );
+        }
+        Ok(Trial::from_stats(&stats, total))
+    };
+    if !a.json {
+        eprintln!("Running warmup..");
+    }
+    let warmup = run_once(&mut model)?;
+    if !a.json {
+        println!(
+            "famlx bench: model={model_name} family={} prompt_tokens={} generation_tokens={} batch_size={} seed={seed} backend={}",
+            model.family.name,
+            a.prompt_tokens,
+            a.generation_tokens,
+            a.batch_size,
+            mlx::device::backend()
+        );
+    }
+    let mut trials = Vec::with_capacity(a.num_trials);
+    for i in 0..a.num_trials {
+        let t = run_once(&mut model)?;
+        if !a.json {
+            eprintln!(
+                "Trial {}:  prompt_tps={:.3}, generation_tps={:.3}, peak_memory={:.3}, total_time={:.3}",
+                i + 1,
+                t.prompt_tps,
+                t.generation_tps,
+                t.peak_memory_bytes as f64 / 1e9,
+                t.total_time_s
+            );
+        }
+        trials.push(t);
+    }
+    if a.json {
+        let s = summarize(&trials);
+        let out = json!({
+            "model": model_name,
+            "family": model.family.name.to_string(),
+            "prompt_tokens": a.prompt_tokens,
+            "generation_tokens": a.generation_tokens,
+            "batch_size": a.batch_size,
+            "num_trials": a.num_trials,
+            "seed": seed,
+            "backend": mlx::device::backend().to_string(),
+            "mlx_version": mlx::runtime_version(),
+            "warmup": warmup.to_json(),
+            "trials": trials.iter().map(Trial::to_json).collect::<Vec<_>>(),
+            "average": s.average.to_json(),
+            "median": s.median.to_json(),
+        });
+        println!("{out}");
+    } else {
+        print!("{}", table(&trials));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(p: f64, g: f64, m: usize) -> Trial {
+        Trial {
+            prompt_tps: p,
+            generation_tps: g,
+            peak_memory_bytes: m,
+            total_time_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn summary_averages_and_medians_each_figure() {
+        let s = summarize(&[t(100.0, 10.0, 3), t(300.0, 30.0, 1), t(200.0, 50.0, 2)]);
+        assert_eq!(s.average.prompt_tps, 200.0);
+        assert_eq!(s.average.generation_tps, 30.0);
+        assert_eq!(s.average.peak_memory_bytes, 2);
+        assert_eq!(s.median.prompt_tps, 200.0);
+        assert_eq!(s.median.generation_tps, 30.0);
+        let even = summarize(&[t(1.0, 2.0, 0), t(3.0, 4.0, 0)]);
+        assert_eq!(even.median.prompt_tps, 2.0);
+        assert_eq!(even.median.generation_tps, 3.0);
+    }
+
+    #[test]
+    fn prompt_ids_match_mlx_lm_benchmark() {
+        // mlx 0.32.4: mx.random.seed(0); mx.random.randint(0, 32000, (1, 8))
+        let ids = random_prompt(32000, 8, 0).unwrap();
+        assert_eq!(ids, [16767, 9450, 20871, 25818, 3849, 21056, 14884, 26555]);
+    }
+
+    #[test]
+    fn table_has_a_row_per_trial_plus_average_and_median() {
+        let s = table(&[t(1.0, 2.0, 1_000_000_000), t(3.0, 4.0, 0)]);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines.len(), 5);
+        assert!(lines[0].contains("prompt_tps"));
+        assert!(lines[3].trim_start().starts_with("average"));
+        assert!(lines[4].trim_start().starts_with("median"));
+        assert!(lines[1].contains("1.000"));
+    }
+}

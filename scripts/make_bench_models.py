@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Write random-weight checkpoints for benchmarks, with mlx-lm itself.
+
+Each checkpoint is built by mlx-lm's own model class from a config of the
+named shape, cast to bf16, optionally quantized with mlx-lm's
+``quantize_model`` (affine, group 64, like ``mlx_lm.convert -q``) and saved
+with ``save_model``/``save_config``, so the files on disk are laid out exactly
+as mlx-lm writes them. Nothing is downloaded.
+
+If the ``tokenizers`` package is importable, a tiny valid ``tokenizer.json``
+is written too (byte-level BPE, one token per id, no merges), so
+``mlx_lm.load`` and ``python -m mlx_lm benchmark`` accept the folder; without
+it the folder holds no tokenizer and only loaders that skip the tokenizer
+(``mlx_lm.utils.load_model``, famlx) can open it.
+
+    python scripts/make_bench_models.py OUT                       # llama3.2-1b and qwen3-0.6b, bf16 q8 q4
+    python scripts/make_bench_models.py OUT --shape tiny --dtype bf16 q4
+
+Folders are named OUT/<shape>-<dtype>, e.g. OUT/llama3.2-1b-q4.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SHAPES = {
+    # Llama-3.2-1B (tied embeddings, llama3 rope scaling).
+    "llama3.2-1b": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 2048,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 8192,
+        "vocab_size": 128256,
+        "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "factor": 32.0,
+            "high_freq_factor": 4.0,
+            "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+        "max_position_embeddings": 131072,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "bos_token_id": 128000,
+        "eos_token_id": [128001, 128008, 128009],
+    },
+    # Qwen3-0.6B (tied embeddings, q/k norms).
+    "qwen3-0.6b": {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 3072,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "max_position_embeddings": 40960,
+        "max_window_layers": 28,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+    },
+    # A small llama for CPU runs (untied lm_head, plain rope).
+    "tiny": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "intermediate_size": 1408,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 4096,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
+}
+
+QUANT = {"bf16": None, "q8": 8, "q4": 4}
+
+
+def write_tokenizer(out: Path, vocab_size: int) -> bool:
+    """A tiny valid byte-level BPE tokenizer with one token per model id.
+
+    Every id decodes (mlx-lm's streaming detokenizer indexes a table by id),
+    the decoder is ByteLevel so mlx-lm picks its BPE streaming detokenizer, as
+    for the real Llama 3 and Qwen3 tokenizers. Returns False when the
+    ``tokenizers`` package is not importable.
+    """
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    except ImportError:
+        return False
+    vocab = {f"t{i}": i for i in range(vocab_size)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(out / "tokenizer.json"))
+    with open(out / "tokenizer_config.json", "w") as f:
+        json.dump(
+            {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 20},
+            f,
+            indent=2,
+        )
+    return True
+
+
+def make(shape: str, dtype: str, out_root: Path, seed: int, tokenizer: bool) -> Path:
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
+
+    config = dict(SHAPES[shape])
+    config["torch_dtype"] = "bfloat16"
+    mx.random.seed(seed)
+    model_class, args_class = _get_classes(config)
+    model = model_class(args_class.from_dict(config))
+    # mlx's default initialisers give random weights; store them as bf16.
+    model.set_dtype(mx.bfloat16)
+    mx.eval(model.parameters())
+    bits = QUANT[dtype]
+    if bits is not None:
+        model, config = quantize_model(model, config, group_size=64, bits=bits)
+    out = out_root / f"{shape}-{dtype}"
+    out.mkdir(parents=True, exist_ok=True)
+    save_model(out, model)
+    save_config(config, config_path=out / "config.json")
+    wrote_tok = tokenizer and write_tokenizer(out, config["vocab_size"])
+    n = sum(v.size for _, v in tree_flatten(model.parameters()))
+    nbytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+    print(
+        f"{out}: {shape} {dtype}, {n / 1e6:.1f}M stored values, {nbytes / 2**20:.0f} MiB"
+        f"{', tokenizer.json' if wrote_tok else ', no tokenizer'}",
+        flush=True,
+    )
+    del model
+    mx.clear_cache()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path, help="output folder")
+    ap.add_argument("--shape", nargs="+", default=["llama3.2-1b", "qwen3-0.6b"], choices=sorted(SHAPES))
+    ap.add_argument("--dtype", nargs="+", default=["bf16", "q8", "q4"], choices=list(QUANT))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-tokenizer", action="store_true", help="do not write tokenizer.json")
+    a = ap.parse_args()
+    for shape in a.shape:
+        for dtype in a.dtype:
+            make(shape, dtype, a.out, a.seed, not a.no_tokenizer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

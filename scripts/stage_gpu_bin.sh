@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Copies the release binaries the GPU machine needs into gpu-bin/ (git-ignored;
+# carried with the run): famlx, the family plugins, the MLX smoke example.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf gpu-bin && mkdir gpu-bin
+cp target/release/famlx target/release/examples/gpu_smoke gpu-bin/
+cp target/release/libfamlx_plugin_*.so gpu-bin/
+strip gpu-bin/* 2>/dev/null || true
+du -sh gpu-bin

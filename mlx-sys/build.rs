@@ -50,8 +50,7 @@ fn main() {
 
 fn valid(dir: &Path) -> Result<(), String> {
     let version_h = dir.join("include/mlx/version.h");
-    let text = std::fs::read_to_string(&version_h)
-        .map_err(|e| format!("{}: {e}", version_h.display()))?;
+    let text = std::fs::read_to_string(&version_h).map_err(|e| format!("{}: {e}", version_h.display()))?;
     let want: Vec<&str> = MLX_VERSION.split('.').collect();
     for (name, v) in ["MAJOR", "MINOR", "PATCH"].iter().zip(want) {
         let needle = format!("#define MLX_VERSION_{name} {v}");

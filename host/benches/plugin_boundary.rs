@@ -21,7 +21,11 @@ fn static_registry() -> Registry {
         family: Arc::new(fam),
     };
     Registry {
-        plugins: vec![LoadedPlugin { path: PathBuf::from("<linked in>"), name: "static".into(), families: vec![Arc::new(entry)] }],
+        plugins: vec![LoadedPlugin {
+            path: PathBuf::from("<linked in>"),
+            name: "static".into(),
+            families: vec![Arc::new(entry)],
+        }],
         ..Default::default()
     }
 }

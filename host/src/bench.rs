@@ -163,14 +163,8 @@ pub fn random_prompt(vocab: u32, n: usize, seed: u64) -> Result<Vec<u32>> {
         bail!("cannot draw prompt ids from a vocabulary of {vocab} tokens");
     }
     mlx::random::seed(seed).map_err(merr)?;
-    let ids = mlx::random::randint(0, vocab as i32, &[1, n as i32], mlx::Dtype::I32, None)
-        .map_err(merr)?;
-    Ok(ids
-        .to_vec::<i32>()
-        .map_err(merr)?
-        .into_iter()
-        .map(|i| i as u32)
-        .collect())
+    let ids = mlx::random::randint(0, vocab as i32, &[1, n as i32], mlx::Dtype::I32, None).map_err(merr)?;
+    Ok(ids.to_vec::<i32>().map_err(merr)?.into_iter().map(|i| i as u32).collect())
 }
 
 /// `--max-tokens`'s default, read from the flag's definition.
@@ -183,10 +177,7 @@ fn default_max_tokens() -> Option<usize> {
 /// Runs `famlx bench`.
 pub fn run(a: BenchArgs) -> Result<()> {
     if a.batch_size != 1 {
-        bail!(
-            "--batch-size {}: only batch size 1 is supported for now",
-            a.batch_size
-        );
+        bail!("--batch-size {}: only batch size 1 is supported for now", a.batch_size);
     }
     if a.prompt_tokens == 0 || a.generation_tokens == 0 || a.num_trials == 0 {
         bail!("--prompt-tokens, --generation-tokens and --num-trials must all be ≥ 1");
@@ -212,11 +203,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let stats = generate(model, &prompt, &p, |_| true)?;
         let total = t0.elapsed().as_secs_f64();
         if stats.tokens.len() != a.generation_tokens {
-            bail!(
-                "generated {} tokens instead of {}",
-                stats.tokens.len(),
-                a.generation_tokens
-            );
+            bail!("generated {} tokens instead of {}", stats.tokens.len(), a.generation_tokens);
         }
         Ok(Trial::from_stats(&stats, total))
     };
@@ -278,12 +265,7 @@ mod tests {
     use super::*;
 
     fn t(p: f64, g: f64, m: usize) -> Trial {
-        Trial {
-            prompt_tps: p,
-            generation_tps: g,
-            peak_memory_bytes: m,
-            total_time_s: 1.0,
-        }
+        Trial { prompt_tps: p, generation_tps: g, peak_memory_bytes: m, total_time_s: 1.0 }
     }
 
     #[test]

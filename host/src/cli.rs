@@ -7,9 +7,8 @@ use crate::model::LoadedModel;
 use crate::plugins::{search_dirs, Registry};
 use crate::prompt::{chat_ids, parse_ids, Message};
 use crate::reload::{reload_if_changed, PluginWatcher, Reload};
-use crate::session::PromptCache;
-use std::time::Duration;
 use crate::sample::SamplerParams;
+use crate::session::PromptCache;
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Map, Value};
@@ -17,6 +16,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// LLM inference on MLX; every model family is a plugin.
 #[derive(Parser, Debug)]
@@ -395,7 +395,8 @@ fn run_cache_prompt(a: CachePromptArgs) -> Result<()> {
 
 fn generate_once(a: &GenerateArgs, model: &mut LoadedModel) -> Result<()> {
     let p = params(&a.sampling, model)?;
-    let prompt = encode_prompt(model, a.prompt.as_deref(), a.prompt_ids.as_deref(), a.system.as_deref(), a.raw, a.think)?;
+    let prompt =
+        encode_prompt(model, a.prompt.as_deref(), a.prompt_ids.as_deref(), a.system.as_deref(), a.raw, a.think)?;
     // Without a file this is an empty cache: the whole prompt is prefilled.
     let mut cache = PromptCache::default();
     if let Some(f) = &a.prompt_cache_file {

@@ -77,7 +77,8 @@ pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array
         m.eval_caches()?;
         rest = &rest[step..];
     }
-    let logits = m.forward(&ids_array(rest)?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("the model returned no logits"))?;
+    let logits =
+        m.forward(&ids_array(rest)?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("the model returned no logits"))?;
     let v = logits.dim(-1);
     logits.reshape(&[1, v]).map_err(merr)
 }
@@ -100,12 +101,22 @@ pub fn prefill_last_alone(m: &mut LoadedModel, prompt: &[u32], step: usize) -> R
 }
 
 /// Generates after `prompt`, calling `on_token` with each id (return false to stop).
-pub fn generate(m: &mut LoadedModel, prompt: &[u32], p: &GenParams, on_token: impl FnMut(u32) -> bool) -> Result<GenStats> {
+pub fn generate(
+    m: &mut LoadedModel,
+    prompt: &[u32],
+    p: &GenParams,
+    on_token: impl FnMut(u32) -> bool,
+) -> Result<GenStats> {
     // MLX failing an allocation becomes the error that names the flags that help.
     generate_inner(m, prompt, p, on_token).map_err(crate::memory::explain)
 }
 
-fn generate_inner(m: &mut LoadedModel, prompt: &[u32], p: &GenParams, mut on_token: impl FnMut(u32) -> bool) -> Result<GenStats> {
+fn generate_inner(
+    m: &mut LoadedModel,
+    prompt: &[u32],
+    p: &GenParams,
+    mut on_token: impl FnMut(u32) -> bool,
+) -> Result<GenStats> {
     mlx::memory::reset_peak();
     let t0 = Instant::now();
     let logits = prefill_last_alone(m, prompt, p.prefill_step)?;
@@ -118,7 +129,9 @@ fn generate_inner(m: &mut LoadedModel, prompt: &[u32], p: &GenParams, mut on_tok
     for i in 0..p.max_tokens {
         // Queue the next step before reading this token, so the device never waits on the host.
         let next = if i + 1 < p.max_tokens {
-            let l = m.forward(&y.reshape(&[1, 1]).map_err(merr)?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("no logits"))?;
+            let l = m
+                .forward(&y.reshape(&[1, 1]).map_err(merr)?, LogitsWanted::Last)?
+                .ok_or_else(|| anyhow!("no logits"))?;
             let v = l.dim(-1);
             let ny = sample(&l.reshape(&[1, v]).map_err(merr)?, &p.sampler).map_err(merr)?;
             mlx::async_eval(&[&ny]).map_err(merr)?;

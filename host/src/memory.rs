@@ -15,24 +15,16 @@ static LIMIT: AtomicUsize = AtomicUsize::new(0);
 /// (K/M/G/T are powers of 1024).
 pub fn parse_bytes(s: &str) -> Result<usize, String> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (e.g. 8G, 512M, 1073741824)"))?;
+    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 8G, 512M, 1073741824)"))?;
     let mul: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" | "kib" => 1024.0,
         "m" | "mb" | "mib" => 1024.0 * 1024.0,
         "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
         "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        u => {
-            return Err(format!(
-                "unknown size unit `{u}` in `{s}` (use K, M, G or T)"
-            ))
-        }
+        u => return Err(format!("unknown size unit `{u}` in `{s}` (use K, M, G or T)")),
     };
     let bytes = (n * mul).round();
     if !(bytes >= 1.0 && bytes < usize::MAX as f64) {
@@ -79,11 +71,7 @@ pub fn check() -> anyhow::Result<()> {
     let Some(l) = limit() else { return Ok(()) };
     let active = mlx::memory::active();
     if active > l {
-        return Err(out_of_memory(&format!(
-            "{} in use, --memory-limit is {}",
-            human(active),
-            human(l)
-        )));
+        return Err(out_of_memory(&format!("{} in use, --memory-limit is {}", human(active), human(l))));
     }
     Ok(())
 }
@@ -91,15 +79,9 @@ pub fn check() -> anyhow::Result<()> {
 /// Whether an error is MLX failing to allocate.
 pub fn is_alloc_failure(msg: &str) -> bool {
     let m = msg.to_ascii_lowercase();
-    [
-        "unable to allocate",
-        "failed to allocate",
-        "out of memory",
-        "bad_alloc",
-        "cudaerrormemoryallocation",
-    ]
-    .iter()
-    .any(|p| m.contains(p))
+    ["unable to allocate", "failed to allocate", "out of memory", "bad_alloc", "cudaerrormemoryallocation"]
+        .iter()
+        .any(|p| m.contains(p))
 }
 
 /// Turns an MLX allocation failure into the clear error; other errors pass.
@@ -134,9 +116,6 @@ mod tests {
         assert!(!is_alloc_failure("shape mismatch"));
         let e = explain(anyhow!("forward: [malloc] Unable to allocate 4096 bytes."));
         let m = e.to_string();
-        assert!(
-            m.contains("--max-kv-size") && m.contains("--memory-limit") && !m.contains('\n'),
-            "{m}"
-        );
+        assert!(m.contains("--max-kv-size") && m.contains("--memory-limit") && !m.contains('\n'), "{m}");
     }
 }

@@ -10,7 +10,9 @@ use abi_stable::std_types::{ROption, RStr, RString, RVec};
 use anyhow::{anyhow, Context, Result};
 use famlx_text::Tokenizer;
 use mlx::Array;
-use plugin_api::{ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan, QuantSpec, WeightStore, WeightStore_TO};
+use plugin_api::{
+    ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan, QuantSpec, WeightStore, WeightStore_TO,
+};
 use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
@@ -30,7 +32,8 @@ impl WeightStore for HostWeights {
     }
     fn quant(&self, prefix: RStr<'_>) -> ROption<QuantSpec> {
         let p = prefix.as_str();
-        let (Some(w), Some(s)) = (self.tensors.get(&format!("{p}.weight")), self.tensors.get(&format!("{p}.scales"))) else {
+        let (Some(w), Some(s)) = (self.tensors.get(&format!("{p}.weight")), self.tensors.get(&format!("{p}.scales")))
+        else {
             return ROption::RNone;
         };
         self.quant.spec_for(p, w.shape(), s.shape()).map(|q| QuantSpec::from(&q)).into()
@@ -104,7 +107,12 @@ fn plugin_err(family: &str, what: &str, e: RString) -> anyhow::Error {
 
 impl LoadedModel {
     /// Opens the checkpoint at `path`, picks its family and builds it.
-    pub fn load(path: &Path, registry: &Registry, family: Option<&str>, cache_opts: CacheOptions) -> Result<LoadedModel> {
+    pub fn load(
+        path: &Path,
+        registry: &Registry,
+        family: Option<&str>,
+        cache_opts: CacheOptions,
+    ) -> Result<LoadedModel> {
         let ck = Checkpoint::open(path)?;
         let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
         let source = Rc::new(Source {
@@ -200,8 +208,12 @@ impl LoadedModel {
 
     /// Runs the model over `tokens` (`[1, L]` int32), updating the caches.
     pub fn forward(&mut self, tokens: &Array, logits_wanted: LogitsWanted) -> Result<Option<Array>> {
-        let input =
-            ForwardInput { tokens: tokens.clone().into(), embeddings: ROption::RNone, logits: logits_wanted, want_hidden: false };
+        let input = ForwardInput {
+            tokens: tokens.clone().into(),
+            embeddings: ROption::RNone,
+            logits: logits_wanted,
+            want_hidden: false,
+        };
         let out = self
             .model
             .forward(input, &mut self.cache_boxes)

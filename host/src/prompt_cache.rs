@@ -50,9 +50,7 @@ impl Identity {
 
 /// 64-bit FNV-1a: stable across builds and platforms, unlike std's hasher.
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 fn layout(plan: &[CacheKind]) -> String {
@@ -73,10 +71,7 @@ fn merr(e: mlx::Error) -> anyhow::Error {
 fn check_name(path: &Path) -> Result<()> {
     // MLX appends `.safetensors` to other names, so the file would not be where the user asked.
     if path.extension().and_then(|e| e.to_str()) != Some("safetensors") {
-        bail!(
-            "{}: a prompt cache file name must end in .safetensors",
-            path.display()
-        );
+        bail!("{}: a prompt cache file name must end in .safetensors", path.display());
     }
     Ok(())
 }
@@ -88,11 +83,7 @@ impl LoadedModel {
         check_name(path)?;
         let offset = self.cache_offset();
         if offset != ids.len() as i64 {
-            bail!(
-                "{}: the caches hold {offset} tokens but {} token ids were given",
-                path.display(),
-                ids.len()
-            );
+            bail!("{}: the caches hold {offset} tokens but {} token ids were given", path.display(), ids.len());
         }
         let mut arrays: Vec<(String, Array)> = Vec::new();
         let mut layers = Vec::with_capacity(self.caches.len());
@@ -104,11 +95,7 @@ impl LoadedModel {
         let id = Identity::of(self);
         let layers = Value::Array(layers).to_string();
         let ids_text = serde_json::to_string(ids)?;
-        let mut meta: Vec<(&str, &str)> = vec![
-            ("format", FORMAT),
-            ("caches", &layers),
-            ("token_ids", &ids_text),
-        ];
+        let mut meta: Vec<(&str, &str)> = vec![("format", FORMAT), ("caches", &layers), ("token_ids", &ids_text)];
         meta.extend(id.fields());
         let refs: Vec<(&str, &Array)> = arrays.iter().map(|(n, a)| (n.as_str(), a)).collect();
         mlx::io::save_safetensors(path, &refs, &meta).map_err(merr)
@@ -139,24 +126,15 @@ impl LoadedModel {
                 differ.join("; ")
             );
         }
-        self.read_caches(&arrays, &meta)
-            .with_context(|| format!("{shown}: bad prompt cache"))
+        self.read_caches(&arrays, &meta).with_context(|| format!("{shown}: bad prompt cache"))
     }
 
-    fn read_caches(
-        &mut self,
-        arrays: &HashMap<String, Array>,
-        meta: &HashMap<String, String>,
-    ) -> Result<Vec<u32>> {
+    fn read_caches(&mut self, arrays: &HashMap<String, Array>, meta: &HashMap<String, String>) -> Result<Vec<u32>> {
         let text = |k: &str| meta.get(k).ok_or_else(|| anyhow!("no `{k}` metadata"));
         let ids: Vec<u32> = serde_json::from_str(text("token_ids")?)?;
         let layers: Vec<Value> = serde_json::from_str(text("caches")?)?;
         if layers.len() != self.plan.caches.len() {
-            bail!(
-                "{} layer caches for a model of {}",
-                layers.len(),
-                self.plan.caches.len()
-            );
+            bail!("{} layer caches for a model of {}", layers.len(), self.plan.caches.len());
         }
         if let Some(&bad) = ids.iter().find(|&&i| i >= self.plan.vocab_size) {
             bail!("token id {bad} is outside the vocabulary");
@@ -164,17 +142,11 @@ impl LoadedModel {
         let mut caches = Vec::with_capacity(layers.len());
         for (i, lm) in layers.iter().enumerate() {
             let prefix = format!("cache.{i}.");
-            let mine: HashMap<String, Array> = arrays
-                .iter()
-                .filter_map(|(n, a)| Some((n.strip_prefix(&prefix)?.to_string(), a.clone())))
-                .collect();
+            let mine: HashMap<String, Array> =
+                arrays.iter().filter_map(|(n, a)| Some((n.strip_prefix(&prefix)?.to_string(), a.clone()))).collect();
             let c = cache::load(lm, &mine).map_err(|e| anyhow!("layer {i}: {}", e.0))?;
             if c.offset() != ids.len() as i64 {
-                bail!(
-                    "layer {i} holds {} tokens, the file lists {} token ids",
-                    c.offset(),
-                    ids.len()
-                );
+                bail!("layer {i} holds {} tokens, the file lists {} token ids", c.offset(), ids.len());
             }
             caches.push(SharedCache::new(c));
         }

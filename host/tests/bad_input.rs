@@ -11,25 +11,11 @@ use std::path::Path;
 fn expect_error(args: &[&str], must: &[&str]) -> String {
     let o = run(args);
     let (out, err) = texts(&o);
-    assert!(
-        !err.contains("panicked at"),
-        "famlx {args:?} panicked:\n{err}"
-    );
-    assert!(
-        !o.status.success(),
-        "famlx {args:?} succeeded:\nstdout: {out}\nstderr: {err}"
-    );
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "famlx {args:?} did not exit normally:\n{err}"
-    );
+    assert!(!err.contains("panicked at"), "famlx {args:?} panicked:\n{err}");
+    assert!(!o.status.success(), "famlx {args:?} succeeded:\nstdout: {out}\nstderr: {err}");
+    assert_eq!(o.status.code(), Some(1), "famlx {args:?} did not exit normally:\n{err}");
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "famlx {args:?}: expected one stderr line, got:\n{err}"
-    );
+    assert_eq!(lines.len(), 1, "famlx {args:?}: expected one stderr line, got:\n{err}");
     let line = lines[0];
     eprintln!("famlx {args:?}\n  → {line}");
     assert!(line.starts_with("famlx: error: "), "famlx {args:?}: {line}");
@@ -40,18 +26,10 @@ fn expect_error(args: &[&str], must: &[&str]) -> String {
 }
 
 fn gen_ids(model: &Path) -> Vec<String> {
-    [
-        "generate",
-        "--model",
-        &model.display().to_string(),
-        "--prompt-ids",
-        "1,2,3",
-        "--max-tokens",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    ["generate", "--model", &model.display().to_string(), "--prompt-ids", "1,2,3", "--max-tokens", "2"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
 }
 
 fn args(v: &[String]) -> Vec<&str> {
@@ -60,8 +38,7 @@ fn args(v: &[String]) -> Vec<&str> {
 
 fn edit_config(dir: &Path, f: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
     let p = dir.join("config.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
     f(v.as_object_mut().unwrap());
     std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
 }
@@ -80,10 +57,7 @@ fn missing_shard() {
     let ck = fixture_copy("llama-hf-bf16");
     let shard = ck.path().join("model-00002-of-00002.safetensors");
     std::fs::remove_file(&shard).unwrap();
-    expect_error(
-        &args(&gen_ids(ck.path())),
-        &["model-00002-of-00002.safetensors", "missing"],
-    );
+    expect_error(&args(&gen_ids(ck.path())), &["model-00002-of-00002.safetensors", "missing"]);
 }
 
 #[test]
@@ -92,23 +66,15 @@ fn missing_tensor() {
     let ck = fixture_copy("llama-hf-bf16");
     std::fs::remove_file(ck.path().join("model-00002-of-00002.safetensors")).unwrap();
     let idx = ck.path().join("model.safetensors.index.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&idx).unwrap()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&idx).unwrap()).unwrap();
     let map = v["weight_map"].as_object_mut().unwrap();
-    let gone: Vec<String> = map
-        .iter()
-        .filter(|(_, f)| *f == "model-00002-of-00002.safetensors")
-        .map(|(k, _)| k.clone())
-        .collect();
+    let gone: Vec<String> =
+        map.iter().filter(|(_, f)| *f == "model-00002-of-00002.safetensors").map(|(k, _)| k.clone()).collect();
     assert!(!gone.is_empty());
     map.retain(|_, f| f != "model-00002-of-00002.safetensors");
     std::fs::write(&idx, v.to_string()).unwrap();
     let line = expect_error(&args(&gen_ids(ck.path())), &[]);
-    assert!(
-        gone.iter()
-            .any(|t| line.contains(t.trim_end_matches(".weight"))),
-        "names a missing tensor: {line}"
-    );
+    assert!(gone.iter().any(|t| line.contains(t.trim_end_matches(".weight"))), "names a missing tensor: {line}");
 }
 
 #[test]
@@ -119,18 +85,10 @@ fn truncated_safetensors() {
     let f = std::fs::OpenOptions::new().write(true).open(&st).unwrap();
     f.set_len(len / 2).unwrap();
     drop(f);
-    expect_error(
-        &args(&gen_ids(ck.path())),
-        &["model.safetensors", "truncated"],
-    );
+    expect_error(&args(&gen_ids(ck.path())), &["model.safetensors", "truncated"]);
 
     // Cut inside the header: still named, still one line.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&st)
-        .unwrap()
-        .set_len(20)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(&st).unwrap().set_len(20).unwrap();
     expect_error(&args(&gen_ids(ck.path())), &["model.safetensors"]);
 }
 
@@ -145,11 +103,9 @@ fn unknown_model_type() {
 
 #[test]
 fn config_missing_a_field() {
-    for (variant, field) in [
-        ("llama-tied-f32", "hidden_size"),
-        ("qwen3-bf16", "hidden_size"),
-        ("qwen3-bf16", "head_dim"),
-    ] {
+    for (variant, field) in
+        [("llama-tied-f32", "hidden_size"), ("qwen3-bf16", "hidden_size"), ("qwen3-bf16", "head_dim")]
+    {
         let ck = fixture_copy(variant);
         edit_config(ck.path(), |c| {
             c.remove(field);
@@ -175,38 +131,12 @@ fn unreadable_tokenizer() {
     let ck = fixture_copy("llama-tied-f32");
     std::fs::write(ck.path().join("tokenizer.json"), b"\x00\x01 garbage {").unwrap();
     let m = ck.path().display().to_string();
-    expect_error(
-        &[
-            "generate",
-            "--model",
-            &m,
-            "--prompt",
-            "hello",
-            "--max-tokens",
-            "2",
-        ],
-        &["tokenizer.json"],
-    );
-    expect_error(
-        &[
-            "generate",
-            "--model",
-            &m,
-            "--prompt",
-            "hello",
-            "--raw",
-            "--max-tokens",
-            "2",
-        ],
-        &["tokenizer.json"],
-    );
+    expect_error(&["generate", "--model", &m, "--prompt", "hello", "--max-tokens", "2"], &["tokenizer.json"]);
+    expect_error(&["generate", "--model", &m, "--prompt", "hello", "--raw", "--max-tokens", "2"], &["tokenizer.json"]);
     // Token ids need no tokenizer: that still runs.
     let o = run(&args(&gen_ids(ck.path())));
     let (out, err) = texts(&o);
-    assert!(
-        o.status.success(),
-        "--prompt-ids without a tokenizer:\n{out}\n{err}"
-    );
+    assert!(o.status.success(), "--prompt-ids without a tokenizer:\n{out}\n{err}");
 }
 
 #[test]
@@ -225,30 +155,11 @@ fn nonexistent_model_path() {
 #[test]
 fn bad_flag_values() {
     let m = fixture("llama-tied-f32").display().to_string();
-    let base = [
-        "generate",
-        "--model",
-        &m,
-        "--prompt-ids",
-        "1,2",
-        "--max-tokens",
-        "2",
-    ];
-    let with = |extra: &[&'static str]| -> Vec<&str> {
-        base.iter().copied().chain(extra.iter().copied()).collect()
-    };
+    let base = ["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "2"];
+    let with = |extra: &[&'static str]| -> Vec<&str> { base.iter().copied().chain(extra.iter().copied()).collect() };
     expect_error(&with(&["--top-p", "2"]), &["--top-p", "2"]);
     expect_error(&with(&["--temperature=-1"]), &["--temperature"]);
-    expect_error(
-        &with(&["--prefill-step-size", "0"]),
-        &["--prefill-step-size"],
-    );
-    expect_error(
-        &["generate", "--model", &m, "--prompt-ids", "1,x"],
-        &["--prompt-ids", "x"],
-    );
-    expect_error(
-        &["generate", "--model", &m, "--prompt-ids", "1,99999"],
-        &["99999", "vocabulary"],
-    );
+    expect_error(&with(&["--prefill-step-size", "0"]), &["--prefill-step-size"]);
+    expect_error(&["generate", "--model", &m, "--prompt-ids", "1,x"], &["--prompt-ids", "x"]);
+    expect_error(&["generate", "--model", &m, "--prompt-ids", "1,99999"], &["99999", "vocabulary"]);
 }

@@ -6,8 +6,7 @@ mod common;
 
 use common::{expected, fixture, ids, mlx_lock, registry, run, texts, FIXTURES};
 use famlx::cache::{
-    AttnArgs, CacheImpl, CacheOptions, CacheSnapshot, MaskArg, RecurrentCache, RotatingKvCache,
-    SharedCache,
+    AttnArgs, CacheImpl, CacheOptions, CacheSnapshot, MaskArg, RecurrentCache, RotatingKvCache, SharedCache,
 };
 use famlx::generate::{generate, prefill_last_alone, GenParams};
 use famlx::model::LoadedModel;
@@ -18,49 +17,31 @@ use plugin_api::LogitsWanted;
 use serde_json::Value;
 
 fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
 }
 
 fn load(variant: &str, opts: CacheOptions) -> LoadedModel {
-    LoadedModel::load(&fixture(variant), &registry(), None, opts)
-        .unwrap_or_else(|e| panic!("{variant}: load: {e:#}"))
+    LoadedModel::load(&fixture(variant), &registry(), None, opts).unwrap_or_else(|e| panic!("{variant}: load: {e:#}"))
 }
 
 /// kv_bits / group 32 / start 0, as the fixtures were recorded.
 fn kv(bits: i32) -> CacheOptions {
-    CacheOptions {
-        k_bits: Some(bits),
-        v_bits: Some(bits),
-        kv_group_size: 32,
-        ..CacheOptions::default()
-    }
+    CacheOptions { k_bits: Some(bits), v_bits: Some(bits), kv_group_size: 32, ..CacheOptions::default() }
 }
 
 fn rotating(n: usize) -> CacheOptions {
-    CacheOptions {
-        max_kv_size: Some(n),
-        ..CacheOptions::default()
-    }
+    CacheOptions { max_kv_size: Some(n), ..CacheOptions::default() }
 }
 
 fn greedy(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Vec<u32> {
     m.reset_caches().unwrap();
     let p = GenParams {
         max_tokens: 24,
-        sampler: SamplerParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
+        sampler: SamplerParams { temperature: 0.0, ..Default::default() },
         prefill_step: step,
         stop_ids: Vec::new(),
     };
-    generate(m, prompt, &p, |_| true)
-        .unwrap_or_else(|e| panic!("generate: {e:#}"))
-        .tokens
+    generate(m, prompt, &p, |_| true).unwrap_or_else(|e| panic!("generate: {e:#}")).tokens
 }
 
 /// Ours against mlx-lm's tokens: a divergence is accepted only at or after
@@ -68,11 +49,7 @@ fn greedy(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Vec<u32> {
 fn check(what: &str, ours: &[u32], want: &[u32], margins: &[f32]) -> Result<(), String> {
     assert_eq!(want.len(), 24);
     if ours.len() != want.len() {
-        return Err(format!(
-            "{what}: {} tokens, expected {}",
-            ours.len(),
-            want.len()
-        ));
+        return Err(format!("{what}: {} tokens, expected {}", ours.len(), want.len()));
     }
     let Some(d) = ours.iter().zip(want).position(|(a, b)| a != b) else {
         return Ok(());
@@ -82,7 +59,10 @@ fn check(what: &str, ours: &[u32], want: &[u32], margins: &[f32]) -> Result<(), 
             eprintln!("{what}: diverges at step {d}, after the tie at step {t} (allowed)");
             Ok(())
         }
-        t => Err(format!("{what}: token {d} is {}, expected {} (first tie {t:?})\n ours {ours:?}\n want {want:?}", ours[d], want[d])),
+        t => Err(format!(
+            "{what}: token {d} is {}, expected {} (first tie {t:?})\n ours {ours:?}\n want {want:?}",
+            ours[d], want[d]
+        )),
     }
 }
 
@@ -112,12 +92,7 @@ fn parity(opts: CacheOptions, key: &str, step: usize, prompts: &[&str]) {
         }
     }
     assert_eq!(compared, FIXTURES.len() * prompts.len());
-    assert!(
-        errs.is_empty(),
-        "{} mismatches:\n{}",
-        errs.len(),
-        errs.join("\n")
-    );
+    assert!(errs.is_empty(), "{} mismatches:\n{}", errs.len(), errs.join("\n"));
 }
 
 const ALL: [&str; 3] = ["len1", "len10", "len40"];
@@ -153,33 +128,12 @@ fn quantized_rotating_generates() {
     // window has not slid (the 1-token prompt never exceeds 24 before the end).
     let _g = mlx_lock();
     let exp = expected("qwen3-bf16");
-    let p = exp["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "len1")
-        .unwrap();
-    let mut m = load(
-        "qwen3-bf16",
-        CacheOptions {
-            max_kv_size: Some(24),
-            ..kv(4)
-        },
-    );
+    let p = exp["prompts"].as_array().unwrap().iter().find(|p| p["name"] == "len1").unwrap();
+    let mut m = load("qwen3-bf16", CacheOptions { max_kv_size: Some(24), ..kv(4) });
     let ours = greedy(&mut m, &ids(&p["ids"]), 16);
-    check(
-        "qwen3-bf16/len1/quantized rotating",
-        &ours,
-        &ids(&p["greedy_kv4"]),
-        &floats(&p["greedy_kv4_margins"]),
-    )
-    .unwrap();
-    let p40 = exp["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "len40")
+    check("qwen3-bf16/len1/quantized rotating", &ours, &ids(&p["greedy_kv4"]), &floats(&p["greedy_kv4_margins"]))
         .unwrap();
+    let p40 = exp["prompts"].as_array().unwrap().iter().find(|p| p["name"] == "len40").unwrap();
     let ours = greedy(&mut m, &ids(&p40["ids"]), 16);
     assert_eq!(ours.len(), 24);
     assert_eq!(m.cache_offset(), 40 + 23);
@@ -199,13 +153,7 @@ fn step(m: &mut LoadedModel, toks: &[u32]) -> Vec<f32> {
 /// For one cache configuration: the logits after restoring a snapshot (and
 /// after trimming, where the caches can) are bitwise those of never having
 /// fed the extra tokens.
-fn exact_rollback(
-    what: &str,
-    opts: CacheOptions,
-    prompt: &[u32],
-    extra: &[u32],
-    expect_trim: bool,
-) {
+fn exact_rollback(what: &str, opts: CacheOptions, prompt: &[u32], extra: &[u32], expect_trim: bool) {
     let mut m = load("qwen3-bf16", opts);
     let next = [7u32];
     // Reference: the prompt, then `next`.
@@ -224,23 +172,11 @@ fn exact_rollback(
     step(&mut m, extra);
     m.eval_caches().unwrap();
     m.restore(&snap).unwrap();
-    assert_eq!(
-        m.cache_offset(),
-        prompt.len() as i64,
-        "{what}: offset after restore"
-    );
-    assert_eq!(
-        step(&mut m, &next),
-        want,
-        "{what}: logits after restore differ"
-    );
+    assert_eq!(m.cache_offset(), prompt.len() as i64, "{what}: offset after restore");
+    assert_eq!(step(&mut m, &next), want, "{what}: logits after restore differ");
     // The snapshot is reusable.
     m.restore(&snap).unwrap();
-    assert_eq!(
-        step(&mut m, &next),
-        want,
-        "{what}: logits after a second restore differ"
-    );
+    assert_eq!(step(&mut m, &next), want, "{what}: logits after a second restore differ");
 
     // Trim.
     m.reset_caches().unwrap();
@@ -252,17 +188,9 @@ fn exact_rollback(
     assert_eq!(m.trim(extra.len()), expect_trim, "{what}: trim");
     if expect_trim {
         assert_eq!(m.cache_offset(), prompt.len() as i64);
-        assert_eq!(
-            step(&mut m, &next),
-            want,
-            "{what}: logits after trim differ"
-        );
+        assert_eq!(step(&mut m, &next), want, "{what}: logits after trim differ");
     } else {
-        assert_eq!(
-            m.cache_offset(),
-            before,
-            "{what}: a refused trim must change nothing"
-        );
+        assert_eq!(m.cache_offset(), before, "{what}: a refused trim must change nothing");
     }
 }
 
@@ -270,71 +198,19 @@ fn exact_rollback(
 fn snapshot_restore_and_trim_are_exact() {
     let _g = mlx_lock();
     let exp = expected("qwen3-bf16");
-    let prompt = |n: &str| {
-        ids(&exp["prompts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == n)
-            .unwrap()["ids"])
-    };
+    let prompt = |n: &str| ids(&exp["prompts"].as_array().unwrap().iter().find(|p| p["name"] == n).unwrap()["ids"]);
     let (p10, p40) = (prompt("len10"), prompt("len40"));
     let extra = [11u32, 12, 13];
     exact_rollback("dense", CacheOptions::default(), &p40, &extra, true);
     exact_rollback("kv8", kv(8), &p40, &extra, true);
-    exact_rollback(
-        "k8 v4 (dequantized attention)",
-        CacheOptions {
-            v_bits: Some(4),
-            ..kv(8)
-        },
-        &p40,
-        &extra,
-        true,
-    );
+    exact_rollback("k8 v4 (dequantized attention)", CacheOptions { v_bits: Some(4), ..kv(8) }, &p40, &extra, true);
     // Quantized from token 12 on: trimming back below 12 cannot make it dense again.
-    exact_rollback(
-        "kv4 from 12, trimmed below",
-        CacheOptions {
-            quantized_kv_start: 12,
-            ..kv(4)
-        },
-        &p10,
-        &extra,
-        false,
-    );
-    exact_rollback(
-        "kv4 from 12, trimmed above",
-        CacheOptions {
-            quantized_kv_start: 12,
-            ..kv(4)
-        },
-        &p40,
-        &extra,
-        true,
-    );
+    exact_rollback("kv4 from 12, trimmed below", CacheOptions { quantized_kv_start: 12, ..kv(4) }, &p10, &extra, false);
+    exact_rollback("kv4 from 12, trimmed above", CacheOptions { quantized_kv_start: 12, ..kv(4) }, &p40, &extra, true);
     exact_rollback("rotating, not slid", rotating(24), &p10, &extra, true);
     exact_rollback("rotating, slid", rotating(24), &p40, &extra, false);
-    exact_rollback(
-        "quantized rotating, not slid",
-        CacheOptions {
-            max_kv_size: Some(24),
-            ..kv(4)
-        },
-        &p10,
-        &extra,
-        true,
-    );
-    exact_rollback(
-        "quantized rotating, slid",
-        CacheOptions {
-            max_kv_size: Some(24),
-            ..kv(8)
-        },
-        &p40,
-        &extra,
-        false,
-    );
+    exact_rollback("quantized rotating, not slid", CacheOptions { max_kv_size: Some(24), ..kv(4) }, &p10, &extra, true);
+    exact_rollback("quantized rotating, slid", CacheOptions { max_kv_size: Some(24), ..kv(8) }, &p40, &extra, false);
 }
 
 #[test]
@@ -362,14 +238,7 @@ fn rand(shape: &[i32]) -> Array {
 }
 
 fn max_abs_diff(a: &Array, b: &Array) -> f32 {
-    a.sub(b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .item_f32()
-        .unwrap()
+    a.sub(b).unwrap().abs().unwrap().max_all().unwrap().item_f32().unwrap()
 }
 
 /// The ring keeps the pinned prefix and the newest positions: a single new
@@ -387,28 +256,13 @@ fn rotating_window_content() {
     let qs = rand(&[1, 4, total, d]);
     let at = |a: &Array, s: i32, e: i32| a.slice_axis(2, s, e).unwrap();
     // A 5-token chunk, then single tokens.
-    c.attend(
-        at(&qs, 0, 5),
-        at(&ks, 0, 5),
-        at(&vs, 0, 5),
-        &AttnArgs::causal(0.2),
-    )
-    .unwrap();
+    c.attend(at(&qs, 0, 5), at(&ks, 0, 5), at(&vs, 0, 5), &AttnArgs::causal(0.2)).unwrap();
     for t in 5..total {
-        let out = c
-            .attend(
-                at(&qs, t, t + 1),
-                at(&ks, t, t + 1),
-                at(&vs, t, t + 1),
-                &AttnArgs::causal(0.2),
-            )
-            .unwrap();
+        let out = c.attend(at(&qs, t, t + 1), at(&ks, t, t + 1), at(&vs, t, t + 1), &AttnArgs::causal(0.2)).unwrap();
         let lo = (t + 1 - (max - keep) as i32).max(keep as i32);
         let sel_k = concatenate(&[&at(&ks, 0, keep as i32), &at(&ks, lo, t + 1)], 2).unwrap();
         let sel_v = concatenate(&[&at(&vs, 0, keep as i32), &at(&vs, lo, t + 1)], 2).unwrap();
-        let want =
-            scaled_dot_product_attention(&at(&qs, t, t + 1), &sel_k, &sel_v, 0.2, Mask::None, None)
-                .unwrap();
+        let want = scaled_dot_product_attention(&at(&qs, t, t + 1), &sel_k, &sel_v, 0.2, Mask::None, None).unwrap();
         assert!(max_abs_diff(&out, &want) < 1e-5, "token {t}");
     }
     assert_eq!(c.offset(), total as i64);
@@ -418,28 +272,12 @@ fn rotating_window_content() {
     let more_k = rand(&[1, 2, 3, d]);
     let more_v = rand(&[1, 2, 3, d]);
     let q3 = rand(&[1, 4, 3, d]);
-    let out = c
-        .attend(
-            q3.clone(),
-            more_k.clone(),
-            more_v.clone(),
-            &AttnArgs::causal(0.2),
-        )
-        .unwrap();
+    let out = c.attend(q3.clone(), more_k.clone(), more_v.clone(), &AttnArgs::causal(0.2)).unwrap();
     let old_lo = total - (max - 1 - keep) as i32;
-    let all_k = concatenate(
-        &[&at(&ks, 0, keep as i32), &at(&ks, old_lo, total), &more_k],
-        2,
-    )
-    .unwrap();
-    let all_v = concatenate(
-        &[&at(&vs, 0, keep as i32), &at(&vs, old_lo, total), &more_v],
-        2,
-    )
-    .unwrap();
+    let all_k = concatenate(&[&at(&ks, 0, keep as i32), &at(&ks, old_lo, total), &more_k], 2).unwrap();
+    let all_v = concatenate(&[&at(&vs, 0, keep as i32), &at(&vs, old_lo, total), &more_v], 2).unwrap();
     let mask = famlx::cache::window_mask(3, (max - 1) as i32, max as i32).unwrap();
-    let want =
-        scaled_dot_product_attention(&q3, &all_k, &all_v, 0.2, Mask::Array(&mask), None).unwrap();
+    let want = scaled_dot_product_attention(&q3, &all_k, &all_v, 0.2, Mask::Array(&mask), None).unwrap();
     assert!(max_abs_diff(&out, &want) < 1e-5, "chunk into a slid window");
 }
 
@@ -453,41 +291,19 @@ fn quantized_attention_close_to_dense() {
     let k = rand(&[1, 2, 9, d]);
     let v = rand(&[1, 2, 9, d]);
     let q = rand(&[1, 4, 9, d]);
-    let opts = CacheOptions {
-        k_bits: Some(8),
-        v_bits: Some(8),
-        kv_group_size: 64,
-        ..CacheOptions::default()
-    };
-    let mut qc =
-        famlx::cache::QuantizedKvCache::new(opts.kv_quant().unwrap().k, opts.kv_quant().unwrap().v);
+    let opts = CacheOptions { k_bits: Some(8), v_bits: Some(8), kv_group_size: 64, ..CacheOptions::default() };
+    let mut qc = famlx::cache::QuantizedKvCache::new(opts.kv_quant().unwrap().k, opts.kv_quant().unwrap().v);
     let mut dc = famlx::cache::KvCache::new();
-    let a = qc
-        .attend(q.clone(), k.clone(), v.clone(), &AttnArgs::causal(0.125))
-        .unwrap();
-    let b = dc
-        .attend(q.clone(), k.clone(), v.clone(), &AttnArgs::causal(0.125))
-        .unwrap();
-    assert!(
-        max_abs_diff(&a, &b) < 0.05,
-        "causal: {}",
-        max_abs_diff(&a, &b)
-    );
+    let a = qc.attend(q.clone(), k.clone(), v.clone(), &AttnArgs::causal(0.125)).unwrap();
+    let b = dc.attend(q.clone(), k.clone(), v.clone(), &AttnArgs::causal(0.125)).unwrap();
+    assert!(max_abs_diff(&a, &b) < 0.05, "causal: {}", max_abs_diff(&a, &b));
     // A bool mask hiding the first 3 keys from every query.
     let keep: Vec<bool> = (0..18).map(|j| j % 9 >= 3).collect();
     let m = Array::from_slice(&keep[..9], &[1, 9]).unwrap();
-    let args = AttnArgs {
-        scale: 0.125,
-        mask: MaskArg::Array(m.clone()),
-        sinks: None,
-    };
+    let args = AttnArgs { scale: 0.125, mask: MaskArg::Array(m.clone()), sinks: None };
     let a = qc.attend_cached(q.clone(), &args).unwrap();
     let b = dc.attend_cached(q.clone(), &args).unwrap();
-    assert!(
-        max_abs_diff(&a, &b) < 0.05,
-        "masked: {}",
-        max_abs_diff(&a, &b)
-    );
+    assert!(max_abs_diff(&a, &b) < 0.05, "masked: {}", max_abs_diff(&a, &b));
     let unmasked = dc.attend_cached(q, &AttnArgs::causal(0.125)).unwrap();
     assert!(max_abs_diff(&b, &unmasked) > 0.01, "the mask must matter");
 }
@@ -495,12 +311,7 @@ fn quantized_attention_close_to_dense() {
 #[test]
 fn cli_kv_bits_and_warnings() {
     let exp = expected("qwen3-bf16");
-    let p = exp["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "len10")
-        .unwrap();
+    let p = exp["prompts"].as_array().unwrap().iter().find(|p| p["name"] == "len10").unwrap();
     let prompt: Vec<String> = ids(&p["ids"]).iter().map(u32::to_string).collect();
     let model = fixture("qwen3-bf16");
     let o = run(&[
@@ -526,10 +337,7 @@ fn cli_kv_bits_and_warnings() {
     let got = ids(&serde_json::from_str::<Value>(line).unwrap()["tokens"]);
     // The CLI stops at EOS (509, 511): compare up to and including it.
     let want = ids(&p["greedy_kv4"]);
-    let n = want
-        .iter()
-        .position(|t| [509, 511].contains(t))
-        .map_or(24, |i| i + 1);
+    let n = want.iter().position(|t| [509, 511].contains(t)).map_or(24, |i| i + 1);
     assert_eq!(got, want[..n], "CLI --kv-bits 4 tokens");
 
     let o = run(&[
@@ -549,26 +357,12 @@ fn cli_kv_bits_and_warnings() {
     ]);
     let (_, err) = texts(&o);
     assert!(o.status.success(), "{err}");
-    assert!(
-        err.contains("values get more bits (8) than keys (4)"),
-        "{err}"
-    );
+    assert!(err.contains("values get more bits (8) than keys (4)"), "{err}");
 
-    let o = run(&[
-        "generate",
-        "--model",
-        model.to_str().unwrap(),
-        "--prompt-ids",
-        "1,2",
-        "--kv-bits",
-        "5",
-    ]);
+    let o = run(&["generate", "--model", model.to_str().unwrap(), "--prompt-ids", "1,2", "--kv-bits", "5"]);
     let (_, err) = texts(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("--kv-bits") && err.contains("2, 3, 4, 6, 8"),
-        "{err}"
-    );
+    assert!(err.contains("--kv-bits") && err.contains("2, 3, 4, 6, 8"), "{err}");
 }
 
 #[test]
@@ -588,32 +382,16 @@ fn memory_limit_too_small_is_a_clear_error() {
         ]);
         let (_, err) = texts(&o);
         assert_eq!(o.status.code(), Some(1), "exit status; stderr: {err}");
-        assert!(
-            !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
-            "{err}"
-        );
+        assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
         let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 1, "one line: {err}");
         let l = lines[0];
         assert!(l.starts_with("famlx: error: out of memory"), "{l}");
-        assert!(
-            l.contains("--memory-limit") && l.contains("--max-kv-size") && l.contains("--kv-bits"),
-            "{l}"
-        );
+        assert!(l.contains("--memory-limit") && l.contains("--max-kv-size") && l.contains("--kv-bits"), "{l}");
     }
-    let o = run(&[
-        "generate",
-        "--model",
-        model.to_str().unwrap(),
-        "--memory-limit",
-        "8X",
-    ]);
+    let o = run(&["generate", "--model", model.to_str().unwrap(), "--memory-limit", "8X"]);
     let (_, err) = texts(&o);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "a bad size is a usage error: {err}"
-    );
+    assert_eq!(o.status.code(), Some(2), "a bad size is a usage error: {err}");
     assert!(err.contains("unknown size unit"), "{err}");
 }
 
@@ -624,11 +402,7 @@ fn sliding_layers_are_windowed() {
     use plugin_api::CacheKind;
     let _g = mlx_lock();
     let plan = [CacheKind::Sliding { window: 8 }, CacheKind::Full];
-    for (opts, want) in [
-        (CacheOptions::default(), [8, 20]),
-        (rotating(6), [6, 6]),
-        (kv(8), [8, 20]),
-    ] {
+    for (opts, want) in [(CacheOptions::default(), [8, 20]), (rotating(6), [6, 6]), (kv(8), [8, 20])] {
         let caches = famlx::cache::make_caches(&plan, &opts).unwrap();
         for t in 0..20 {
             for c in &caches {
@@ -637,10 +411,7 @@ fn sliding_layers_are_windowed() {
             }
             assert_eq!(caches[0].lock().offset(), t + 1);
         }
-        let held: Vec<i32> = caches
-            .iter()
-            .map(|c| c.lock().fetch().unwrap().unwrap().0.dim(2))
-            .collect();
+        let held: Vec<i32> = caches.iter().map(|c| c.lock().fetch().unwrap().unwrap().0.dim(2)).collect();
         assert_eq!(held, want);
     }
 }

@@ -35,11 +35,7 @@ fn library(variant: &str, text: &str, raw: bool) -> (Vec<u32>, Vec<u32>) {
     };
     let mut stop: Vec<u32> = m.plan.eos_ids.iter().copied().collect();
     stop.extend(tok.eos_ids());
-    let p = GenParams {
-        max_tokens: MAX,
-        stop_ids: stop,
-        ..Default::default()
-    };
+    let p = GenParams { max_tokens: MAX, stop_ids: stop, ..Default::default() };
     let out = generate(&mut m, &prompt, &p, |_| true).unwrap().tokens;
     (prompt, out)
 }
@@ -55,11 +51,7 @@ fn qwen3_prompt_uses_the_chat_template_and_raw_does_not() {
 
     let j = cli_json(v, &["--prompt", "hi"]);
     assert_eq!(j["prompt_tokens"].as_u64(), Some(templ.len() as u64), "{j}");
-    assert_eq!(
-        ids(&j["tokens"]),
-        templ_out,
-        "same prompt ids ⇒ same greedy tokens: {j}"
-    );
+    assert_eq!(ids(&j["tokens"]), templ_out, "same prompt ids ⇒ same greedy tokens: {j}");
 
     let j = cli_json(v, &["--prompt", "hi", "--raw"]);
     assert_eq!(j["prompt_tokens"].as_u64(), Some(raw.len() as u64), "{j}");
@@ -77,11 +69,7 @@ fn templated_prompt_matches_transformers() {
         let (prompt, out) = library(v, text, false);
         assert_eq!(prompt, want, "{v}");
         let j = cli_json(v, &["--prompt", text]);
-        assert_eq!(
-            j["prompt_tokens"].as_u64(),
-            Some(want.len() as u64),
-            "{v}: {j}"
-        );
+        assert_eq!(j["prompt_tokens"].as_u64(), Some(want.len() as u64), "{v}: {j}");
         assert_eq!(ids(&j["tokens"]), out, "{v}: {j}");
     }
 }
@@ -94,21 +82,13 @@ fn no_double_bos_for_llama() {
             let (prompt, out) = library(v, "hi", raw);
             assert_eq!(prompt[0], bos, "{v} raw={raw}: BOS first: {prompt:?}");
             assert_ne!(prompt[1], bos, "{v} raw={raw}: double BOS: {prompt:?}");
-            assert_eq!(
-                prompt.iter().filter(|&&t| t == bos).count(),
-                1,
-                "{v} raw={raw}: {prompt:?}"
-            );
+            assert_eq!(prompt.iter().filter(|&&t| t == bos).count(), 1, "{v} raw={raw}: {prompt:?}");
             let mut extra = vec!["--prompt", "hi"];
             if raw {
                 extra.push("--raw");
             }
             let j = cli_json(v, &extra);
-            assert_eq!(
-                j["prompt_tokens"].as_u64(),
-                Some(prompt.len() as u64),
-                "{v} raw={raw}: {j}"
-            );
+            assert_eq!(j["prompt_tokens"].as_u64(), Some(prompt.len() as u64), "{v} raw={raw}: {j}");
             assert_eq!(ids(&j["tokens"]), out, "{v} raw={raw}: {j}");
         }
     }

@@ -42,15 +42,13 @@ fn check_plan(variant: &str, m: &LoadedModel, exp: &serde_json::Value) {
             "KVCache" => CacheKind::Full,
             "RotatingKVCache" => {
                 assert_eq!(c["keep"].as_u64(), Some(0), "{variant}: keep");
-                CacheKind::Sliding {
-                    window: c["max_size"].as_u64().unwrap() as u32,
-                }
+                CacheKind::Sliding { window: c["max_size"].as_u64().unwrap() as u32 }
             }
             k => panic!("{variant}: cache kind {k}"),
         })
         .collect();
     assert_eq!(m.plan.caches.to_vec(), want, "{variant}: cache plan");
-    assert_eq!(m.plan.add_bos.clone().into_option(), Some(true));
+    assert_eq!(m.plan.add_bos.into_option(), Some(true));
 }
 
 fn parity(variant: &str) {
@@ -63,10 +61,7 @@ fn parity(variant: &str) {
     check_plan(variant, &m, &exp);
     // No vision/audio tensors survive the rewriter.
     assert!(
-        m.weights
-            .tensors
-            .keys()
-            .all(|k| !k.contains("vision") && !k.contains("audio")),
+        m.weights.tensors.keys().all(|k| !k.contains("vision") && !k.contains("audio")),
         "{variant}: media tensors kept"
     );
 
@@ -78,8 +73,8 @@ fn parity(variant: &str) {
         let prompt = ids(&p["ids"]);
 
         m.reset_caches().unwrap();
-        let logits = prefill(&mut m, &prompt, prompt.len())
-            .unwrap_or_else(|e| panic!("{variant}/{name}: prefill: {e:#}"));
+        let logits =
+            prefill(&mut m, &prompt, prompt.len()).unwrap_or_else(|e| panic!("{variant}/{name}: prefill: {e:#}"));
         assert_eq!(logits.shape(), &[1, 512]);
         let ours: Vec<f32> = logits.astype(mlx::Dtype::F32).unwrap().to_vec().unwrap();
         if let Err(e) = check_logits(variant, name, false, &ours, &floats(&p["logits"])) {
@@ -87,38 +82,21 @@ fn parity(variant: &str) {
         }
 
         m.reset_caches().unwrap();
-        let params = GenParams {
-            max_tokens: 24,
-            prefill_step: 16,
-            stop_ids: Vec::new(),
-            ..Default::default()
-        };
+        let params = GenParams { max_tokens: 24, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() };
         assert_eq!(params.sampler.temperature, 0.0);
         let stats = generate(&mut m, &prompt, &params, |_| true)
             .unwrap_or_else(|e| panic!("{variant}/{name}: generate: {e:#}"));
         let margins = floats(&p["greedy_margins"]);
         let want = ids(&p["greedy"]);
-        let same = stats
-            .tokens
-            .iter()
-            .zip(&want)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let same = stats.tokens.iter().zip(&want).take_while(|(a, b)| a == b).count();
         let tie = margins.iter().position(|&x| x == 0.0);
-        eprintln!(
-            "{variant}/{name}: greedy identical for {same}/24 tokens (first recorded tie: {tie:?})"
-        );
+        eprintln!("{variant}/{name}: greedy identical for {same}/24 tokens (first recorded tie: {tie:?})");
         if let Err(e) = check_greedy(variant, name, &stats.tokens, &want, &margins) {
             errs.push(e);
         }
     }
     errs.extend(check_tokenizer(variant, &m, &exp));
-    assert!(
-        errs.is_empty(),
-        "{variant}: {} mismatches:\n{}",
-        errs.len(),
-        errs.join("\n")
-    );
+    assert!(errs.is_empty(), "{variant}: {} mismatches:\n{}", errs.len(), errs.join("\n"));
 }
 
 #[test]
@@ -149,37 +127,18 @@ fn one_bos() {
         assert!(tok.add_bos(), "{variant}: add_bos");
         let one = |what: &str, ids: &[u32]| {
             assert_eq!(ids.first(), Some(&bos), "{variant}: {what}: {ids:?}");
-            assert_ne!(
-                ids.get(1),
-                Some(&bos),
-                "{variant}: {what}: two BOS: {ids:?}"
-            );
-            assert_eq!(
-                ids.iter().filter(|&&i| i == bos).count(),
-                1,
-                "{variant}: {what}: {ids:?}"
-            );
+            assert_ne!(ids.get(1), Some(&bos), "{variant}: {what}: two BOS: {ids:?}");
+            assert_eq!(ids.iter().filter(|&&i| i == bos).count(), 1, "{variant}: {what}: {ids:?}");
         };
-        one(
-            "raw",
-            &tok.encode("The river ran past the old mill.", true)
-                .unwrap(),
-        );
-        one(
-            "raw starting with BOS text",
-            &tok.encode(&format!("{bos_text}The river"), true).unwrap(),
-        );
+        one("raw", &tok.encode("The river ran past the old mill.", true).unwrap());
+        one("raw starting with BOS text", &tok.encode(&format!("{bos_text}The river"), true).unwrap());
         let msgs = [Message::new("user", "What is the capital of France?")];
         let templ = chat_ids(tok, &msgs, &Default::default()).unwrap();
         one("templated", &templ);
         // The template itself writes `{{ bos_token }}`: the ids are those of
         // the rendered text without a second BOS.
         let exp = expected(variant);
-        assert_eq!(
-            templ,
-            ids(&exp["tokenizer"]["chat"]["ids"]),
-            "{variant}: chat ids"
-        );
+        assert_eq!(templ, ids(&exp["tokenizer"]["chat"]["ids"]), "{variant}: chat ids");
     }
 }
 
@@ -189,13 +148,11 @@ fn moe_is_refused_with_a_reason() {
     let _g = mlx_lock();
     let s = common::fixture_copy("gemma4-bf16");
     let cfg_path = s.path().join("config.json");
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
     cfg["text_config"]["enable_moe_block"] = serde_json::Value::Bool(true);
     std::fs::write(&cfg_path, cfg.to_string()).unwrap();
     let reg = registry();
-    let err = LoadedModel::load(s.path(), &reg, None, CacheOptions::default())
-        .err()
-        .expect("MoE config must be refused");
+    let err =
+        LoadedModel::load(s.path(), &reg, None, CacheOptions::default()).err().expect("MoE config must be refused");
     assert!(format!("{err:#}").contains("enable_moe_block"), "{err:#}");
 }

@@ -11,20 +11,12 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 fn deps_dir() -> PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    std::env::current_exe().unwrap().parent().unwrap().to_path_buf()
 }
 
 fn test_plugin(name: &str) -> PathBuf {
     let p = deps_dir().join(format!("libfamlx_testplugin_{name}.so"));
-    assert!(
-        p.exists(),
-        "{} not built (it is a dev-dependency of famlx)",
-        p.display()
-    );
+    assert!(p.exists(), "{} not built (it is a dev-dependency of famlx)", p.display());
     p
 }
 
@@ -54,12 +46,7 @@ fn lines(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
     rx
 }
 
-fn wait_for(
-    rx: &Receiver<String>,
-    what: &str,
-    pred: impl Fn(&str) -> bool,
-    seen: &mut Vec<String>,
-) -> String {
+fn wait_for(rx: &Receiver<String>, what: &str, pred: impl Fn(&str) -> bool, seen: &mut Vec<String>) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
@@ -88,30 +75,16 @@ fn rebuilt_plugin_is_swapped_in_and_broken_one_refused() {
     let target = plugins.join("libfamlx_plugin_reloadtest.so");
     std::fs::copy(test_plugin("reload_a"), &target).unwrap();
     let fixture = Path::new(root).join("../fixtures/llama-tied-f32");
-    for f in [
-        "model.safetensors",
-        "model.safetensors.index.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-    ] {
+    for f in ["model.safetensors", "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(fixture.join(f), model.join(f)).unwrap();
     }
     let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture.join("config.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("config.json")).unwrap()).unwrap();
     cfg["model_type"] = "reloadtest".into();
     std::fs::write(model.join("config.json"), cfg.to_string()).unwrap();
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_famlx"))
-        .args([
-            "generate",
-            "--watch",
-            "--json",
-            "--max-tokens",
-            "6",
-            "--prompt-ids",
-            "1,2,3,4",
-        ])
+        .args(["generate", "--watch", "--json", "--max-tokens", "6", "--prompt-ids", "1,2,3,4"])
         .arg("--plugin-dir")
         .arg(&plugins)
         .arg("--model")
@@ -125,59 +98,26 @@ fn rebuilt_plugin_is_swapped_in_and_broken_one_refused() {
     let _guard = Kill(child);
     let (mut so, mut se) = (Vec::new(), Vec::new());
 
-    let first: serde_json::Value = serde_json::from_str(&wait_for(
-        &out,
-        "first answer",
-        |l| l.starts_with('{'),
-        &mut so,
-    ))
-    .unwrap();
-    let first_tokens: Vec<u64> = first["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
+    let first: serde_json::Value =
+        serde_json::from_str(&wait_for(&out, "first answer", |l| l.starts_with('{'), &mut so)).unwrap();
+    let first_tokens: Vec<u64> = first["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     assert_eq!(first_tokens.len(), 6);
-    assert!(
-        first_tokens.iter().any(|&t| t != 7),
-        "build A must not be biased: {first_tokens:?}"
-    );
+    assert!(first_tokens.iter().any(|&t| t != 7), "build A must not be biased: {first_tokens:?}");
 
     // From here on, weights can only come from memory.
     std::fs::remove_file(model.join("model.safetensors")).unwrap();
 
     // A broken build: refused, the old plugin keeps serving.
     drop_in(b"this is not a shared library", &target);
-    let msg = wait_for(
-        &err,
-        "failed reload",
-        |l| l.contains("reload") && l.contains("failed"),
-        &mut se,
-    );
+    let msg = wait_for(&err, "failed reload", |l| l.contains("reload") && l.contains("failed"), &mut se);
     assert!(msg.contains("keeping the old plugin"), "{msg}");
 
     // The rebuilt plugin: swapped in, next answer shows the change.
     drop_in(&std::fs::read(test_plugin("reload_b")).unwrap(), &target);
-    let msg = wait_for(
-        &err,
-        "reload",
-        |l| l.contains("reloaded `reloadtest`"),
-        &mut se,
-    );
+    let msg = wait_for(&err, "reload", |l| l.contains("reloaded `reloadtest`"), &mut se);
     assert!(msg.contains(" ms "), "{msg}");
-    let second: serde_json::Value = serde_json::from_str(&wait_for(
-        &out,
-        "second answer",
-        |l| l.starts_with('{'),
-        &mut so,
-    ))
-    .unwrap();
-    let tokens: Vec<u64> = second["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
+    let second: serde_json::Value =
+        serde_json::from_str(&wait_for(&out, "second answer", |l| l.starts_with('{'), &mut so)).unwrap();
+    let tokens: Vec<u64> = second["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     assert_eq!(tokens, vec![7; 6], "build B favours token 7");
 }

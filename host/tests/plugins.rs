@@ -29,24 +29,15 @@ fn famlx_plugins(dirs: &[&Path]) -> (bool, String, String) {
     }
     let o = c.output().unwrap();
     let (out, err) = texts(&o);
-    assert!(
-        !err.contains("panicked at"),
-        "famlx plugins panicked: {err}"
-    );
+    assert!(!err.contains("panicked at"), "famlx plugins panicked: {err}");
     (o.status.success(), out, err)
 }
 
 /// The section of `famlx plugins` output that starts at `header`.
 fn section<'a>(out: &'a str, header: &str) -> &'a str {
-    let start = out
-        .find(header)
-        .unwrap_or_else(|| panic!("no `{header}` in:\n{out}"));
+    let start = out.find(header).unwrap_or_else(|| panic!("no `{header}` in:\n{out}"));
     let rest = &out[start + header.len()..];
-    let end = ["\nloaded:", "\nrefused:", "\nwarning:"]
-        .iter()
-        .filter_map(|h| rest.find(h))
-        .min()
-        .unwrap_or(rest.len());
+    let end = ["\nloaded:", "\nrefused:", "\nwarning:"].iter().filter_map(|h| rest.find(h)).min().unwrap_or(rest.len());
     &rest[..end]
 }
 
@@ -60,48 +51,28 @@ fn two_plugins_from_one_folder() {
     let reg = Registry::discover(&[dir.path().to_path_buf()]);
     assert!(reg.refused.is_empty(), "refused: {:?}", reg.refused);
     assert!(reg.warnings.is_empty(), "warnings: {:?}", reg.warnings);
-    let got: Vec<(String, PathBuf)> = reg
-        .plugins
-        .iter()
-        .map(|p| (p.name.clone(), p.path.clone()))
-        .collect();
+    let got: Vec<(String, PathBuf)> = reg.plugins.iter().map(|p| (p.name.clone(), p.path.clone())).collect();
     assert_eq!(
         got,
-        vec![
-            ("famlx-plugin-llama".to_string(), llama.clone()),
-            ("famlx-plugin-qwen3".to_string(), qwen3.clone())
-        ]
+        vec![("famlx-plugin-llama".to_string(), llama.clone()), ("famlx-plugin-qwen3".to_string(), qwen3.clone())]
     );
     assert_eq!(reg.resolve("llama", None).unwrap().plugin_path, llama);
     assert_eq!(reg.resolve("qwen3", None).unwrap().plugin_path, qwen3);
-    let e = reg
-        .resolve("gemma4", None)
-        .err()
-        .expect("gemma4 is not claimed")
-        .to_string();
-    assert!(
-        e.contains("gemma4") && e.contains("llama") && e.contains("qwen3"),
-        "{e}"
-    );
+    let e = reg.resolve("gemma4", None).err().expect("gemma4 is not claimed").to_string();
+    assert!(e.contains("gemma4") && e.contains("llama") && e.contains("qwen3"), "{e}");
 
     // Binary: `famlx plugins --plugin-dir DIR` lists both, loaded from DIR
     // (the first directory wins over copies found later on the search path).
     let (ok, out, err) = famlx_plugins(&[dir.path()]);
     assert!(ok, "famlx plugins failed: {err}");
     let loaded = section(&out, "loaded:");
-    for (name, fam, path) in [
-        ("famlx-plugin-llama", "llama", &llama),
-        ("famlx-plugin-qwen3", "qwen3", &qwen3),
-    ] {
+    for (name, fam, path) in [("famlx-plugin-llama", "llama", &llama), ("famlx-plugin-qwen3", "qwen3", &qwen3)] {
         assert!(
             loaded.contains(&format!("{name} ({})", path.display())),
             "{name} from {} not listed:\n{out}",
             path.display()
         );
-        assert!(
-            loaded.contains(&format!("family {fam}: model types {fam}")),
-            "family {fam} not listed:\n{out}"
-        );
+        assert!(loaded.contains(&format!("family {fam}: model types {fam}")), "family {fam} not listed:\n{out}");
     }
 }
 
@@ -114,19 +85,12 @@ fn plugins_from_a_copied_folder_run_models() {
     install("famlx_plugin_qwen3", dir.path(), "qwen3");
     let reg = Registry::discover(&[dir.path().to_path_buf()]);
     for variant in ["llama-bf16", "qwen3-bf16"] {
-        let mut m =
-            LoadedModel::load(&fixture(variant), &reg, None, CacheOptions::default()).unwrap();
+        let mut m = LoadedModel::load(&fixture(variant), &reg, None, CacheOptions::default()).unwrap();
         assert!(m.family.plugin_path.starts_with(dir.path()));
         let p = &expected(variant)["prompts"][1];
         let want = ids(&p["greedy"]);
-        let params = GenParams {
-            max_tokens: 8,
-            prefill_step: 16,
-            ..Default::default()
-        };
-        let got = generate(&mut m, &ids(&p["ids"]), &params, |_| true)
-            .unwrap()
-            .tokens;
+        let params = GenParams { max_tokens: 8, prefill_step: 16, ..Default::default() };
+        let got = generate(&mut m, &ids(&p["ids"]), &params, |_| true).unwrap().tokens;
         assert_eq!(got, want[..8], "{variant}");
     }
 }
@@ -138,15 +102,9 @@ fn wrong_abi_version_is_refused_naming_both_versions() {
     let theirs = format!("plugin ABI version {}", ABI_VERSION + 1);
     let ours = format!("host's ABI version {ABI_VERSION}");
     for fresh in [false, true] {
-        let e = load_plugin(&bad, fresh)
-            .err()
-            .expect("a wrong ABI must be refused")
-            .to_string();
+        let e = load_plugin(&bad, fresh).err().expect("a wrong ABI must be refused").to_string();
         assert!(e.contains(&theirs) && e.contains(&ours), "{e}");
-        assert!(
-            e.starts_with(&bad.display().to_string()),
-            "the message names the file: {e}"
-        );
+        assert!(e.starts_with(&bad.display().to_string()), "the message names the file: {e}");
         assert!(!e.contains('\n'), "one line: {e}");
     }
 
@@ -157,19 +115,13 @@ fn wrong_abi_version_is_refused_naming_both_versions() {
     assert_eq!(reg.plugins[0].name, "famlx-plugin-llama");
     assert_eq!(reg.refused.len(), 1);
     assert_eq!(reg.refused[0].path, bad);
-    assert!(
-        reg.refused[0].reason.contains(&theirs),
-        "{}",
-        reg.refused[0].reason
-    );
+    assert!(reg.refused[0].reason.contains(&theirs), "{}", reg.refused[0].reason);
 
     let (ok, out, err) = famlx_plugins(&[dir.path()]);
     assert!(ok, "famlx plugins failed: {err}");
     let refused = section(&out, "refused:");
     assert!(
-        refused.contains(&bad.display().to_string())
-            && refused.contains(&theirs)
-            && refused.contains(&ours),
+        refused.contains(&bad.display().to_string()) && refused.contains(&theirs) && refused.contains(&ours),
         "{out}"
     );
 }
@@ -181,16 +133,12 @@ fn panicking_build_is_an_error_and_the_host_keeps_running() {
     let so = install("famlx_testplugin_panicky", dir.path(), "panicky");
     let p = load_plugin(&so, false).unwrap();
     assert_eq!(p.name, "famlx-testplugin-panicky");
-    let reg = Registry {
-        plugins: vec![p],
-        ..Default::default()
-    };
+    let reg = Registry { plugins: vec![p], ..Default::default() };
 
     // A checkpoint claiming `model_type: panicky`: real weights, edited config.
     let ck = fixture_copy("llama-tied-f32");
     let cfg_path = ck.path().join("config.json");
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
     cfg["model_type"] = "panicky".into();
     std::fs::write(&cfg_path, cfg.to_string()).unwrap();
 
@@ -199,38 +147,21 @@ fn panicking_build_is_an_error_and_the_host_keeps_running() {
             .err()
             .expect("a panicking build must be an error");
         let e = format!("{e:#}");
-        assert!(
-            e.contains("panic in panicky") && e.contains(famlx_testplugin_panicky_msg()),
-            "{e}"
-        );
+        assert!(e.contains("panic in panicky") && e.contains(famlx_testplugin_panicky_msg()), "{e}");
         assert!(e.contains("build"), "{e}");
     }
 
     // The same process goes on to load and run the real llama fixture.
     let reg = registry();
-    let mut m =
-        LoadedModel::load(&fixture("llama-bf16"), &reg, None, CacheOptions::default()).unwrap();
+    let mut m = LoadedModel::load(&fixture("llama-bf16"), &reg, None, CacheOptions::default()).unwrap();
     let p = &expected("llama-bf16")["prompts"][2];
-    let params = GenParams {
-        max_tokens: 24,
-        prefill_step: 16,
-        ..Default::default()
-    };
-    let got = generate(&mut m, &ids(&p["ids"]), &params, |_| true)
-        .unwrap()
-        .tokens;
+    let params = GenParams { max_tokens: 24, prefill_step: 16, ..Default::default() };
+    let got = generate(&mut m, &ids(&p["ids"]), &params, |_| true).unwrap().tokens;
     assert_eq!(got, ids(&p["greedy"]));
 
     // Through the binary: a one-line error and exit status 1, not an abort.
     let o = Command::new(env!("CARGO_BIN_EXE_famlx"))
-        .args([
-            "generate",
-            "--prompt-ids",
-            "1,2,3",
-            "--max-tokens",
-            "2",
-            "--model",
-        ])
+        .args(["generate", "--prompt-ids", "1,2,3", "--max-tokens", "2", "--model"])
         .arg(ck.path())
         .arg("--plugin-dir")
         .arg(dir.path())
@@ -240,10 +171,7 @@ fn panicking_build_is_an_error_and_the_host_keeps_running() {
     let (_, err) = texts(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     let last = err.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with("famlx: error:") && last.contains("panic in panicky"),
-        "{err}"
-    );
+    assert!(last.starts_with("famlx: error:") && last.contains("panic in panicky"), "{err}");
 }
 
 /// The panicky plugin's message (kept in sync with plugins/testing/panicky).
@@ -267,16 +195,8 @@ fn c_library(dir: &Path, name: &str, stamps: bool) -> PathBuf {
     let (pre, suf) = plugin_pattern();
     let out = dir.join(format!("{pre}{name}{suf}"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let st = Command::new(&cc)
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status();
-    assert!(
-        st.is_ok_and(|s| s.success()),
-        "{cc} could not build {}",
-        src.display()
-    );
+    let st = Command::new(&cc).args(["-shared", "-fPIC", "-o"]).arg(&out).arg(&src).status();
+    assert!(st.is_ok_and(|s| s.success()), "{cc} could not build {}", src.display());
     std::fs::remove_file(&src).unwrap();
     out
 }
@@ -293,28 +213,14 @@ fn non_plugins_are_refused_with_a_reason() {
     // Right stamps, but no abi_stable root module.
     let rootless = c_library(dir.path(), "rootless", true);
 
-    let reason = |p: &Path| {
-        load_plugin(p, false)
-            .err()
-            .expect("must be refused")
-            .to_string()
-    };
+    let reason = |p: &Path| load_plugin(p, false).err().expect("must be refused").to_string();
     let e = reason(&junk);
-    assert!(
-        e.starts_with(&junk.display().to_string()) && e.contains("cannot load"),
-        "{e}"
-    );
+    assert!(e.starts_with(&junk.display().to_string()) && e.contains("cannot load"), "{e}");
     let e = reason(&plain);
-    assert!(
-        e.contains("not a famlx plugin") && e.contains("famlx_plugin_abi_version"),
-        "{e}"
-    );
+    assert!(e.contains("not a famlx plugin") && e.contains("famlx_plugin_abi_version"), "{e}");
     let e = reason(&rootless);
     assert!(e.starts_with(&rootless.display().to_string()), "{e}");
-    assert!(
-        e.contains("not a famlx plugin") && e.contains("no root module"),
-        "names what is missing: {e}"
-    );
+    assert!(e.contains("not a famlx plugin") && e.contains("no root module"), "names what is missing: {e}");
 
     let reg = Registry::discover(&[dir.path().to_path_buf()]);
     assert!(reg.plugins.is_empty());
@@ -323,23 +229,13 @@ fn non_plugins_are_refused_with_a_reason() {
     let mut want = vec![junk.as_path(), plain.as_path(), rootless.as_path()];
     want.sort();
     assert_eq!(refused, want);
-    assert!(
-        reg.refused
-            .iter()
-            .all(|r| !r.reason.is_empty() && !r.reason.contains('\n')),
-        "{:?}",
-        reg.refused
-    );
+    assert!(reg.refused.iter().all(|r| !r.reason.is_empty() && !r.reason.contains('\n')), "{:?}", reg.refused);
 
     // The CLI lists them as refused and still succeeds.
     let (ok, out, err) = famlx_plugins(&[dir.path()]);
     assert!(ok, "{err}");
     let refused = section(&out, "refused:");
     for p in want {
-        assert!(
-            refused.contains(&p.display().to_string()),
-            "{} not listed as refused:\n{out}",
-            p.display()
-        );
+        assert!(refused.contains(&p.display().to_string()), "{} not listed as refused:\n{out}", p.display());
     }
 }

@@ -21,17 +21,11 @@ fn load(name: &str, opts: CacheOptions) -> LoadedModel {
 
 /// A deterministic prompt of `n` ids inside the fixtures' 512-token vocabulary.
 fn ids(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i * 37 + seed * 11) % 500 + 1)
-        .collect()
+    (0..n as u32).map(|i| (i * 37 + seed * 11) % 500 + 1).collect()
 }
 
 fn params() -> GenParams {
-    GenParams {
-        max_tokens: 12,
-        prefill_step: 8,
-        ..Default::default()
-    }
+    GenParams { max_tokens: 12, prefill_step: 8, ..Default::default() }
 }
 
 fn floats(a: &Array) -> Vec<f32> {
@@ -39,48 +33,25 @@ fn floats(a: &Array) -> Vec<f32> {
 }
 
 fn kv8() -> CacheOptions {
-    CacheOptions {
-        k_bits: Some(8),
-        v_bits: Some(8),
-        kv_group_size: 32,
-        ..CacheOptions::default()
-    }
+    CacheOptions { k_bits: Some(8), v_bits: Some(8), kv_group_size: 32, ..CacheOptions::default() }
 }
 
 fn rotating(quant: bool) -> CacheOptions {
-    let base = if quant {
-        kv8()
-    } else {
-        CacheOptions::default()
-    };
-    CacheOptions {
-        max_kv_size: Some(24),
-        ..base
-    }
+    let base = if quant { kv8() } else { CacheOptions::default() };
+    CacheOptions { max_kv_size: Some(24), ..base }
 }
 
 /// Prefills `prompt` into a fresh model, saves it, loads it into another
 /// fresh model; both then continue with `suffix`: the logits of the suffix
 /// and the greedy tokens after it must be identical.
-fn round_trip(
-    what: &str,
-    kind: &str,
-    opts: CacheOptions,
-    prompt: &[u32],
-    suffix: &[u32],
-    dir: &Path,
-) {
+fn round_trip(what: &str, kind: &str, opts: CacheOptions, prompt: &[u32], suffix: &[u32], dir: &Path) {
     let file = dir.join(format!("{what}.safetensors"));
     let mut a = load("llama-bf16", opts.clone());
     prefill_last_alone(&mut a, prompt, 8).unwrap();
     a.eval_caches().unwrap();
     a.save_prompt_cache(&file, prompt).unwrap();
     let (_, meta) = mlx::io::load_safetensors(&file).unwrap();
-    assert!(
-        meta["caches"].contains(&format!("\"kind\":\"{kind}\"")),
-        "{what}: saved as {kind}: {}",
-        meta["caches"]
-    );
+    assert!(meta["caches"].contains(&format!("\"kind\":\"{kind}\"")), "{what}: saved as {kind}: {}", meta["caches"]);
 
     let mut b = load("llama-bf16", opts);
     let got = b.load_prompt_cache(&file).unwrap();
@@ -95,14 +66,8 @@ fn round_trip(
     b.restore(&sb).unwrap();
 
     let full: Vec<u32> = prompt.iter().chain(suffix).copied().collect();
-    let (ta, pa) = PromptCache {
-        cached: prompt.to_vec(),
-    }
-    .generate(&mut a, &full, &params(), |_| true)
-    .unwrap();
-    let (tb, pb) = PromptCache { cached: got }
-        .generate(&mut b, &full, &params(), |_| true)
-        .unwrap();
+    let (ta, pa) = PromptCache { cached: prompt.to_vec() }.generate(&mut a, &full, &params(), |_| true).unwrap();
+    let (tb, pb) = PromptCache { cached: got }.generate(&mut b, &full, &params(), |_| true).unwrap();
     assert_eq!(pb, suffix.len(), "{what}: only the suffix is prefilled");
     assert_eq!(pa, pb);
     assert_eq!(ta.tokens, tb.tokens, "{what}: same continuation");
@@ -115,45 +80,14 @@ fn every_kv_cache_kind_round_trips_exactly() {
     let dir = common::Scratch::new("prompt-cache");
     let (short, long) = (ids(13, 1), ids(37, 2));
     let suffix = ids(5, 3);
-    round_trip(
-        "dense",
-        "kv",
-        CacheOptions::default(),
-        &short,
-        &suffix,
-        dir.path(),
-    );
+    round_trip("dense", "kv", CacheOptions::default(), &short, &suffix, dir.path());
     round_trip("kv8", "quantized", kv8(), &short, &suffix, dir.path());
     // Shorter than the window, then longer: the ring has wrapped when saved.
-    round_trip(
-        "rotating",
-        "rotating",
-        rotating(false),
-        &short,
-        &suffix,
-        dir.path(),
-    );
-    round_trip(
-        "rotating-wrapped",
-        "rotating",
-        rotating(false),
-        &long,
-        &suffix,
-        dir.path(),
-    );
-    round_trip(
-        "rotating-kv8",
-        "rotating",
-        rotating(true),
-        &long,
-        &suffix,
-        dir.path(),
-    );
+    round_trip("rotating", "rotating", rotating(false), &short, &suffix, dir.path());
+    round_trip("rotating-wrapped", "rotating", rotating(false), &long, &suffix, dir.path());
+    round_trip("rotating-kv8", "rotating", rotating(true), &long, &suffix, dir.path());
     // Saved before the quantization was due: the loaded cache converts on the same step.
-    let late = CacheOptions {
-        quantized_kv_start: 20,
-        ..kv8()
-    };
+    let late = CacheOptions { quantized_kv_start: 20, ..kv8() };
     round_trip("kv8-late", "kv", late, &short, &suffix, dir.path());
 }
 
@@ -191,23 +125,15 @@ fn a_file_for_another_model_is_refused() {
     for other in ["qwen3-bf16", "llama-q8"] {
         let mut o = load(other, CacheOptions::default());
         let e = o.load_prompt_cache(&file).unwrap_err().to_string();
-        assert!(
-            e.contains(&file.display().to_string()) && e.contains("another model"),
-            "{other}: {e}"
-        );
+        assert!(e.contains(&file.display().to_string()) && e.contains("another model"), "{other}: {e}");
         assert!(!e.contains('\n'), "one line: {e}");
         assert_eq!(o.cache_offset(), 0, "{other}: caches untouched");
     }
     // Not a prompt cache at all: a checkpoint's weights.
-    let e = m
-        .load_prompt_cache(&common::fixture("llama-bf16").join("model.safetensors"))
-        .unwrap_err()
-        .to_string();
+    let e = m.load_prompt_cache(&common::fixture("llama-bf16").join("model.safetensors")).unwrap_err().to_string();
     assert!(e.contains("not a famlx prompt cache"), "{e}");
     // MLX would silently append the extension.
-    let e = m
-        .save_prompt_cache(&dir.path().join("x.bin"), &prompt)
-        .unwrap_err();
+    let e = m.save_prompt_cache(&dir.path().join("x.bin"), &prompt).unwrap_err();
     assert!(e.to_string().contains(".safetensors"), "{e}");
 }
 
@@ -240,18 +166,8 @@ fn cli_cache_prompt_then_generate_prefills_only_the_suffix() {
     assert!(o.status.success(), "cache-prompt failed: {err}");
 
     let gen = |extra: &[&str]| {
-        let mut args = vec![
-            "generate",
-            "--model",
-            model,
-            "--prompt-ids",
-            "",
-            "--json",
-            "-m",
-            "10",
-            "--prefill-step-size",
-            "8",
-        ];
+        let mut args =
+            vec!["generate", "--model", model, "--prompt-ids", "", "--json", "-m", "10", "--prefill-step-size", "8"];
         let ids = csv(&full);
         args[4] = &ids;
         args.extend_from_slice(extra);
@@ -271,26 +187,9 @@ fn cli_cache_prompt_then_generate_prefills_only_the_suffix() {
     assert_eq!(plain["prompt_tokens"], full.len());
 
     // The same templated prompt again: all but its last token come from the file.
-    let o = common::run(&[
-        "cache-prompt",
-        "--model",
-        model,
-        "--prompt",
-        "hello there",
-        "--prompt-cache-file",
-        file_s,
-    ]);
+    let o = common::run(&["cache-prompt", "--model", model, "--prompt", "hello there", "--prompt-cache-file", file_s]);
     assert!(o.status.success(), "{}", common::texts(&o).1);
-    let args = [
-        "generate",
-        "--model",
-        model,
-        "--prompt",
-        "hello there",
-        "--json",
-        "-m",
-        "6",
-    ];
+    let args = ["generate", "--model", model, "--prompt", "hello there", "--json", "-m", "6"];
     let plain = common::json_of(&common::run(&args));
     let mut with_file = args.to_vec();
     with_file.extend(["--prompt-cache-file", file_s]);
@@ -311,8 +210,5 @@ fn cli_cache_prompt_then_generate_prefills_only_the_suffix() {
     ]);
     let (_, err) = common::texts(&o);
     assert!(!o.status.success());
-    assert!(
-        err.contains(file_s) && err.contains("another model"),
-        "{err}"
-    );
+    assert!(err.contains(file_s) && err.contains("another model"), "{err}");
 }

@@ -14,54 +14,26 @@ const QUESTION: &str = "What is the capital of France?";
 /// tests start binaries, so they do not all download it at the same time.
 fn setup() -> std::path::PathBuf {
     static GGUF: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    GGUF.get_or_init(|| famlx::default_model::ensure().expect("fetching the default model"))
-        .clone()
+    GGUF.get_or_init(|| famlx::default_model::ensure().expect("fetching the default model")).clone()
 }
 
 #[test]
 fn default_model_answers_paris() {
     setup();
-    let o = famlx()
-        .args(["generate", "--prompt", QUESTION, "--max-tokens", "40"])
-        .output()
-        .unwrap();
+    let o = famlx().args(["generate", "--prompt", QUESTION, "--max-tokens", "40"]).output().unwrap();
     let (out, err) = texts(&o);
-    assert!(
-        o.status.success(),
-        "famlx failed ({}):\nstdout: {out}\nstderr: {err}",
-        o.status
-    );
+    assert!(o.status.success(), "famlx failed ({}):\nstdout: {out}\nstderr: {err}", o.status);
     assert!(out.contains("Paris"), "no Paris in the answer: {out:?}");
     // The stats go to stderr, not into the answer.
-    assert!(
-        err.contains("Generation:") && !out.contains("tokens-per-sec"),
-        "stdout: {out:?}\nstderr: {err}"
-    );
+    assert!(err.contains("Generation:") && !out.contains("tokens-per-sec"), "stdout: {out:?}\nstderr: {err}");
 }
 
 #[test]
 fn default_model_json() {
     let gguf = setup();
-    let o = famlx()
-        .args([
-            "generate",
-            "--prompt",
-            QUESTION,
-            "--max-tokens",
-            "40",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let o = famlx().args(["generate", "--prompt", QUESTION, "--max-tokens", "40", "--json"]).output().unwrap();
     let v = json_of(&o);
-    for k in [
-        "prompt_tokens",
-        "tokens",
-        "text",
-        "prompt_tps",
-        "generation_tps",
-        "peak_memory_bytes",
-    ] {
+    for k in ["prompt_tokens", "tokens", "text", "prompt_tps", "generation_tps", "peak_memory_bytes"] {
         assert!(v.get(k).is_some(), "--json lacks `{k}`: {v}");
     }
     let text = v["text"].as_str().expect("text is a string");
@@ -80,11 +52,7 @@ fn default_model_json() {
     // prompt_tokens is the templated question as the GGUF's tokenizer encodes it.
     let tok = Tokenizer::from_gguf_file(&gguf).unwrap();
     let prompt = chat_ids(&tok, &[Message::new("user", QUESTION)], &Default::default()).unwrap();
-    assert_eq!(
-        v["prompt_tokens"].as_u64(),
-        Some(prompt.len() as u64),
-        "{v}"
-    );
+    assert_eq!(v["prompt_tokens"].as_u64(), Some(prompt.len() as u64), "{v}");
 
     // The text is the decoded tokens (a final stop token not shown), and
     // generation ends at a stop token or at --max-tokens.
@@ -93,10 +61,7 @@ fn default_model_json() {
         Some((last, rest)) if eos.contains(last) => rest.to_vec(),
         _ => tokens.clone(),
     };
-    assert!(
-        shown.iter().all(|t| !eos.contains(t)),
-        "generation went on past a stop token: {v}"
-    );
+    assert!(shown.iter().all(|t| !eos.contains(t)), "generation went on past a stop token: {v}");
     assert_eq!(text, tok.decode(&shown, true).unwrap(), "{v}");
     if shown.len() < tokens.len() {
         if let Some(f) = v.get("finish_reason") {

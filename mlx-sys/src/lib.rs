@@ -72,12 +72,7 @@ extern "C" {
     pub fn mlxs_array_dtype(a: mlxs_array) -> c_int;
     pub fn mlxs_array_size(a: mlxs_array) -> usize;
     pub fn mlxs_array_nbytes(a: mlxs_array) -> usize;
-    pub fn mlxs_array_to_host(
-        a: mlxs_array,
-        dtype: c_int,
-        dst: *mut c_void,
-        nbytes: usize,
-    ) -> c_int;
+    pub fn mlxs_array_to_host(a: mlxs_array, dtype: c_int, dst: *mut c_void, nbytes: usize) -> c_int;
     pub fn mlxs_array_item_f64(a: mlxs_array, out: *mut f64) -> c_int;
     pub fn mlxs_array_item_i64(a: mlxs_array, out: *mut i64) -> c_int;
     pub fn mlxs_array_id(a: mlxs_array, out: *mut usize) -> c_int;
@@ -95,13 +90,7 @@ extern "C" {
         keepdims: c_int,
         out: *mut mlxs_array,
     ) -> c_int;
-    pub fn mlxs_arg_reduce(
-        op: c_int,
-        a: mlxs_array,
-        axis: c_int,
-        keepdims: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
+    pub fn mlxs_arg_reduce(op: c_int, a: mlxs_array, axis: c_int, keepdims: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_scan(
         op: c_int,
         a: mlxs_array,
@@ -120,78 +109,24 @@ extern "C" {
         std: c_int,
         out: *mut mlxs_array,
     ) -> c_int;
-    pub fn mlxs_softmax(
-        a: mlxs_array,
-        axes: *const c_int,
-        naxes: usize,
-        precise: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
-    pub fn mlxs_zeros(
-        shape: *const c_int,
-        ndim: usize,
-        dtype: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
-    pub fn mlxs_ones(shape: *const c_int, ndim: usize, dtype: c_int, out: *mut mlxs_array)
+    pub fn mlxs_softmax(a: mlxs_array, axes: *const c_int, naxes: usize, precise: c_int, out: *mut mlxs_array)
         -> c_int;
-    pub fn mlxs_full(
-        shape: *const c_int,
-        ndim: usize,
-        vals: mlxs_array,
-        dtype: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
-    pub fn mlxs_arange(
-        start: f64,
-        stop: f64,
-        step: f64,
-        dtype: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
-    pub fn mlxs_linspace(
-        start: f64,
-        stop: f64,
-        num: c_int,
-        dtype: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
+    pub fn mlxs_zeros(shape: *const c_int, ndim: usize, dtype: c_int, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_ones(shape: *const c_int, ndim: usize, dtype: c_int, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_full(shape: *const c_int, ndim: usize, vals: mlxs_array, dtype: c_int, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_arange(start: f64, stop: f64, step: f64, dtype: c_int, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_linspace(start: f64, stop: f64, num: c_int, dtype: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_eye(n: c_int, m: c_int, k: c_int, dtype: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_tri(n: c_int, m: c_int, k: c_int, dtype: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_tril(a: mlxs_array, k: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_triu(a: mlxs_array, k: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_astype(a: mlxs_array, dtype: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_view(a: mlxs_array, dtype: c_int, out: *mut mlxs_array) -> c_int;
-    pub fn mlxs_reshape(
-        a: mlxs_array,
-        shape: *const c_int,
-        ndim: usize,
-        out: *mut mlxs_array,
-    ) -> c_int;
-    pub fn mlxs_transpose(
-        a: mlxs_array,
-        axes: *const c_int,
-        naxes: usize,
-        out: *mut mlxs_array,
-    ) -> c_int;
-    pub fn mlxs_squeeze(
-        a: mlxs_array,
-        axes: *const c_int,
-        naxes: usize,
-        out: *mut mlxs_array,
-    ) -> c_int;
-    pub fn mlxs_expand_dims(
-        a: mlxs_array,
-        axes: *const c_int,
-        naxes: usize,
-        out: *mut mlxs_array,
-    ) -> c_int;
-    pub fn mlxs_broadcast_to(
-        a: mlxs_array,
-        shape: *const c_int,
-        ndim: usize,
-        out: *mut mlxs_array,
-    ) -> c_int;
+    pub fn mlxs_reshape(a: mlxs_array, shape: *const c_int, ndim: usize, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_transpose(a: mlxs_array, axes: *const c_int, naxes: usize, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_squeeze(a: mlxs_array, axes: *const c_int, naxes: usize, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_expand_dims(a: mlxs_array, axes: *const c_int, naxes: usize, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_broadcast_to(a: mlxs_array, shape: *const c_int, ndim: usize, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_flatten(a: mlxs_array, start: c_int, end: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_contiguous(a: mlxs_array, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_slice(
@@ -228,19 +163,8 @@ extern "C" {
         naxes: usize,
         out: *mut mlxs_array,
     ) -> c_int;
-    pub fn mlxs_take(
-        a: mlxs_array,
-        idx: mlxs_array,
-        axis: c_int,
-        has_axis: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
-    pub fn mlxs_take_along_axis(
-        a: mlxs_array,
-        idx: mlxs_array,
-        axis: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
+    pub fn mlxs_take(a: mlxs_array, idx: mlxs_array, axis: c_int, has_axis: c_int, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_take_along_axis(a: mlxs_array, idx: mlxs_array, axis: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_put_along_axis(
         a: mlxs_array,
         idx: mlxs_array,
@@ -269,18 +193,8 @@ extern "C" {
         mode: *const c_char,
         out: *mut mlxs_array,
     ) -> c_int;
-    pub fn mlxs_concatenate(
-        arrs: *const mlxs_array,
-        n: usize,
-        axis: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
-    pub fn mlxs_stack(
-        arrs: *const mlxs_array,
-        n: usize,
-        axis: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
+    pub fn mlxs_concatenate(arrs: *const mlxs_array, n: usize, axis: c_int, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_stack(arrs: *const mlxs_array, n: usize, axis: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_split_sections(
         a: mlxs_array,
         num: c_int,
@@ -303,13 +217,7 @@ extern "C" {
     pub fn mlxs_flip(a: mlxs_array, axis: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_roll(a: mlxs_array, shift: c_int, axis: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_sort(a: mlxs_array, axis: c_int, arg: c_int, out: *mut mlxs_array) -> c_int;
-    pub fn mlxs_partition(
-        a: mlxs_array,
-        kth: c_int,
-        axis: c_int,
-        arg: c_int,
-        out: *mut mlxs_array,
-    ) -> c_int;
+    pub fn mlxs_partition(a: mlxs_array, kth: c_int, axis: c_int, arg: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_topk(a: mlxs_array, k: c_int, axis: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_clip(a: mlxs_array, lo: mlxs_array, hi: mlxs_array, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_as_strided(
@@ -350,8 +258,7 @@ extern "C" {
         groups: c_int,
         out: *mut mlxs_array,
     ) -> c_int;
-    pub fn mlxs_fft(op: c_int, a: mlxs_array, n: c_int, axis: c_int, out: *mut mlxs_array)
-        -> c_int;
+    pub fn mlxs_fft(op: c_int, a: mlxs_array, n: c_int, axis: c_int, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_quantize(
         w: mlxs_array,
         group_size: c_int,
@@ -405,13 +312,7 @@ extern "C" {
         out: *mut mlxs_array,
     ) -> c_int;
     pub fn mlxs_rms_norm(x: mlxs_array, w: mlxs_array, eps: f32, out: *mut mlxs_array) -> c_int;
-    pub fn mlxs_layer_norm(
-        x: mlxs_array,
-        w: mlxs_array,
-        b: mlxs_array,
-        eps: f32,
-        out: *mut mlxs_array,
-    ) -> c_int;
+    pub fn mlxs_layer_norm(x: mlxs_array, w: mlxs_array, b: mlxs_array, eps: f32, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_rope(
         x: mlxs_array,
         dims: c_int,

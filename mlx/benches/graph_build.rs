@@ -66,11 +66,7 @@ fn make_model() -> Model {
             vc: z(&[1, KV_HEADS, CACHE, HEAD_DIM]),
         })
         .collect();
-    Model {
-        embed: z(&[VOCAB, HIDDEN]),
-        norm: z(&[HIDDEN]),
-        layers,
-    }
+    Model { embed: z(&[VOCAB, HIDDEN]), norm: z(&[HIDDEN]), layers }
 }
 
 /// `x @ w.T`, as `nn.Linear` does: two ops.
@@ -90,34 +86,12 @@ fn step(m: &Model, tokens: &Array) -> Result<(Array, usize)> {
         let k = linear(&h, &l.wk)?;
         let v = linear(&h, &l.wv)?;
         n += 7;
-        let q = q
-            .reshape(&[1, 1, HEADS, HEAD_DIM])?
-            .transpose(&[0, 2, 1, 3])?;
-        let k = k
-            .reshape(&[1, 1, KV_HEADS, HEAD_DIM])?
-            .transpose(&[0, 2, 1, 3])?;
-        let v = v
-            .reshape(&[1, 1, KV_HEADS, HEAD_DIM])?
-            .transpose(&[0, 2, 1, 3])?;
+        let q = q.reshape(&[1, 1, HEADS, HEAD_DIM])?.transpose(&[0, 2, 1, 3])?;
+        let k = k.reshape(&[1, 1, KV_HEADS, HEAD_DIM])?.transpose(&[0, 2, 1, 3])?;
+        let v = v.reshape(&[1, 1, KV_HEADS, HEAD_DIM])?.transpose(&[0, 2, 1, 3])?;
         n += 6;
-        let q = fast::rope(
-            &q,
-            HEAD_DIM,
-            false,
-            Some(500000.0),
-            1.0,
-            RopeOffset::Int(OFFSET),
-            None,
-        )?;
-        let k = fast::rope(
-            &k,
-            HEAD_DIM,
-            false,
-            Some(500000.0),
-            1.0,
-            RopeOffset::Int(OFFSET),
-            None,
-        )?;
+        let q = fast::rope(&q, HEAD_DIM, false, Some(500000.0), 1.0, RopeOffset::Int(OFFSET), None)?;
+        let k = fast::rope(&k, HEAD_DIM, false, Some(500000.0), 1.0, RopeOffset::Int(OFFSET), None)?;
         n += 2;
         let (s, e) = ([0, 0, OFFSET, 0], [1, KV_HEADS, OFFSET + 1, HEAD_DIM]);
         // New handles on the caches, as the Python side does; the stored
@@ -129,9 +103,7 @@ fn step(m: &Model, tokens: &Array) -> Result<(Array, usize)> {
         let values = vc.slice_axis(2, 0, OFFSET + 1)?;
         n += 4;
         let o = fast::scaled_dot_product_attention(&q, &keys, &values, scale, Mask::None, None)?;
-        let o = o
-            .transpose(&[0, 2, 1, 3])?
-            .reshape(&[1, 1, HEADS * HEAD_DIM])?;
+        let o = o.transpose(&[0, 2, 1, 3])?.reshape(&[1, 1, HEADS * HEAD_DIM])?;
         x = x.add(&linear(&o, &l.wo)?)?;
         n += 6;
         let h = fast::rms_norm(&x, Some(&l.ln2), EPS)?;

@@ -41,20 +41,12 @@ const METAL_BODY: &str = r#"
 
 /// Largest |a - b| over two arrays of the same shape.
 fn max_abs_diff(a: &Array, b: &Array) -> Result<f32> {
-    a.astype(Dtype::F32)?
-        .sub(&b.astype(Dtype::F32)?)?
-        .abs()?
-        .max_all()?
-        .item_f32()
+    a.astype(Dtype::F32)?.sub(&b.astype(Dtype::F32)?)?.abs()?.max_all()?.item_f32()
 }
 
 fn check(name: &str, diff: f32, tol: f32, failures: &mut u32) {
     let ok = diff <= tol;
-    println!(
-        "{:<34} max |diff| = {diff:.3e} (tol {tol:.0e})  {}",
-        name,
-        if ok { "OK" } else { "MISMATCH" }
-    );
+    println!("{:<34} max |diff| = {diff:.3e} (tol {tol:.0e})  {}", name, if ok { "OK" } else { "MISMATCH" });
     if !ok {
         *failures += 1;
     }
@@ -72,12 +64,7 @@ fn quantized_matmul(failures: &mut u32) -> Result<()> {
         let fast = quant::quantized_matmul(&x, &q, &spec, true)?;
         let reference = x.matmul(&quant::dequantize(&q, &spec, None)?.t()?)?;
         mlx::eval(&[&fast, &reference])?;
-        check(
-            &format!("quantized_matmul q{bits} g{group} f32"),
-            max_abs_diff(&fast, &reference)?,
-            1e-3,
-            failures,
-        );
+        check(&format!("quantized_matmul q{bits} g{group} f32"), max_abs_diff(&fast, &reference)?, 1e-3, failures);
         // bf16 activations and scales, as models run on the GPU.
         let wb = w.astype(Dtype::BF16)?;
         let xb = x.astype(Dtype::BF16)?;
@@ -101,18 +88,11 @@ fn quantized_matmul(failures: &mut u32) -> Result<()> {
 }
 
 fn custom_kernel(failures: &mut u32) -> Result<()> {
-    let src = KernelSource {
-        cuda: Some(CUDA_BODY.into()),
-        metal: Some(METAL_BODY.into()),
-        header: String::new(),
-    };
+    let src = KernelSource { cuda: Some(CUDA_BODY.into()), metal: Some(METAL_BODY.into()), header: String::new() };
     let kernel = Kernel::new("famlx_affine", &["x"], &["y"], &src, 0)?;
     let n = 1000; // not a multiple of the block: exercises the bound check
     for dtype in [Dtype::F32, Dtype::BF16] {
-        let x = mlx::arange(0.0, n as f64, 1.0, Dtype::F32)?
-            .mul_s(0.01)?
-            .sub_s(3.0)?
-            .astype(dtype)?;
+        let x = mlx::arange(0.0, n as f64, 1.0, Dtype::F32)?.mul_s(0.01)?.sub_s(3.0)?.astype(dtype)?;
         let out = kernel.call(&Launch {
             inputs: &[&x],
             outputs: &[(&[n], dtype)],
@@ -123,23 +103,14 @@ fn custom_kernel(failures: &mut u32) -> Result<()> {
         })?;
         let want = x.mul_s(2.0)?.add_s(1.0)?;
         let tol = if dtype == Dtype::F32 { 1e-6 } else { 0.05 };
-        check(
-            &format!("custom kernel y = 2x + 1 ({dtype})"),
-            max_abs_diff(&out[0], &want)?,
-            tol,
-            failures,
-        );
+        check(&format!("custom kernel y = 2x + 1 ({dtype})"), max_abs_diff(&out[0], &want)?, tol, failures);
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
     let allow_cpu = std::env::args().any(|a| a == "--allow-cpu");
-    println!(
-        "MLX runtime {} (built against {})",
-        mlx::runtime_version(),
-        mlx::build_version()
-    );
+    println!("MLX runtime {} (built against {})", mlx::runtime_version(), mlx::build_version());
     if let Err(e) = mlx::check_runtime() {
         println!("WARNING: {e}");
     }
@@ -152,10 +123,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    println!(
-        "GPU available: {}",
-        device::is_available(device::DeviceType::Gpu)
-    );
+    println!("GPU available: {}", device::is_available(device::DeviceType::Gpu));
 
     let mut failures = 0;
     if let Err(e) = quantized_matmul(&mut failures) {
@@ -178,10 +146,7 @@ fn main() -> ExitCode {
         println!("synchronize: error: {e}");
         failures += 1;
     }
-    println!(
-        "peak memory: {:.1} MiB",
-        mlx::memory::peak() as f64 / (1 << 20) as f64
-    );
+    println!("peak memory: {:.1} MiB", mlx::memory::peak() as f64 / (1 << 20) as f64);
     if failures > 0 {
         println!("FAILED: {failures} check(s)");
         return ExitCode::from(1);

@@ -67,20 +67,10 @@ impl Array {
     pub fn from_slice<T: Element>(data: &[T], shape: &[i32]) -> Result<Array> {
         let n: i64 = shape.iter().map(|&d| d as i64).product();
         if n != data.len() as i64 {
-            return Err(Error(format!(
-                "from_slice: {} elements for shape {:?}",
-                data.len(),
-                shape
-            )));
+            return Err(Error(format!("from_slice: {} elements for shape {:?}", data.len(), shape)));
         }
         out1(|o| unsafe {
-            sys::mlxs_array_from_data(
-                data.as_ptr().cast(),
-                shape.as_ptr(),
-                shape.len(),
-                T::DTYPE as i32,
-                o,
-            )
+            sys::mlxs_array_from_data(data.as_ptr().cast(), shape.as_ptr(), shape.len(), T::DTYPE as i32, o)
         })
     }
 
@@ -128,11 +118,7 @@ impl Array {
     /// Size of one dimension (negative counts from the end).
     pub fn dim(&self, axis: i32) -> i32 {
         let s = self.shape();
-        let a = if axis < 0 {
-            s.len() as i32 + axis
-        } else {
-            axis
-        };
+        let a = if axis < 0 { s.len() as i32 + axis } else { axis };
         s[a as usize]
     }
 
@@ -168,12 +154,7 @@ impl Array {
         let n = self.size();
         let mut v = vec![T::default(); n];
         check(unsafe {
-            sys::mlxs_array_to_host(
-                self.raw,
-                T::DTYPE as i32,
-                v.as_mut_ptr().cast(),
-                n * std::mem::size_of::<T>(),
-            )
+            sys::mlxs_array_to_host(self.raw, T::DTYPE as i32, v.as_mut_ptr().cast(), n * std::mem::size_of::<T>())
         })?;
         Ok(v)
     }

@@ -60,16 +60,11 @@ unsafe extern "C" fn drop_body(ctx: *mut c_void) {
 impl Compiled {
     /// Compiles `f`. With `shapeless`, one trace serves all input shapes
     /// (only valid when the graph does not depend on shapes).
-    pub fn new(
-        f: impl Fn(&[Array]) -> Result<Vec<Array>> + 'static,
-        shapeless: bool,
-    ) -> Result<Compiled> {
+    pub fn new(f: impl Fn(&[Array]) -> Result<Vec<Array>> + 'static, shapeless: bool) -> Result<Compiled> {
         let body: Box<Box<Body>> = Box::new(Box::new(f));
         let ctx = Box::into_raw(body) as *mut c_void;
         let mut raw = std::ptr::null_mut();
-        check(unsafe {
-            sys::mlxs_compile(trampoline, ctx, Some(drop_body), shapeless as i32, &mut raw)
-        })?;
+        check(unsafe { sys::mlxs_compile(trampoline, ctx, Some(drop_body), shapeless as i32, &mut raw) })?;
         Ok(Compiled { raw })
     }
 
@@ -79,20 +74,9 @@ impl Compiled {
         let mut outs = vec![std::ptr::null_mut(); 64];
         let mut n = 0;
         check(unsafe {
-            sys::mlxs_closure_call(
-                self.raw,
-                raws.as_ptr(),
-                raws.len(),
-                outs.as_mut_ptr(),
-                outs.len(),
-                &mut n,
-            )
+            sys::mlxs_closure_call(self.raw, raws.as_ptr(), raws.len(), outs.as_mut_ptr(), outs.len(), &mut n)
         })?;
-        Ok(outs
-            .into_iter()
-            .take(n)
-            .map(|r| unsafe { Array::from_raw(r) })
-            .collect())
+        Ok(outs.into_iter().take(n).map(|r| unsafe { Array::from_raw(r) }).collect())
     }
 }
 

@@ -46,14 +46,7 @@ pub fn backend() -> Backend {
 pub fn default_device() -> Result<(DeviceType, i32)> {
     let (mut t, mut i) = (0, 0);
     check(unsafe { sys::mlxs_default_device(&mut t, &mut i) })?;
-    Ok((
-        if t == 1 {
-            DeviceType::Gpu
-        } else {
-            DeviceType::Cpu
-        },
-        i,
-    ))
+    Ok((if t == 1 { DeviceType::Gpu } else { DeviceType::Cpu }, i))
 }
 
 /// Sets the default device.

@@ -15,12 +15,7 @@ pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
 }
 
 /// Layer norm over the last axis.
-pub fn layer_norm(
-    x: &Array,
-    weight: Option<&Array>,
-    bias: Option<&Array>,
-    eps: f32,
-) -> Result<Array> {
+pub fn layer_norm(x: &Array, weight: Option<&Array>, bias: Option<&Array>, eps: f32) -> Result<Array> {
     out1(|o| unsafe { sys::mlxs_layer_norm(x.as_raw(), opt(weight), opt(bias), eps, o) })
 }
 
@@ -99,18 +94,7 @@ pub fn scaled_dot_product_attention(
         Mask::Causal => (c"causal", null_mut()),
         Mask::Array(a) => (c"array", a.as_raw()),
     };
-    out1(|o| unsafe {
-        sys::mlxs_sdpa(
-            q.as_raw(),
-            k.as_raw(),
-            v.as_raw(),
-            scale,
-            mode.as_ptr(),
-            arr,
-            opt(sinks),
-            o,
-        )
-    })
+    out1(|o| unsafe { sys::mlxs_sdpa(q.as_raw(), k.as_raw(), v.as_raw(), scale, mode.as_ptr(), arr, opt(sinks), o) })
 }
 
 /// MLX's fused gated delta rule (Qwen3.5's linear attention).

@@ -35,8 +35,7 @@ fn cstr(p: *const std::ffi::c_char) -> String {
 }
 
 fn path_c(path: &Path) -> Result<CString> {
-    CString::new(path.to_string_lossy().as_bytes())
-        .map_err(|_| Error(format!("{}: bad path", path.display())))
+    CString::new(path.to_string_lossy().as_bytes()).map_err(|_| Error(format!("{}: bad path", path.display())))
 }
 
 impl Tensors {
@@ -71,11 +70,7 @@ pub fn load_safetensors(path: &Path) -> Result<(HashMap<String, Array>, HashMap<
 }
 
 /// Saves tensors and string metadata as safetensors.
-pub fn save_safetensors(
-    path: &Path,
-    arrays: &[(&str, &Array)],
-    meta: &[(&str, &str)],
-) -> Result<()> {
+pub fn save_safetensors(path: &Path, arrays: &[(&str, &Array)], meta: &[(&str, &str)]) -> Result<()> {
     let p = path_c(path)?;
     let to_c = |s: &str| CString::new(s).map_err(|_| Error(format!("bad name {s:?}")));
     let names: Vec<CString> = arrays.iter().map(|(n, _)| to_c(n)).collect::<Result<_>>()?;
@@ -114,16 +109,10 @@ pub fn load_gguf(path: &Path) -> Result<(HashMap<String, Array>, HashMap<String,
         let k = cstr(unsafe { sys::mlxs_tensors_meta_key(t.0, i) });
         let v = match unsafe { sys::mlxs_tensors_meta_kind(t.0, i) } {
             0 => GgufValue::Str(cstr(unsafe { sys::mlxs_tensors_meta_str(t.0, i) })),
-            1 => GgufValue::Array(out1(|o| unsafe {
-                sys::mlxs_tensors_meta_array(t.0, i, o)
-            })?),
+            1 => GgufValue::Array(out1(|o| unsafe { sys::mlxs_tensors_meta_array(t.0, i, o) })?),
             2 => {
                 let len = unsafe { sys::mlxs_tensors_meta_strs_len(t.0, i) };
-                GgufValue::Strs(
-                    (0..len)
-                        .map(|j| cstr(unsafe { sys::mlxs_tensors_meta_strs_at(t.0, i, j) }))
-                        .collect(),
-                )
+                GgufValue::Strs((0..len).map(|j| cstr(unsafe { sys::mlxs_tensors_meta_strs_at(t.0, i, j) })).collect())
             }
             _ => GgufValue::None,
         };

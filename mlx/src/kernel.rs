@@ -108,20 +108,13 @@ impl Kernel {
                 &mut raw,
             )
         })?;
-        Ok(Kernel {
-            raw,
-            nout: outputs.len(),
-        })
+        Ok(Kernel { raw, nout: outputs.len() })
     }
 
     /// Launches the kernel; returns its outputs.
     pub fn call(&self, l: &Launch<'_>) -> Result<Vec<Array>> {
         if l.outputs.len() != self.nout {
-            return Err(Error(format!(
-                "kernel: {} outputs declared, {} given",
-                self.nout,
-                l.outputs.len()
-            )));
+            return Err(Error(format!("kernel: {} outputs declared, {} given", self.nout, l.outputs.len())));
         }
         let ins: Vec<_> = l.inputs.iter().map(|a| a.as_raw()).collect();
         let mut shapes = Vec::new();
@@ -169,9 +162,6 @@ impl Kernel {
                 outs.as_mut_ptr(),
             )
         })?;
-        Ok(outs
-            .into_iter()
-            .map(|r| unsafe { Array::from_raw(r) })
-            .collect())
+        Ok(outs.into_iter().map(|r| unsafe { Array::from_raw(r) }).collect())
     }
 }

@@ -61,17 +61,13 @@ pub(crate) fn out1(f: impl FnOnce(*mut mlx_sys::mlxs_array) -> std::ffi::c_int) 
 /// The MLX version the shim was compiled against.
 pub fn build_version() -> &'static str {
     // SAFETY: static string in the shim.
-    unsafe { CStr::from_ptr(mlx_sys::mlxs_build_version()) }
-        .to_str()
-        .unwrap_or("?")
+    unsafe { CStr::from_ptr(mlx_sys::mlxs_build_version()) }.to_str().unwrap_or("?")
 }
 
 /// The version of the `libmlx` actually loaded in this process.
 pub fn runtime_version() -> String {
     // SAFETY: MLX returns a static string.
-    unsafe { CStr::from_ptr(mlx_sys::mlxs_runtime_version()) }
-        .to_string_lossy()
-        .into_owned()
+    unsafe { CStr::from_ptr(mlx_sys::mlxs_runtime_version()) }.to_string_lossy().into_owned()
 }
 
 /// Checks that the loaded `libmlx` is the version this code was built for.

@@ -252,45 +252,19 @@ impl Array {
     }
     /// Variance over axes.
     pub fn var(&self, axes: &[i32], keepdims: bool, ddof: i32) -> Result<Array> {
-        out1(|o| unsafe {
-            sys::mlxs_var(
-                self.as_raw(),
-                axes.as_ptr(),
-                axes.len(),
-                0,
-                keepdims as i32,
-                ddof,
-                0,
-                o,
-            )
-        })
+        out1(|o| unsafe { sys::mlxs_var(self.as_raw(), axes.as_ptr(), axes.len(), 0, keepdims as i32, ddof, 0, o) })
     }
     /// Standard deviation over axes.
     pub fn std(&self, axes: &[i32], keepdims: bool, ddof: i32) -> Result<Array> {
-        out1(|o| unsafe {
-            sys::mlxs_var(
-                self.as_raw(),
-                axes.as_ptr(),
-                axes.len(),
-                0,
-                keepdims as i32,
-                ddof,
-                1,
-                o,
-            )
-        })
+        out1(|o| unsafe { sys::mlxs_var(self.as_raw(), axes.as_ptr(), axes.len(), 0, keepdims as i32, ddof, 1, o) })
     }
     /// Softmax over axes; `precise` accumulates in f32 for low-precision inputs.
     pub fn softmax(&self, axes: &[i32], precise: bool) -> Result<Array> {
-        out1(|o| unsafe {
-            sys::mlxs_softmax(self.as_raw(), axes.as_ptr(), axes.len(), precise as i32, o)
-        })
+        out1(|o| unsafe { sys::mlxs_softmax(self.as_raw(), axes.as_ptr(), axes.len(), precise as i32, o) })
     }
 
     fn scan(&self, op: i32, axis: i32, reverse: bool, inclusive: bool) -> Result<Array> {
-        out1(|o| unsafe {
-            sys::mlxs_scan(op, self.as_raw(), axis, reverse as i32, inclusive as i32, o)
-        })
+        out1(|o| unsafe { sys::mlxs_scan(op, self.as_raw(), axis, reverse as i32, inclusive as i32, o) })
     }
     /// Cumulative sum.
     pub fn cumsum(&self, axis: i32, reverse: bool, inclusive: bool) -> Result<Array> {
@@ -377,16 +351,7 @@ impl Array {
                 strides.len()
             )));
         }
-        out1(|o| unsafe {
-            sys::mlxs_slice(
-                self.as_raw(),
-                start.as_ptr(),
-                stop.as_ptr(),
-                strides.as_ptr(),
-                n,
-                o,
-            )
-        })
+        out1(|o| unsafe { sys::mlxs_slice(self.as_raw(), start.as_ptr(), stop.as_ptr(), strides.as_ptr(), n, o) })
     }
     /// `a[..., start:stop, ...]` on one axis.
     pub fn slice_axis(&self, axis: i32, start: i32, stop: i32) -> Result<Array> {
@@ -418,18 +383,10 @@ impl Array {
         })
     }
     /// Writes `update` into `self[start:stop:strides]`, returning the new array.
-    pub fn slice_update(
-        &self,
-        update: &Array,
-        start: &[i32],
-        stop: &[i32],
-        strides: &[i32],
-    ) -> Result<Array> {
+    pub fn slice_update(&self, update: &Array, start: &[i32], stop: &[i32], strides: &[i32]) -> Result<Array> {
         let n = self.ndim();
         if start.len() != n || stop.len() != n || strides.len() != n {
-            return Err(Error(format!(
-                "slice_update: expected {n} starts/stops/strides"
-            )));
+            return Err(Error(format!("slice_update: expected {n} starts/stops/strides")));
         }
         out1(|o| unsafe {
             sys::mlxs_slice_update(
@@ -444,21 +401,9 @@ impl Array {
         })
     }
     /// Writes `update` at a device index `start` along `axes`.
-    pub fn slice_update_dynamic(
-        &self,
-        update: &Array,
-        start: &Array,
-        axes: &[i32],
-    ) -> Result<Array> {
+    pub fn slice_update_dynamic(&self, update: &Array, start: &Array, axes: &[i32]) -> Result<Array> {
         out1(|o| unsafe {
-            sys::mlxs_slice_update_dynamic(
-                self.as_raw(),
-                update.as_raw(),
-                start.as_raw(),
-                axes.as_ptr(),
-                axes.len(),
-                o,
-            )
+            sys::mlxs_slice_update_dynamic(self.as_raw(), update.as_raw(), start.as_raw(), axes.as_ptr(), axes.len(), o)
         })
     }
     /// Gathers `indices` along `axis`.
@@ -475,19 +420,10 @@ impl Array {
     }
     /// `put_along_axis` (numpy semantics).
     pub fn put_along_axis(&self, indices: &Array, values: &Array, axis: i32) -> Result<Array> {
-        out1(|o| unsafe {
-            sys::mlxs_put_along_axis(self.as_raw(), indices.as_raw(), values.as_raw(), axis, o)
-        })
+        out1(|o| unsafe { sys::mlxs_put_along_axis(self.as_raw(), indices.as_raw(), values.as_raw(), axis, o) })
     }
     /// Pads with a constant (`mode` "constant") or the edge values ("edge").
-    pub fn pad(
-        &self,
-        axes: &[i32],
-        low: &[i32],
-        high: &[i32],
-        value: &Array,
-        mode: &str,
-    ) -> Result<Array> {
+    pub fn pad(&self, axes: &[i32], low: &[i32], high: &[i32], value: &Array, mode: &str) -> Result<Array> {
         if axes.len() != low.len() || axes.len() != high.len() {
             return Err(Error::msg("pad: axes, low and high differ in length"));
         }
@@ -509,21 +445,8 @@ impl Array {
     pub fn split(&self, num: i32, axis: i32) -> Result<Vec<Array>> {
         let mut outs = vec![null_mut(); num.max(0) as usize];
         let mut n = 0;
-        check(unsafe {
-            sys::mlxs_split_sections(
-                self.as_raw(),
-                num,
-                axis,
-                outs.as_mut_ptr(),
-                outs.len(),
-                &mut n,
-            )
-        })?;
-        Ok(outs
-            .into_iter()
-            .take(n)
-            .map(|r| unsafe { Array::from_raw(r) })
-            .collect())
+        check(unsafe { sys::mlxs_split_sections(self.as_raw(), num, axis, outs.as_mut_ptr(), outs.len(), &mut n) })?;
+        Ok(outs.into_iter().take(n).map(|r| unsafe { Array::from_raw(r) }).collect())
     }
     /// Splits at the given indices along `axis`.
     pub fn split_at(&self, indices: &[i32], axis: i32) -> Result<Vec<Array>> {
@@ -540,11 +463,7 @@ impl Array {
                 &mut n,
             )
         })?;
-        Ok(outs
-            .into_iter()
-            .take(n)
-            .map(|r| unsafe { Array::from_raw(r) })
-            .collect())
+        Ok(outs.into_iter().take(n).map(|r| unsafe { Array::from_raw(r) }).collect())
     }
     /// Repeats each element along `axis`.
     pub fn repeat(&self, repeats: i32, axis: i32) -> Result<Array> {
@@ -592,14 +511,7 @@ impl Array {
             return Err(Error::msg("as_strided: shape and strides differ in length"));
         }
         out1(|o| unsafe {
-            sys::mlxs_as_strided(
-                self.as_raw(),
-                shape.as_ptr(),
-                shape.len(),
-                strides.as_ptr(),
-                offset,
-                o,
-            )
+            sys::mlxs_as_strided(self.as_raw(), shape.as_ptr(), shape.len(), strides.as_ptr(), offset, o)
         })
     }
     /// Lower triangle (k-th diagonal and below).
@@ -649,25 +561,10 @@ pub enum ScatterOp {
 }
 
 /// Scatters `updates` into `a` at `indices` (one index array per axis in `axes`).
-pub fn scatter(
-    op: ScatterOp,
-    a: &Array,
-    indices: &[&Array],
-    updates: &Array,
-    axes: &[i32],
-) -> Result<Array> {
+pub fn scatter(op: ScatterOp, a: &Array, indices: &[&Array], updates: &Array, axes: &[i32]) -> Result<Array> {
     let r = raws(indices);
     out1(|o| unsafe {
-        sys::mlxs_scatter(
-            op as i32,
-            a.as_raw(),
-            r.as_ptr(),
-            r.len(),
-            updates.as_raw(),
-            axes.as_ptr(),
-            axes.len(),
-            o,
-        )
+        sys::mlxs_scatter(op as i32, a.as_raw(), r.as_ptr(), r.len(), updates.as_raw(), axes.as_ptr(), axes.len(), o)
     })
 }
 
@@ -706,43 +603,18 @@ pub fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Result<A
 }
 
 /// N-d convolution (1, 2 or 3 spatial dims, channels last) with groups.
-pub fn conv(
-    x: &Array,
-    w: &Array,
-    stride: &[i32],
-    padding: &[i32],
-    dilation: &[i32],
-    groups: i32,
-) -> Result<Array> {
+pub fn conv(x: &Array, w: &Array, stride: &[i32], padding: &[i32], dilation: &[i32], groups: i32) -> Result<Array> {
     let n = stride.len();
     if padding.len() != n || dilation.len() != n {
-        return Err(Error::msg(
-            "conv: stride, padding and dilation differ in length",
-        ));
+        return Err(Error::msg("conv: stride, padding and dilation differ in length"));
     }
     out1(|o| unsafe {
-        sys::mlxs_conv(
-            x.as_raw(),
-            w.as_raw(),
-            stride.as_ptr(),
-            padding.as_ptr(),
-            dilation.as_ptr(),
-            n,
-            groups,
-            o,
-        )
+        sys::mlxs_conv(x.as_raw(), w.as_raw(), stride.as_ptr(), padding.as_ptr(), dilation.as_ptr(), n, groups, o)
     })
 }
 
 /// 1-d convolution (`[N, L, C]` input, `[O, K, C/groups]` weight).
-pub fn conv1d(
-    x: &Array,
-    w: &Array,
-    stride: i32,
-    padding: i32,
-    dilation: i32,
-    groups: i32,
-) -> Result<Array> {
+pub fn conv1d(x: &Array, w: &Array, stride: i32, padding: i32, dilation: i32, groups: i32) -> Result<Array> {
     conv(x, w, &[stride], &[padding], &[dilation], groups)
 }
 

@@ -25,11 +25,7 @@ pub struct QuantSpec {
 impl QuantSpec {
     /// Affine quantization.
     pub fn affine(group_size: i32, bits: i32) -> Self {
-        QuantSpec {
-            group_size,
-            bits,
-            mode: "affine".into(),
-        }
+        QuantSpec { group_size, bits, mode: "affine".into() }
     }
     /// The mode as a C string; the known modes borrow a static string, so a
     /// quantized matmul does not allocate.
@@ -59,26 +55,12 @@ pub struct Quantized {
 pub fn quantize(w: &Array, spec: &QuantSpec) -> Result<Quantized> {
     let (mut q, mut s, mut b) = (null_mut(), null_mut(), null_mut());
     let m = spec.mode_c();
-    check(unsafe {
-        sys::mlxs_quantize(
-            w.as_raw(),
-            spec.group_size,
-            spec.bits,
-            m.as_ptr(),
-            &mut q,
-            &mut s,
-            &mut b,
-        )
-    })?;
+    check(unsafe { sys::mlxs_quantize(w.as_raw(), spec.group_size, spec.bits, m.as_ptr(), &mut q, &mut s, &mut b) })?;
     unsafe {
         Ok(Quantized {
             w: Array::from_raw(q),
             scales: Array::from_raw(s),
-            biases: if b.is_null() {
-                None
-            } else {
-                Some(Array::from_raw(b))
-            },
+            biases: if b.is_null() { None } else { Some(Array::from_raw(b)) },
         })
     }
 }
@@ -101,12 +83,7 @@ pub fn dequantize(q: &Quantized, spec: &QuantSpec, dtype: Option<Dtype>) -> Resu
 }
 
 /// `x @ dequant(w).T` (or without the transpose) on the packed weights.
-pub fn quantized_matmul(
-    x: &Array,
-    q: &Quantized,
-    spec: &QuantSpec,
-    transpose: bool,
-) -> Result<Array> {
+pub fn quantized_matmul(x: &Array, q: &Quantized, spec: &QuantSpec, transpose: bool) -> Result<Array> {
     let m = spec.mode_c();
     out1(|o| unsafe {
         sys::mlxs_quantized_matmul(
@@ -124,16 +101,8 @@ pub fn quantized_matmul(
 }
 
 /// Batched matmul gathering the left and right operands by index (MoE experts).
-pub fn gather_mm(
-    a: &Array,
-    b: &Array,
-    lhs: Option<&Array>,
-    rhs: Option<&Array>,
-    sorted: bool,
-) -> Result<Array> {
-    out1(|o| unsafe {
-        sys::mlxs_gather_mm(a.as_raw(), b.as_raw(), opt(lhs), opt(rhs), sorted as i32, o)
-    })
+pub fn gather_mm(a: &Array, b: &Array, lhs: Option<&Array>, rhs: Option<&Array>, sorted: bool) -> Result<Array> {
+    out1(|o| unsafe { sys::mlxs_gather_mm(a.as_raw(), b.as_raw(), opt(lhs), opt(rhs), sorted as i32, o) })
 }
 
 /// Quantized [`gather_mm`].

@@ -32,10 +32,7 @@ fn safetensors_roundtrip_with_metadata() {
     // Written by Python, read here (with its metadata).
     let (arrays, meta) = io::load_safetensors(&data("expected.safetensors")).unwrap();
     assert!(arrays.len() > 100);
-    assert_eq!(
-        meta.get("generator").map(String::as_str),
-        Some("make_expected.py")
-    );
+    assert_eq!(meta.get("generator").map(String::as_str), Some("make_expected.py"));
     assert_eq!(meta.get("mlx").map(String::as_str), Some("0.32.4"));
 
     // Written and read back here, in several dtypes.
@@ -59,10 +56,7 @@ fn safetensors_roundtrip_with_metadata() {
     assert_close("bf16", &m["w.bf16"], &b, 0.0, 0.0);
     assert_eq!(m["ids"].to_vec::<i32>().unwrap(), vec![7, -8]);
     assert_eq!(m["mask"].dtype(), Dtype::Bool);
-    assert_eq!(
-        m["mask"].to_vec::<bool>().unwrap(),
-        vec![true, false, true, true, true, true]
-    );
+    assert_eq!(m["mask"].to_vec::<bool>().unwrap(), vec![true, false, true, true, true, true]);
     // Errors name the file.
     let missing = tmp("missing.safetensors");
     let e = io::load_safetensors(&missing).unwrap_err();
@@ -77,10 +71,7 @@ fn gguf_with_metadata() {
     let (arrays, meta) = io::load_gguf(&data("small.gguf")).unwrap();
     let emb = &arrays["tok_embd.weight"];
     assert_eq!(emb.shape(), &[3, 4]);
-    assert_eq!(
-        emb.to_vec::<f32>().unwrap(),
-        (0..12).map(|i| i as f32).collect::<Vec<_>>()
-    );
+    assert_eq!(emb.to_vec::<f32>().unwrap(), (0..12).map(|i| i as f32).collect::<Vec<_>>());
     let norm = &arrays["blk.0.attn_norm.weight"];
     assert_eq!(norm.dtype(), Dtype::F16);
     assert_eq!(norm.to_vec::<f32>().unwrap(), vec![0.5, 1.5, -2.0, 4.0]);
@@ -141,11 +132,7 @@ fn eval_async_eval_synchronize() {
 #[test]
 fn compile() {
     let _g = serial();
-    let f = Compiled::new(
-        |xs| Ok(vec![xs[0].mul(&xs[1])?.add_s(1.0)?, xs[0].exp()?]),
-        false,
-    )
-    .unwrap();
+    let f = Compiled::new(|xs| Ok(vec![xs[0].mul(&xs[1])?.add_s(1.0)?, xs[0].exp()?]), false).unwrap();
     let x = f32s(&[1.0, 2.0, 3.0], &[3]);
     let y = f32s(&[4.0, 5.0, 6.0], &[3]);
     let out = f.call(&[&x, &y]).unwrap();
@@ -156,10 +143,7 @@ fn compile() {
     let out = f.call(&[&y, &y]).unwrap();
     assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![17.0, 26.0, 37.0]);
     let z = f32s(&[2.0, 2.0], &[2]);
-    assert_eq!(
-        f.call(&[&z, &z]).unwrap()[0].to_vec::<f32>().unwrap(),
-        vec![5.0, 5.0]
-    );
+    assert_eq!(f.call(&[&z, &z]).unwrap()[0].to_vec::<f32>().unwrap(), vec![5.0, 5.0]);
 
     // Shapeless: one trace for all shapes.
     let g = Compiled::new(|xs| Ok(vec![xs[0].sigmoid()?.mul(&xs[0])?]), true).unwrap();
@@ -181,10 +165,7 @@ fn compile() {
     // Several compiled functions live side by side and can be dropped.
     let h = Compiled::new(|xs| Ok(vec![xs[0].add_s(10.0)?]), false).unwrap();
     drop(f);
-    assert_eq!(
-        h.call(&[&x]).unwrap()[0].to_vec::<f32>().unwrap(),
-        vec![11.0, 12.0, 13.0]
-    );
+    assert_eq!(h.call(&[&x]).unwrap()[0].to_vec::<f32>().unwrap(), vec![11.0, 12.0, 13.0]);
     // Disabled: runs eagerly, same results.
     mlx::compile::set_enabled(false).unwrap();
     let k = Compiled::new(|xs| Ok(vec![xs[0].add_s(1.0)?]), false).unwrap();
@@ -224,10 +205,7 @@ fn devices_and_streams() {
     device::set_default_device(dt, idx).unwrap();
     assert_eq!(device::default_device().unwrap(), (dt, idx));
     if backend == Backend::Cpu {
-        assert!(
-            device::set_default_device(DeviceType::Gpu, 0).is_err()
-                || !device::is_available(DeviceType::Gpu)
-        );
+        assert!(device::set_default_device(DeviceType::Gpu, 0).is_err() || !device::is_available(DeviceType::Gpu));
         device::set_default_device(dt, idx).unwrap();
     }
 }
@@ -240,16 +218,9 @@ fn memory_counters_and_limits() {
     let before = memory::active();
     let mb = 1 << 20;
     {
-        let a = mlx::ones(&[1024, 1024], Dtype::F32)
-            .unwrap()
-            .add_s(1.0)
-            .unwrap();
+        let a = mlx::ones(&[1024, 1024], Dtype::F32).unwrap().add_s(1.0).unwrap();
         a.eval().unwrap();
-        assert!(
-            memory::active() >= before + 4 * mb - 4096,
-            "active {}",
-            memory::active()
-        );
+        assert!(memory::active() >= before + 4 * mb - 4096, "active {}", memory::active());
         assert!(memory::peak() >= 4 * mb);
     }
     // Freed buffers go to the cache (unless the limit is 0), and clear_cache empties it.
@@ -263,10 +234,7 @@ fn memory_counters_and_limits() {
     // Cache limit 0: freed buffers are released at once.
     let old_cache = memory::set_cache_limit(0);
     {
-        let a = mlx::ones(&[512, 512], Dtype::F32)
-            .unwrap()
-            .add_s(1.0)
-            .unwrap();
+        let a = mlx::ones(&[512, 512], Dtype::F32).unwrap().add_s(1.0).unwrap();
         a.eval().unwrap();
     }
     assert_eq!(memory::cache(), 0);
@@ -285,9 +253,7 @@ fn memory_counters_and_limits() {
 fn add_one_kernel() -> KernelSource {
     KernelSource {
         metal: Some("uint i = thread_position_in_grid.x; y[i] = x[i] + 1;".into()),
-        cuda: Some(
-            "auto i = cg::this_grid().thread_rank(); if (i < N) { y[i] = x[i] + 1; }".into(),
-        ),
+        cuda: Some("auto i = cg::this_grid().thread_rank(); if (i < N) { y[i] = x[i] + 1; }".into()),
         header: String::new(),
     }
 }
@@ -302,11 +268,7 @@ fn custom_kernels() {
     if device::backend() == Backend::Cpu {
         assert!(!Kernel::available(&src));
         let e = k.err().expect("custom kernels need a GPU");
-        assert!(
-            e.0.contains("CPU-only") && e.0.contains("add_one"),
-            "{}",
-            e.0
-        );
+        assert!(e.0.contains("CPU-only") && e.0.contains("add_one"), "{}", e.0);
         return;
     }
     let k = k.unwrap();

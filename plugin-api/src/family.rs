@@ -32,7 +32,11 @@ pub trait FamilySpec: Send + Sync + 'static {
     /// Builds the model.
     fn build(&self, plan: &ModelPlan, weights: &dyn mlx::nn::Weights) -> Result<Box<dyn ModelForward>>;
     /// Builds a drafter when the family and weights have one.
-    fn build_drafter(&self, _plan: &ModelPlan, _weights: &dyn mlx::nn::Weights) -> Result<Option<Box<dyn DraftForward>>> {
+    fn build_drafter(
+        &self,
+        _plan: &ModelPlan,
+        _weights: &dyn mlx::nn::Weights,
+    ) -> Result<Option<Box<dyn DraftForward>>> {
         Ok(None)
     }
 }
@@ -46,7 +50,14 @@ pub trait ModelForward: Send {
 /// A drafter, in plain Rust.
 pub trait DraftForward: Send {
     /// Proposes up to `depth` tokens.
-    fn draft(&mut self, hidden: &Array, last_token: &Array, depth: u32, target: &mut Caches<'_>, own: &mut Caches<'_>) -> Result<Vec<Array>>;
+    fn draft(
+        &mut self,
+        hidden: &Array,
+        last_token: &Array,
+        depth: u32,
+        target: &mut Caches<'_>,
+        own: &mut Caches<'_>,
+    ) -> Result<Vec<Array>>;
 }
 
 /// Forward input on the plugin side.
@@ -101,7 +112,11 @@ impl<'a> Caches<'a> {
     /// Appends k/v to slot `i` and attends `q` over the slot.
     pub fn attend(&mut self, i: usize, q: Array, k: Array, v: Array, opts: AttnOptions) -> Result<Array> {
         self.slot(i)?;
-        self.inner[i].attend(q.into(), k.into(), v.into(), opts).into_result().map(ArrayHandle::into_array).map_err(merr)
+        self.inner[i]
+            .attend(q.into(), k.into(), v.into(), opts)
+            .into_result()
+            .map(ArrayHandle::into_array)
+            .map_err(merr)
     }
     /// Attends `q` over slot `i` without appending.
     pub fn attend_cached(&self, i: usize, q: Array, opts: AttnOptions) -> Result<Array> {
@@ -173,12 +188,17 @@ impl<F: FamilySpec> Family for FamilyAdapter<F> {
     }
     fn plan(&self, config_json: RStr<'_>) -> RResult<ModelPlan, RString> {
         guard(self.0.name(), || {
-            let v: serde_json::Value =
-                serde_json::from_str(config_json.as_str()).map_err(|e| mlx::Error(format!("config is not JSON: {e}")))?;
+            let v: serde_json::Value = serde_json::from_str(config_json.as_str())
+                .map_err(|e| mlx::Error(format!("config is not JSON: {e}")))?;
             self.0.plan(&v)
         })
     }
-    fn rewrite(&self, plan: &ModelPlan, name: RStr<'_>, tensor: ArrayHandle) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, RString> {
+    fn rewrite(
+        &self,
+        plan: &ModelPlan,
+        name: RStr<'_>,
+        tensor: ArrayHandle,
+    ) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, RString> {
         guard(self.0.name(), || {
             let out = self.0.rewrite(plan, name.as_str(), tensor.into_array())?;
             Ok(out.into_iter().map(|(n, a)| Tuple2(RString::from(n), ArrayHandle::from(a))).collect())

@@ -39,7 +39,15 @@ pub struct Attention {
 impl Attention {
     /// Loads `{prefix}.{q,k,v,o}_proj` and, when `qk_norm_eps` is given,
     /// `{prefix}.{q,k}_norm`.
-    pub fn load(w: &dyn Weights, prefix: &str, n_heads: i32, n_kv_heads: i32, head_dim: i32, rope: Rope, qk_norm_eps: Option<f32>) -> Result<Self> {
+    pub fn load(
+        w: &dyn Weights,
+        prefix: &str,
+        n_heads: i32,
+        n_kv_heads: i32,
+        head_dim: i32,
+        rope: Rope,
+        qk_norm_eps: Option<f32>,
+    ) -> Result<Self> {
         let norm = |n: &str| qk_norm_eps.map(|eps| RmsNorm::load(w, &format!("{prefix}.{n}"), eps)).transpose();
         let q = Linear::load(w, &format!("{prefix}.q_proj"))?;
         let k = Linear::load(w, &format!("{prefix}.k_proj"))?;

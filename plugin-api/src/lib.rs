@@ -18,10 +18,10 @@ pub mod layers;
 mod types;
 
 pub use abi_stable;
+pub use handle::ArrayHandle;
 /// The MLX API, so out-of-tree plugins need no other famlx crate.
 pub use mlx;
 pub use serde_json;
-pub use handle::ArrayHandle;
 pub use types::*;
 
 use abi_stable::library::RootModule;
@@ -70,7 +70,12 @@ pub trait Family: Send + Sync {
     fn plan(&self, config_json: RStr<'_>) -> RResult<ModelPlan, RString>;
     /// Rewrites one checkpoint tensor: zero outputs drop it, one renames or
     /// transforms it, several split it.
-    fn rewrite(&self, plan: &ModelPlan, name: RStr<'_>, tensor: ArrayHandle) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, RString>;
+    fn rewrite(
+        &self,
+        plan: &ModelPlan,
+        name: RStr<'_>,
+        tensor: ArrayHandle,
+    ) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, RString>;
     /// How the converter should quantize a (rewritten) tensor.
     fn quant_class(&self, plan: &ModelPlan, name: RStr<'_>) -> QuantClass;
     /// Builds the model from host-held weights.
@@ -140,13 +145,23 @@ pub trait LayerCache {
     /// Appends `k`, `v` (`[B, Hkv, L, D]`) and returns the attention of `q`
     /// (`[B, Hq, L, D]`) over everything cached, masked causally (and by the
     /// window for a rotating cache) unless `opts.mask` says otherwise.
-    fn attend(&mut self, q: ArrayHandle, k: ArrayHandle, v: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, RString>;
+    fn attend(
+        &mut self,
+        q: ArrayHandle,
+        k: ArrayHandle,
+        v: ArrayHandle,
+        opts: AttnOptions,
+    ) -> RResult<ArrayHandle, RString>;
     /// Attends `q` over what is cached without appending (KV-sharing layers,
     /// drafters reading the target's cache).
     fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, RString>;
     /// Appends `k`, `v` and returns all cached keys and values dense, for
     /// families that need their own attention.
-    fn update_and_fetch(&mut self, k: ArrayHandle, v: ArrayHandle) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, RString>;
+    fn update_and_fetch(
+        &mut self,
+        k: ArrayHandle,
+        v: ArrayHandle,
+    ) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, RString>;
     /// Recurrent state (empty for KV caches).
     fn state(&self) -> RVec<ArrayHandle>;
     /// Replaces the recurrent state and advances the offset by `tokens`.

@@ -31,13 +31,7 @@ impl std::fmt::Debug for StreamingDetokenizer {
 
 impl StreamingDetokenizer {
     pub(crate) fn new(tok: Arc<tokenizers::Tokenizer>, skip_special: bool) -> StreamingDetokenizer {
-        StreamingDetokenizer {
-            tok,
-            skip_special,
-            ids: Vec::new(),
-            prefix: 0,
-            read: 0,
-        }
+        StreamingDetokenizer { tok, skip_special, ids: Vec::new(), prefix: 0, read: 0 }
     }
 
     fn decode(&self, ids: &[u32]) -> String {
@@ -50,10 +44,7 @@ impl StreamingDetokenizer {
         let before = self.decode(&self.ids[self.prefix..self.read]);
         let now = self.decode(&self.ids[self.prefix..]);
         let complete = !now.ends_with('\u{FFFD}');
-        if now.len() >= before.len()
-            && now.is_char_boundary(before.len())
-            && now.starts_with(&before)
-        {
+        if now.len() >= before.len() && now.is_char_boundary(before.len()) && now.starts_with(&before) {
             return (now[before.len()..].to_string(), complete);
         }
         // The window re-decoded differently (should not happen): emit past the common part.

@@ -14,11 +14,7 @@ impl Error {
         let msg: String = msg.into();
         if msg.contains('\n') || msg.contains('\r') {
             // Underlying errors (minijinja, serde) may span several lines; keep ours to one.
-            let folded: Vec<&str> = msg
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect();
+            let folded: Vec<&str> = msg.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
             Error(folded.join(" | "))
         } else {
             Error(msg)

@@ -29,26 +29,18 @@ pub enum MetaValue {
 /// touching the tensor data. Nested arrays are skipped.
 pub fn read_gguf_metadata(path: &Path) -> Result<HashMap<String, MetaValue>> {
     let p = path.display();
-    let file =
-        std::fs::File::open(path).map_err(|e| Error::new(format!("{p}: cannot open: {e}")))?;
+    let file = std::fs::File::open(path).map_err(|e| Error::new(format!("{p}: cannot open: {e}")))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-    let mut r = GgufReader {
-        inner: BufReader::with_capacity(1 << 20, file),
-        size,
-    };
+    let mut r = GgufReader { inner: BufReader::with_capacity(1 << 20, file), size };
     let fail = |what: &str, e: Error| Error::new(format!("{p}: bad GGUF header ({what}): {e}"));
     let mut magic = [0u8; 4];
     r.bytes(&mut magic).map_err(|e| fail("magic", e))?;
     if &magic != b"GGUF" {
-        return Err(Error::new(format!(
-            "{p}: not a GGUF file (magic {magic:?})"
-        )));
+        return Err(Error::new(format!("{p}: not a GGUF file (magic {magic:?})")));
     }
     let version = r.u32().map_err(|e| fail("version", e))?;
     if !(2..=3).contains(&version) {
-        return Err(Error::new(format!(
-            "{p}: unsupported GGUF version {version} (need 2 or 3)"
-        )));
+        return Err(Error::new(format!("{p}: unsupported GGUF version {version} (need 2 or 3)")));
     }
     let _tensors = r.u64().map_err(|e| fail("tensor count", e))?;
     let kv_count = r.u64().map_err(|e| fail("kv count", e))?;
@@ -70,9 +62,7 @@ struct GgufReader<R: Read> {
 
 impl<R: Read> GgufReader<R> {
     fn bytes(&mut self, buf: &mut [u8]) -> Result<()> {
-        self.inner
-            .read_exact(buf)
-            .map_err(|e| Error::new(format!("truncated: {e}")))
+        self.inner.read_exact(buf).map_err(|e| Error::new(format!("truncated: {e}")))
     }
     fn arr<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut b = [0u8; N];
@@ -98,8 +88,7 @@ impl<R: Read> GgufReader<R> {
         let mut b = vec![0u8; n];
         self.bytes(&mut b)?;
         // llama.cpp vocabularies occasionally hold invalid UTF-8; keep going lossily.
-        Ok(String::from_utf8(b)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+        Ok(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
     /// A scalar as int / float / bool; `None` for a string (handled by the caller).
     fn scalar(&mut self, ty: u32) -> Result<Scalar> {
@@ -244,7 +233,8 @@ pub(crate) const TOKEN_USER_DEFINED: i64 = 4;
 /// Llama 3's split regex (numbers in groups of up to three).
 const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2's split regex (numbers one digit at a time).
-const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_PATTERN: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Byte-level BPE; with `use_regex` it first splits with GPT-2's regex.
 fn byte_level(use_regex: bool) -> Value {
@@ -263,23 +253,17 @@ fn split_then_bytes(pattern: &str) -> Value {
 fn bpe_pre_tokenizer(pre: &str) -> Result<(Value, bool)> {
     Ok(match pre {
         // GPT-2 regex with every digit split off first.
-        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
-            (
-                json!({"type": "Sequence", "pretokenizers": [
-                    {"type": "Digits", "individual_digits": true},
-                    byte_level(true),
-                ]}),
-                false,
-            )
-        }
-        "gpt2" | "gpt-2" | "default" | "" | "phi-2" | "olmo" | "jais" | "roberta-bpe"
-        | "poro-chat" | "viking" | "bloom" | "gpt3-finnish" => (byte_level(true), false),
-        "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "pixtral" => {
-            (split_then_bytes(LLAMA3_PATTERN), true)
-        }
-        "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" | "hunyuan" => {
-            (split_then_bytes(QWEN2_PATTERN), false)
-        }
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => (
+            json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": true},
+                byte_level(true),
+            ]}),
+            false,
+        ),
+        "gpt2" | "gpt-2" | "default" | "" | "phi-2" | "olmo" | "jais" | "roberta-bpe" | "poro-chat" | "viking"
+        | "bloom" | "gpt3-finnish" => (byte_level(true), false),
+        "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "pixtral" => (split_then_bytes(LLAMA3_PATTERN), true),
+        "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" | "hunyuan" => (split_then_bytes(QWEN2_PATTERN), false),
         other => {
             return Err(Error::new(format!(
                 "GGUF metadata tokenizer.ggml.pre: unsupported pre-tokenizer {other:?} \
@@ -301,17 +285,14 @@ pub(crate) struct GgufTokenizer {
 /// Builds the tokenizer that llama.cpp's tokenizer keys describe.
 pub(crate) fn build(meta: &HashMap<String, MetaValue>) -> Result<GgufTokenizer> {
     let m = Meta(meta);
-    let model = m.str("tokenizer.ggml.model")?.ok_or_else(|| {
-        Error::new("GGUF metadata tokenizer.ggml.model: missing (the file carries no tokenizer)")
-    })?;
-    let tokens = m
-        .strs("tokenizer.ggml.tokens")?
-        .ok_or_else(|| Error::new("GGUF metadata tokenizer.ggml.tokens: missing"))?;
+    let model = m
+        .str("tokenizer.ggml.model")?
+        .ok_or_else(|| Error::new("GGUF metadata tokenizer.ggml.model: missing (the file carries no tokenizer)"))?;
+    let tokens =
+        m.strs("tokenizer.ggml.tokens")?.ok_or_else(|| Error::new("GGUF metadata tokenizer.ggml.tokens: missing"))?;
     let n = tokens.len();
     if n == 0 {
-        return Err(Error::new(
-            "GGUF metadata tokenizer.ggml.tokens: empty vocabulary",
-        ));
+        return Err(Error::new("GGUF metadata tokenizer.ggml.tokens: empty vocabulary"));
     }
     let types: Vec<i64> = match m.ints("tokenizer.ggml.token_type")? {
         Some(t) if t.len() == n => t.to_vec(),
@@ -393,24 +374,12 @@ pub(crate) fn build(meta: &HashMap<String, MetaValue>) -> Result<GgufTokenizer> 
             )))
         }
     };
-    let inner = tokenizers::Tokenizer::from_bytes(
-        serde_json::to_vec(&json_tok).expect("JSON values serialize"),
-    )
-    .map_err(|e| {
-        Error::new(format!(
-            "GGUF metadata tokenizer.ggml.*: cannot build the tokenizer: {e}"
-        ))
-    })?;
+    let inner = tokenizers::Tokenizer::from_bytes(serde_json::to_vec(&json_tok).expect("JSON values serialize"))
+        .map_err(|e| Error::new(format!("GGUF metadata tokenizer.ggml.*: cannot build the tokenizer: {e}")))?;
 
-    let add_bos = m
-        .bool("tokenizer.ggml.add_bos_token")?
-        .unwrap_or(default_add_bos);
+    let add_bos = m.bool("tokenizer.ggml.add_bos_token")?.unwrap_or(default_add_bos);
     let mut eos_ids = Vec::new();
-    for key in [
-        "tokenizer.ggml.eos_token_id",
-        "tokenizer.ggml.eot_token_id",
-        "tokenizer.ggml.eom_token_id",
-    ] {
+    for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
         if let Some(id) = m.id(key, n)? {
             push_unique(&mut eos_ids, id);
         }
@@ -468,13 +437,7 @@ fn added_tokens(tokens: &[String], types: &[i64], always: &[Option<u32>]) -> Vec
     out
 }
 
-fn assemble(
-    model: Value,
-    normalizer: Value,
-    pre_tokenizer: Value,
-    decoder: Value,
-    added: Vec<Value>,
-) -> Value {
+fn assemble(model: Value, normalizer: Value, pre_tokenizer: Value, decoder: Value, added: Vec<Value>) -> Value {
     json!({
         "version": "1.0", "truncation": null, "padding": null,
         "added_tokens": added, "normalizer": normalizer, "pre_tokenizer": pre_tokenizer,
@@ -486,12 +449,7 @@ fn assemble(
 /// both in the vocabulary is a merge, ranked by the merged piece's score (higher first). This
 /// reproduces SentencePiece's greedy highest-score-pair merging.
 fn spm_merges(tokens: &[String], types: &[i64], scores: &[f64]) -> Vec<Value> {
-    let ids: HashMap<&str, usize> = tokens
-        .iter()
-        .enumerate()
-        .rev()
-        .map(|(i, t)| (t.as_str(), i))
-        .collect();
+    let ids: HashMap<&str, usize> = tokens.iter().enumerate().rev().map(|(i, t)| (t.as_str(), i)).collect();
     let mut merges: Vec<(f64, usize, usize, usize)> = Vec::new();
     for (id, t) in tokens.iter().enumerate() {
         if types[id] != TOKEN_NORMAL && types[id] != TOKEN_USER_DEFINED {
@@ -504,14 +462,6 @@ fn spm_merges(tokens: &[String], types: &[i64], scores: &[f64]) -> Vec<Value> {
             }
         }
     }
-    merges.sort_by(|a, b| {
-        b.0.total_cmp(&a.0)
-            .then(a.1.cmp(&b.1))
-            .then(a.2.cmp(&b.2))
-            .then(a.3.cmp(&b.3))
-    });
-    merges
-        .into_iter()
-        .map(|(_, _, l, r)| json!([tokens[l], tokens[r]]))
-        .collect()
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
+    merges.into_iter().map(|(_, _, l, r)| json!([tokens[l], tokens[r]])).collect()
 }

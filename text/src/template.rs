@@ -36,11 +36,7 @@ impl std::fmt::Debug for ChatTemplate {
 impl ChatTemplate {
     /// Compiles a template. `bos_token` / `eos_token` become the template variables of the
     /// same names, as transformers passes the tokenizer's special tokens.
-    pub fn new(
-        source: &str,
-        bos_token: Option<&str>,
-        eos_token: Option<&str>,
-    ) -> Result<ChatTemplate> {
+    pub fn new(source: &str, bos_token: Option<&str>, eos_token: Option<&str>) -> Result<ChatTemplate> {
         ChatTemplate::with_origin(source, bos_token, eos_token, "chat_template")
     }
 
@@ -94,31 +90,15 @@ impl ChatTemplate {
         for (k, v) in extra {
             ctx.insert(k.clone(), v.clone());
         }
-        ctx.insert(
-            "messages".into(),
-            serde_json::Value::Array(messages.to_vec()),
-        );
+        ctx.insert("messages".into(), serde_json::Value::Array(messages.to_vec()));
         // transformers always passes `tools` and `documents`, as None when absent.
-        ctx.insert(
-            "tools".into(),
-            tools.map_or(serde_json::Value::Null, |t| {
-                serde_json::Value::Array(t.to_vec())
-            }),
-        );
+        ctx.insert("tools".into(), tools.map_or(serde_json::Value::Null, |t| serde_json::Value::Array(t.to_vec())));
         ctx.entry("documents").or_insert(serde_json::Value::Null);
         ctx.insert("add_generation_prompt".into(), add_generation_prompt.into());
 
-        let tmpl = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|e| Error::new(format!("{}: {e}", self.origin)))?;
-        tmpl.render(Value::from_serialize(&ctx)).map_err(|e| {
-            Error::new(format!(
-                "{}: chat template render failed: {}",
-                self.origin,
-                describe(&e)
-            ))
-        })
+        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| Error::new(format!("{}: {e}", self.origin)))?;
+        tmpl.render(Value::from_serialize(&ctx))
+            .map_err(|e| Error::new(format!("{}: chat template render failed: {}", self.origin, describe(&e))))
     }
 }
 
@@ -134,10 +114,7 @@ fn describe(e: &minijinja::Error) -> String {
 }
 
 fn raise_exception(msg: String) -> std::result::Result<Value, minijinja::Error> {
-    Err(minijinja::Error::new(
-        ErrorKind::InvalidOperation,
-        format!("raise_exception: {msg}"),
-    ))
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("raise_exception: {msg}")))
 }
 
 fn strftime_now(fmt: String) -> std::result::Result<String, minijinja::Error> {
@@ -150,18 +127,12 @@ fn strftime_now(fmt: String) -> std::result::Result<String, minijinja::Error> {
             format!("strftime_now: invalid format {fmt:?}"),
         ));
     }
-    Ok(chrono::Local::now()
-        .format_with_items(items.into_iter())
-        .to_string())
+    Ok(chrono::Local::now().format_with_items(items.into_iter()).to_string())
 }
 
 /// transformers' `tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`,
 /// i.e. Python's `json.dumps` with those arguments.
-fn tojson_filter(
-    value: Value,
-    args: Rest<Value>,
-    kwargs: Kwargs,
-) -> std::result::Result<String, minijinja::Error> {
+fn tojson_filter(value: Value, args: Rest<Value>, kwargs: Kwargs) -> std::result::Result<String, minijinja::Error> {
     let mut opts = JsonOpts::default();
     // Positional order follows transformers' signature.
     for (i, a) in args.iter().enumerate() {
@@ -170,12 +141,7 @@ fn tojson_filter(
             1 => opts.indent = indent_of(a)?,
             2 => opts.separators = separators_of(a)?,
             3 => opts.sort_keys = a.is_true(),
-            _ => {
-                return Err(minijinja::Error::new(
-                    ErrorKind::TooManyArguments,
-                    "tojson takes at most 4 arguments",
-                ))
-            }
+            _ => return Err(minijinja::Error::new(ErrorKind::TooManyArguments, "tojson takes at most 4 arguments")),
         }
     }
     if let Some(v) = kwargs.get::<Option<Value>>("ensure_ascii")? {
@@ -198,11 +164,7 @@ fn tojson_filter(
         None => (", ".to_string(), ": ".to_string()),
     };
     let mut out = String::new();
-    let w = JsonWriter {
-        opts: &opts,
-        item_sep: &item_sep,
-        key_sep: &key_sep,
-    };
+    let w = JsonWriter { opts: &opts, item_sep: &item_sep, key_sep: &key_sep };
     w.write(&mut out, &value, 0)?;
     Ok(out)
 }
@@ -220,9 +182,7 @@ fn indent_of(v: &Value) -> std::result::Result<Option<String>, minijinja::Error>
         ValueKind::None | ValueKind::Undefined => Ok(None),
         ValueKind::String => Ok(Some(v.as_str().unwrap_or_default().to_string())),
         ValueKind::Number => {
-            let n = v
-                .as_i64()
-                .ok_or_else(|| bad_arg("tojson: indent must be an integer or a string"))?;
+            let n = v.as_i64().ok_or_else(|| bad_arg("tojson: indent must be an integer or a string"))?;
             Ok(Some(" ".repeat(n.max(0) as usize)))
         }
         _ => Err(bad_arg("tojson: indent must be an integer or a string")),
@@ -235,10 +195,9 @@ fn separators_of(v: &Value) -> std::result::Result<Option<(String, String)>, min
     }
     let parts: Vec<Value> = v.try_iter()?.collect();
     match parts.as_slice() {
-        [a, b] if a.as_str().is_some() && b.as_str().is_some() => Ok(Some((
-            a.as_str().unwrap_or_default().into(),
-            b.as_str().unwrap_or_default().into(),
-        ))),
+        [a, b] if a.as_str().is_some() && b.as_str().is_some() => {
+            Ok(Some((a.as_str().unwrap_or_default().into(), b.as_str().unwrap_or_default().into())))
+        }
         _ => Err(bad_arg("tojson: separators must be a pair of strings")),
     }
 }
@@ -263,19 +222,12 @@ impl JsonWriter<'_> {
         }
     }
 
-    fn write(
-        &self,
-        out: &mut String,
-        v: &Value,
-        level: usize,
-    ) -> std::result::Result<(), minijinja::Error> {
+    fn write(&self, out: &mut String, v: &Value, level: usize) -> std::result::Result<(), minijinja::Error> {
         match v.kind() {
             ValueKind::Undefined | ValueKind::None => out.push_str("null"),
             ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
             ValueKind::Number => out.push_str(&json_number(v)),
-            ValueKind::String => {
-                json_string(out, v.as_str().unwrap_or_default(), self.opts.ensure_ascii)
-            }
+            ValueKind::String => json_string(out, v.as_str().unwrap_or_default(), self.opts.ensure_ascii),
             ValueKind::Bytes => {
                 return Err(minijinja::Error::new(
                     ErrorKind::InvalidOperation,
@@ -421,8 +373,7 @@ fn python_formatter(
         }
         _ => py_str(v),
     };
-    out.write_str(&s)
-        .map_err(|_| minijinja::Error::new(ErrorKind::WriteFailure, "write failed"))
+    out.write_str(&s).map_err(|_| minijinja::Error::new(ErrorKind::WriteFailure, "write failed"))
 }
 
 fn py_str(v: &Value) -> String {
@@ -444,10 +395,7 @@ fn py_repr(v: &Value) -> String {
         },
         ValueKind::String => py_str_repr(v.as_str().unwrap_or_default()),
         ValueKind::Seq => {
-            let items: Vec<String> = v
-                .try_iter()
-                .map(|it| it.map(|x| py_repr(&x)).collect())
-                .unwrap_or_default();
+            let items: Vec<String> = v.try_iter().map(|it| it.map(|x| py_repr(&x)).collect()).unwrap_or_default();
             format!("[{}]", items.join(", "))
         }
         ValueKind::Map => {
@@ -469,11 +417,7 @@ fn py_repr(v: &Value) -> String {
 
 /// Python's `repr(str)`: single quotes unless the text has a single quote and no double quote.
 fn py_str_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
+    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
     let mut out = String::with_capacity(s.len() + 2);
     out.push(quote);
     for c in s.chars() {
@@ -519,10 +463,7 @@ mod tests {
         )
         .unwrap();
         let mut extra = serde_json::Map::new();
-        extra.insert(
-            "x".into(),
-            serde_json::json!({"b": [1, 2.5, true, null], "a": "x"}),
-        );
+        extra.insert("x".into(), serde_json::json!({"b": [1, 2.5, true, null], "a": "x"}));
         extra.insert("e".into(), serde_json::json!({"l": [], "m": {}}));
         let out = t.render(&[], None, false, &extra).unwrap();
         assert_eq!(
@@ -546,11 +487,8 @@ mod tests {
 
     #[test]
     fn raise_exception_fails_render_with_message() {
-        let t =
-            ChatTemplate::new("{{ raise_exception('roles must alternate') }}", None, None).unwrap();
-        let e = t
-            .render(&[], None, false, &serde_json::Map::new())
-            .unwrap_err();
+        let t = ChatTemplate::new("{{ raise_exception('roles must alternate') }}", None, None).unwrap();
+        let e = t.render(&[], None, false, &serde_json::Map::new()).unwrap_err();
         assert!(e.to_string().contains("roles must alternate"), "{e}");
         assert!(!e.to_string().contains('\n'));
     }

@@ -67,9 +67,7 @@ fn read_json_opt(path: &Path) -> Result<Option<Value>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::new(format!("{}: cannot read: {e}", path.display()))),
     };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::new(format!("{}: not valid JSON: {e}", path.display())))
 }
 
 /// A special-token entry: a plain string or an AddedToken object `{"content": ..}`.
@@ -79,15 +77,9 @@ fn token_string(v: Option<&Value>, file: &Path, field: &str) -> Result<Option<St
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(Value::Object(o)) => match o.get("content") {
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            _ => Err(Error::new(format!(
-                "{}: {field} has no string \"content\"",
-                file.display()
-            ))),
+            _ => Err(Error::new(format!("{}: {field} has no string \"content\"", file.display()))),
         },
-        Some(_) => Err(Error::new(format!(
-            "{}: {field} must be a string or an object",
-            file.display()
-        ))),
+        Some(_) => Err(Error::new(format!("{}: {field} must be a string or an object", file.display()))),
     }
 }
 
@@ -102,11 +94,7 @@ struct TokenizerJsonHead {
 /// tokenizer asking for BOS when the config does not say.
 fn post_processor_bos(pp: &Value) -> Option<String> {
     match pp.get("type")?.as_str()? {
-        "Sequence" => pp
-            .get("processors")?
-            .as_array()?
-            .iter()
-            .find_map(post_processor_bos),
+        "Sequence" => pp.get("processors")?.as_array()?.iter().find_map(post_processor_bos),
         "TemplateProcessing" => {
             let first = pp.get("single")?.as_array()?.first()?;
             let id = first.get("SpecialToken")?.get("id")?.as_str()?;
@@ -117,12 +105,8 @@ fn post_processor_bos(pp: &Value) -> Option<String> {
 }
 
 fn special_ids(t: &tokenizers::Tokenizer) -> Arc<Vec<u32>> {
-    let mut ids: Vec<u32> = t
-        .get_added_tokens_decoder()
-        .into_iter()
-        .filter(|(_, t)| t.special)
-        .map(|(id, _)| id)
-        .collect();
+    let mut ids: Vec<u32> =
+        t.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
     ids.sort_unstable();
     Arc::new(ids)
 }
@@ -135,10 +119,7 @@ impl Tokenizer {
         let tok_path = dir.join("tokenizer.json");
         let bytes = std::fs::read(&tok_path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
-                Error::new(format!(
-                    "{}: not found (a checkpoint folder needs tokenizer.json)",
-                    tok_path.display()
-                ))
+                Error::new(format!("{}: not found (a checkpoint folder needs tokenizer.json)", tok_path.display()))
             } else {
                 Error::new(format!("{}: cannot read: {e}", tok_path.display()))
             }
@@ -146,20 +127,14 @@ impl Tokenizer {
         let head: TokenizerJsonHead = serde_json::from_slice(&bytes)
             .map_err(|e| Error::new(format!("{}: not valid JSON: {e}", tok_path.display())))?;
         let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| {
-            Error::new(format!(
-                "{}: not a tokenizer the tokenizers library can load: {e}",
-                tok_path.display()
-            ))
+            Error::new(format!("{}: not a tokenizer the tokenizers library can load: {e}", tok_path.display()))
         })?;
         drop(bytes);
 
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg = read_json_opt(&cfg_path)?.unwrap_or(Value::Object(Default::default()));
         if !cfg.is_object() {
-            return Err(Error::new(format!(
-                "{}: must be a JSON object",
-                cfg_path.display()
-            )));
+            return Err(Error::new(format!("{}: must be a JSON object", cfg_path.display())));
         }
         let map_path = dir.join("special_tokens_map.json");
         let special_map = read_json_opt(&map_path)?;
@@ -183,12 +158,7 @@ impl Tokenizer {
         let add_bos = match cfg.get("add_bos_token") {
             Some(Value::Bool(b)) => *b,
             None | Some(Value::Null) => pp_bos.is_some(),
-            Some(_) => {
-                return Err(Error::new(format!(
-                    "{}: add_bos_token must be a bool",
-                    cfg_path.display()
-                )))
-            }
+            Some(_) => return Err(Error::new(format!("{}: add_bos_token must be a bool", cfg_path.display()))),
         };
         if bos_token.is_none() && add_bos {
             bos_token = pp_bos;
@@ -219,17 +189,10 @@ impl Tokenizer {
             }
         }
         if let Some(g) = &gen {
-            let bad = || {
-                Error::new(format!(
-                    "{}: eos_token_id must be an id or a list of ids",
-                    gen_path.display()
-                ))
-            };
+            let bad = || Error::new(format!("{}: eos_token_id must be an id or a list of ids", gen_path.display()));
             match g.get("eos_token_id") {
                 None | Some(Value::Null) => {}
-                Some(Value::Number(n)) => {
-                    push_unique(&mut eos_ids, n.as_u64().ok_or_else(bad)? as u32)
-                }
+                Some(Value::Number(n)) => push_unique(&mut eos_ids, n.as_u64().ok_or_else(bad)? as u32),
                 Some(Value::Array(a)) => {
                     for v in a {
                         push_unique(&mut eos_ids, v.as_u64().ok_or_else(bad)? as u32);
@@ -258,10 +221,9 @@ impl Tokenizer {
             Some(Value::Array(list)) => {
                 let mut named = Vec::new();
                 for item in list {
-                    let (Some(name), Some(t)) = (
-                        item.get("name").and_then(Value::as_str),
-                        item.get("template").and_then(Value::as_str),
-                    ) else {
+                    let (Some(name), Some(t)) =
+                        (item.get("name").and_then(Value::as_str), item.get("template").and_then(Value::as_str))
+                    else {
                         return Err(Error::new(format!(
                             "{}: chat_template list entries need \"name\" and \"template\" strings",
                             cfg_path.display()
@@ -269,10 +231,7 @@ impl Tokenizer {
                     };
                     named.push((name.to_string(), t.to_string()));
                 }
-                let default = named
-                    .iter()
-                    .find(|(n, _)| n == "default")
-                    .map(|(_, t)| t.clone());
+                let default = named.iter().find(|(n, _)| n == "default").map(|(_, t)| t.clone());
                 (default, named)
             }
             Some(_) => {
@@ -307,12 +266,7 @@ impl Tokenizer {
                     }
                 }
             }
-            Err(e) => {
-                return Err(Error::new(format!(
-                    "{}: cannot read: {e}",
-                    jinja_path.display()
-                )))
-            }
+            Err(e) => return Err(Error::new(format!("{}: cannot read: {e}", jinja_path.display()))),
         }
 
         let tok = Tokenizer {
@@ -328,12 +282,7 @@ impl Tokenizer {
         };
         // Compile now so a broken template is reported at load time, naming its file.
         if let Some(src) = &tok.chat_template {
-            ChatTemplate::with_origin(
-                src,
-                tok.bos_token_str(),
-                tok.eos_token.as_deref(),
-                &template_origin,
-            )?;
+            ChatTemplate::with_origin(src, tok.bos_token_str(), tok.eos_token.as_deref(), &template_origin)?;
         }
         for (name, src) in &tok.named_templates {
             ChatTemplate::with_origin(
@@ -408,9 +357,7 @@ impl Tokenizer {
     /// Decodes ids to text, leaving out special tokens when `skip_special`. Unknown ids are
     /// skipped. No `clean_up_tokenization_spaces` is applied, so streamed and whole decodes agree.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        self.inner
-            .decode(ids, skip_special)
-            .map_err(|e| Error::new(format!("{}: decode failed: {e}", self.origin)))
+        self.inner.decode(ids, skip_special).map_err(|e| Error::new(format!("{}: decode failed: {e}", self.origin)))
     }
 
     /// The BOS token and its id, if the tokenizer has one.
@@ -447,23 +394,16 @@ impl Tokenizer {
 
     /// A named chat template (tokenizer_config may list several, e.g. `tool_use`).
     pub fn chat_template_named(&self, name: &str) -> Option<&str> {
-        self.named_templates
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, t)| t.as_str())
+        self.named_templates.iter().find(|(n, _)| n == name).map(|(_, t)| t.as_str())
     }
 
     /// The default chat template compiled with this tokenizer's BOS/EOS strings.
     pub fn compiled_chat_template(&self) -> Result<Option<ChatTemplate>> {
         match &self.chat_template {
             None => Ok(None),
-            Some(src) => ChatTemplate::with_origin(
-                src,
-                self.bos_token_str(),
-                self.eos_token.as_deref(),
-                &self.origin,
-            )
-            .map(Some),
+            Some(src) => {
+                ChatTemplate::with_origin(src, self.bos_token_str(), self.eos_token.as_deref(), &self.origin).map(Some)
+            }
         }
     }
 

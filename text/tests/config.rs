@@ -42,35 +42,21 @@ fn bos_rule_from_config() {
     let tj = tokenizer_json("null");
     let d = folder(&[
         ("tokenizer.json", &tj),
-        (
-            "tokenizer_config.json",
-            r#"{"bos_token":"<s>","eos_token":"</s>","add_bos_token":true}"#,
-        ),
+        ("tokenizer_config.json", r#"{"bos_token":"<s>","eos_token":"</s>","add_bos_token":true}"#),
     ]);
     let tok = Tokenizer::from_dir(&d).unwrap();
     assert!(tok.add_bos());
     assert_eq!(tok.bos_token(), Some(("<s>".to_string(), 3)));
     assert_eq!(tok.encode("hello world", true).unwrap(), vec![3, 0, 1]);
     assert_eq!(tok.encode("hello world", false).unwrap(), vec![0, 1]);
-    assert_eq!(
-        tok.encode("<s> hello", true).unwrap(),
-        vec![3, 0],
-        "already starts with BOS"
-    );
-    assert_eq!(
-        tok.encode(" <s> hello", true).unwrap(),
-        vec![3, 3, 0],
-        "BOS string not at the start"
-    );
+    assert_eq!(tok.encode("<s> hello", true).unwrap(), vec![3, 0], "already starts with BOS");
+    assert_eq!(tok.encode(" <s> hello", true).unwrap(), vec![3, 3, 0], "BOS string not at the start");
     assert_eq!(tok.eos_ids(), vec![4, 5], "config eos, then <|im_end|>");
 
     // add_bos_token false wins over everything.
     let d = folder(&[
         ("tokenizer.json", &tokenizer_json(BOS_POST)),
-        (
-            "tokenizer_config.json",
-            r#"{"bos_token":"<s>","add_bos_token":false}"#,
-        ),
+        ("tokenizer_config.json", r#"{"bos_token":"<s>","add_bos_token":false}"#),
     ]);
     let tok = Tokenizer::from_dir(&d).unwrap();
     assert!(!tok.add_bos());
@@ -82,10 +68,7 @@ fn bos_from_post_processor_and_eos_from_generation_config() {
     let d = folder(&[
         ("tokenizer.json", &tokenizer_json(BOS_POST)),
         ("generation_config.json", r#"{"eos_token_id":[4,1]}"#),
-        (
-            "special_tokens_map.json",
-            r#"{"eos_token":{"content":"<|im_end|>","special":true}}"#,
-        ),
+        ("special_tokens_map.json", r#"{"eos_token":{"content":"<|im_end|>","special":true}}"#),
     ]);
     let tok = Tokenizer::from_dir(&d).unwrap();
     assert!(tok.add_bos(), "TemplateProcessing inserts <s>");
@@ -110,45 +93,28 @@ fn chat_template_sources() {
     assert_eq!(tok.chat_template(), Some("{{ bos_token }}D"));
     assert_eq!(tok.chat_template_named("tool_use"), Some("T"));
     let t = tok.compiled_chat_template().unwrap().unwrap();
-    assert_eq!(
-        t.render(&[], None, false, &Default::default()).unwrap(),
-        "<s>D"
-    );
+    assert_eq!(t.render(&[], None, false, &Default::default()).unwrap(), "<s>D");
     // chat_template.jinja overrides tokenizer_config's template, as in transformers.
-    std::fs::write(
-        d.join("chat_template.jinja"),
-        "J{{ messages[0].content }}\n",
-    )
-    .unwrap();
+    std::fs::write(d.join("chat_template.jinja"), "J{{ messages[0].content }}\n").unwrap();
     let tok = Tokenizer::from_dir(&d).unwrap();
     assert_eq!(tok.chat_template(), Some("J{{ messages[0].content }}\n"));
     let t = tok.compiled_chat_template().unwrap().unwrap();
     let msg = [serde_json::json!({"role": "user", "content": "x"})];
-    assert_eq!(
-        t.render(&msg, None, false, &Default::default()).unwrap(),
-        "Jx",
-        "one trailing newline dropped"
-    );
+    assert_eq!(t.render(&msg, None, false, &Default::default()).unwrap(), "Jx", "one trailing newline dropped");
 }
 
 #[test]
 fn missing_tokenizer_json_names_the_file() {
     let d = folder(&[("tokenizer_config.json", "{}")]);
     let e = err(&d);
-    assert!(
-        e.contains("tokenizer.json") && e.contains("not found"),
-        "{e}"
-    );
+    assert!(e.contains("tokenizer.json") && e.contains("not found"), "{e}");
 }
 
 #[test]
 fn garbage_tokenizer_json_names_the_file() {
     let d = folder(&[("tokenizer.json", "this is { not json")]);
     let e = err(&d);
-    assert!(
-        e.contains(&d.join("tokenizer.json").display().to_string()),
-        "{e}"
-    );
+    assert!(e.contains(&d.join("tokenizer.json").display().to_string()), "{e}");
     let d = folder(&[("tokenizer.json", r#"{"model": {"type": "Nonsense"}}"#)]);
     let e = err(&d);
     assert!(e.contains("tokenizer.json"), "{e}");
@@ -159,45 +125,22 @@ fn garbage_tokenizer_json_names_the_file() {
 #[test]
 fn bad_config_files_name_the_file() {
     let tj = tokenizer_json("null");
-    let d = folder(&[
-        ("tokenizer.json", &tj),
-        (
-            "tokenizer_config.json",
-            r#"{"chat_template": "{% if %}oops"}"#,
-        ),
-    ]);
+    let d = folder(&[("tokenizer.json", &tj), ("tokenizer_config.json", r#"{"chat_template": "{% if %}oops"}"#)]);
     let e = err(&d);
-    assert!(
-        e.contains("tokenizer_config.json") && e.contains("chat template"),
-        "{e}"
-    );
+    assert!(e.contains("tokenizer_config.json") && e.contains("chat template"), "{e}");
 
     let d = folder(&[("tokenizer.json", &tj), ("tokenizer_config.json", "{ nope")]);
     assert!(err(&d).contains("tokenizer_config.json"));
 
-    let d = folder(&[
-        ("tokenizer.json", &tj),
-        (
-            "tokenizer_config.json",
-            r#"{"bos_token":"<nope>","add_bos_token":true}"#,
-        ),
-    ]);
+    let d =
+        folder(&[("tokenizer.json", &tj), ("tokenizer_config.json", r#"{"bos_token":"<nope>","add_bos_token":true}"#)]);
     let e = err(&d);
-    assert!(
-        e.contains("tokenizer_config.json") && e.contains("<nope>"),
-        "{e}"
-    );
+    assert!(e.contains("tokenizer_config.json") && e.contains("<nope>"), "{e}");
 
-    let d = folder(&[
-        ("tokenizer.json", &tj),
-        ("chat_template.jinja", "{% for %}"),
-    ]);
+    let d = folder(&[("tokenizer.json", &tj), ("chat_template.jinja", "{% for %}")]);
     assert!(err(&d).contains("chat_template.jinja"));
 
-    let d = folder(&[
-        ("tokenizer.json", &tj),
-        ("generation_config.json", r#"{"eos_token_id":"x"}"#),
-    ]);
+    let d = folder(&[("tokenizer.json", &tj), ("generation_config.json", r#"{"eos_token_id":"x"}"#)]);
     assert!(err(&d).contains("generation_config.json"));
 }
 
@@ -212,9 +155,6 @@ fn chat_template_errors() {
     )
     .unwrap();
     let msgs = [serde_json::json!({"role": "tool", "content": "x"})];
-    let e = t
-        .render(&msgs, None, true, &Default::default())
-        .unwrap_err()
-        .to_string();
+    let e = t.render(&msgs, None, true, &Default::default()).unwrap_err().to_string();
     assert!(e.contains("no tools here") && !e.contains('\n'), "{e}");
 }

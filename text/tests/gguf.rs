@@ -10,10 +10,7 @@ use famlx_text::{read_gguf_metadata, MetaValue, Tokenizer};
 
 fn smollm() -> Tokenizer {
     let meta = read_gguf_metadata(&smollm_gguf()).unwrap();
-    assert_eq!(
-        meta.get("tokenizer.ggml.pre"),
-        Some(&MetaValue::Str("smollm".into()))
-    );
+    assert_eq!(meta.get("tokenizer.ggml.pre"), Some(&MetaValue::Str("smollm".into())));
     Tokenizer::from_gguf(&meta).unwrap()
 }
 
@@ -26,15 +23,8 @@ fn smollm2_ids_match_reference() {
         let want = ids(&case["ids"]);
         assert_eq!(tok.encode(text, false).unwrap(), want, "encode {text:?}");
         // add_bos_token is false in this GGUF, so add_bos changes nothing.
-        assert_eq!(
-            tok.encode(text, true).unwrap(),
-            want,
-            "encode {text:?} with add_bos"
-        );
-        assert_eq!(
-            tok.decode(&want, false).unwrap(),
-            case["decoded"].as_str().unwrap()
-        );
+        assert_eq!(tok.encode(text, true).unwrap(), want, "encode {text:?} with add_bos");
+        assert_eq!(tok.decode(&want, false).unwrap(), case["decoded"].as_str().unwrap());
     }
     assert_eq!(tok.vocab_size(), 49152);
     assert!(!tok.add_bos());
@@ -54,22 +44,14 @@ fn smollm2_round_trips_and_specials() {
         "<|im_start|>user\nHi<|im_end|>\n",
     ] {
         let enc = tok.encode(s, false).unwrap();
-        assert_eq!(
-            tok.decode(&enc, false).unwrap(),
-            s,
-            "round trip {s:?} via {enc:?}"
-        );
+        assert_eq!(tok.decode(&enc, false).unwrap(), s, "round trip {s:?} via {enc:?}");
     }
     assert_eq!(tok.encode("<|im_start|>", false).unwrap(), vec![1]);
     assert_eq!(tok.token_to_id("<|im_end|>"), Some(2));
     // Digits are split one by one (the `smollm` pre-tokenizer).
     let digits = tok.encode("2024", false).unwrap();
     assert_eq!(digits.len(), 4);
-    assert_eq!(
-        tok.decode(&tok.encode("<|im_start|>hi", false).unwrap(), true)
-            .unwrap(),
-        "hi"
-    );
+    assert_eq!(tok.decode(&tok.encode("<|im_start|>hi", false).unwrap(), true).unwrap(), "hi");
 }
 
 #[test]
@@ -81,12 +63,7 @@ fn smollm2_chat_template_renders_chatml() {
     for case in g["templates"].as_array().unwrap() {
         let got = render_case(&tmpl, case).unwrap();
         assert_eq!(got, case["expected"].as_str().unwrap(), "{}", case["name"]);
-        assert_eq!(
-            tok.encode(&got, true).unwrap(),
-            ids(&case["ids"]),
-            "{}",
-            case["name"]
-        );
+        assert_eq!(tok.encode(&got, true).unwrap(), ids(&case["ids"]), "{}", case["name"]);
     }
     let one = tmpl
         .render(
@@ -135,25 +112,13 @@ fn spm_meta() -> HashMap<String, MetaValue> {
         scores.push(s);
     }
     let mut m = HashMap::new();
-    m.insert(
-        "tokenizer.ggml.model".into(),
-        MetaValue::Str("llama".into()),
-    );
+    m.insert("tokenizer.ggml.model".into(), MetaValue::Str("llama".into()));
     m.insert("tokenizer.ggml.tokens".into(), MetaValue::Strs(tokens));
     m.insert("tokenizer.ggml.token_type".into(), MetaValue::Ints(types));
     m.insert("tokenizer.ggml.scores".into(), MetaValue::Floats(scores));
-    m.insert(
-        "tokenizer.ggml.bos_token_id".into(),
-        MetaValue::Ints(vec![1]),
-    );
-    m.insert(
-        "tokenizer.ggml.eos_token_id".into(),
-        MetaValue::Ints(vec![2]),
-    );
-    m.insert(
-        "tokenizer.ggml.unknown_token_id".into(),
-        MetaValue::Ints(vec![0]),
-    );
+    m.insert("tokenizer.ggml.bos_token_id".into(), MetaValue::Ints(vec![1]));
+    m.insert("tokenizer.ggml.eos_token_id".into(), MetaValue::Ints(vec![2]));
+    m.insert("tokenizer.ggml.unknown_token_id".into(), MetaValue::Ints(vec![0]));
     m
 }
 
@@ -162,22 +127,12 @@ fn sentencepiece_vocab_merges_by_score_and_falls_back_to_bytes() {
     let tok = Tokenizer::from_gguf(&spm_meta()).unwrap();
     let hello = tok.token_to_id("▁hello").unwrap();
     assert_eq!(tok.encode("hello", false).unwrap(), vec![hello]);
-    assert!(
-        tok.add_bos(),
-        "SentencePiece vocabularies add BOS by default"
-    );
+    assert!(tok.add_bos(), "SentencePiece vocabularies add BOS by default");
     assert_eq!(tok.encode("hello", true).unwrap(), vec![1, hello]);
-    assert_eq!(
-        tok.encode("<s>hello", true).unwrap(),
-        vec![1, hello],
-        "no double BOS"
-    );
+    assert_eq!(tok.encode("<s>hello", true).unwrap(), vec![1, hello], "no double BOS");
     // 'ü' is not a piece: its UTF-8 bytes 0xC3 0xBC become byte tokens (ids 3 + byte).
     let space = tok.token_to_id("▁").unwrap();
-    assert_eq!(
-        tok.encode("ü", false).unwrap(),
-        vec![space, 3 + 0xC3, 3 + 0xBC]
-    );
+    assert_eq!(tok.encode("ü", false).unwrap(), vec![space, 3 + 0xC3, 3 + 0xBC]);
     let enc = tok.encode("hello ü hello", false).unwrap();
     assert_eq!(tok.decode(&enc, false).unwrap(), "hello ü hello");
     assert_eq!(tok.eos_ids(), vec![2]);
@@ -188,42 +143,24 @@ fn unsupported_gguf_tokenizers_are_refused_naming_the_field() {
     let mut m = spm_meta();
     m.insert("tokenizer.ggml.model".into(), MetaValue::Str("bert".into()));
     let e = Tokenizer::from_gguf(&m).unwrap_err().to_string();
-    assert!(
-        e.contains("tokenizer.ggml.model") && e.contains("bert"),
-        "{e}"
-    );
+    assert!(e.contains("tokenizer.ggml.model") && e.contains("bert"), "{e}");
 
     let mut m = HashMap::new();
-    m.insert(
-        "tokenizer.ggml.model".to_string(),
-        MetaValue::Str("gpt2".into()),
-    );
-    m.insert(
-        "tokenizer.ggml.pre".to_string(),
-        MetaValue::Str("mystery-pre".into()),
-    );
+    m.insert("tokenizer.ggml.model".to_string(), MetaValue::Str("gpt2".into()));
+    m.insert("tokenizer.ggml.pre".to_string(), MetaValue::Str("mystery-pre".into()));
     m.insert("tokenizer.ggml.tokens".to_string(), strs(&["a", "b", "ab"]));
     m.insert("tokenizer.ggml.merges".to_string(), strs(&["a b"]));
     let e = Tokenizer::from_gguf(&m).unwrap_err().to_string();
-    assert!(
-        e.contains("tokenizer.ggml.pre") && e.contains("mystery-pre"),
-        "{e}"
-    );
+    assert!(e.contains("tokenizer.ggml.pre") && e.contains("mystery-pre"), "{e}");
 
-    m.insert(
-        "tokenizer.ggml.pre".to_string(),
-        MetaValue::Str("qwen2".into()),
-    );
+    m.insert("tokenizer.ggml.pre".to_string(), MetaValue::Str("qwen2".into()));
     m.insert("tokenizer.ggml.merges".to_string(), strs(&["ab"]));
     let e = Tokenizer::from_gguf(&m).unwrap_err().to_string();
     assert!(e.contains("tokenizer.ggml.merges[0]"), "{e}");
 
     m.remove("tokenizer.ggml.model");
     let e = Tokenizer::from_gguf(&m).unwrap_err().to_string();
-    assert!(
-        e.contains("tokenizer.ggml.model") && e.contains("missing"),
-        "{e}"
-    );
+    assert!(e.contains("tokenizer.ggml.model") && e.contains("missing"), "{e}");
 }
 
 #[test]
@@ -232,39 +169,19 @@ fn gpt2_pre_tokenizer_variants_build() {
     let tokens = ["a", "b", "Ġ", "1", "2", "ab", "Ġa", "12", "<|eot_id|>"];
     for pre in ["gpt2", "default", "llama-bpe", "qwen2", "smollm"] {
         let mut m = HashMap::new();
-        m.insert(
-            "tokenizer.ggml.model".to_string(),
-            MetaValue::Str("gpt2".into()),
-        );
+        m.insert("tokenizer.ggml.model".to_string(), MetaValue::Str("gpt2".into()));
         m.insert("tokenizer.ggml.pre".to_string(), MetaValue::Str(pre.into()));
         m.insert("tokenizer.ggml.tokens".to_string(), strs(&tokens));
-        m.insert(
-            "tokenizer.ggml.token_type".to_string(),
-            MetaValue::Ints(vec![1, 1, 1, 1, 1, 1, 1, 1, 3]),
-        );
-        m.insert(
-            "tokenizer.ggml.merges".to_string(),
-            strs(&["a b", "Ġ a", "1 2"]),
-        );
-        m.insert(
-            "tokenizer.ggml.eos_token_id".to_string(),
-            MetaValue::Ints(vec![8]),
-        );
+        m.insert("tokenizer.ggml.token_type".to_string(), MetaValue::Ints(vec![1, 1, 1, 1, 1, 1, 1, 1, 3]));
+        m.insert("tokenizer.ggml.merges".to_string(), strs(&["a b", "Ġ a", "1 2"]));
+        m.insert("tokenizer.ggml.eos_token_id".to_string(), MetaValue::Ints(vec![8]));
         let tok = Tokenizer::from_gguf(&m).unwrap_or_else(|e| panic!("{pre}: {e}"));
         let enc = tok.encode("ab a12<|eot_id|>", false).unwrap();
-        assert_eq!(
-            tok.decode(&enc, false).unwrap(),
-            "ab a12<|eot_id|>",
-            "{pre}"
-        );
+        assert_eq!(tok.decode(&enc, false).unwrap(), "ab a12<|eot_id|>", "{pre}");
         assert_eq!(*enc.last().unwrap(), 8, "{pre}: special token is one id");
         assert_eq!(&enc[..2], &[5, 6], "{pre}: 'ab' then 'Ġa'");
         // Digits: smollm/qwen2 split them one by one, gpt2/llama-bpe keep "12" whole.
-        let twelve = if matches!(pre, "smollm" | "qwen2") {
-            vec![3, 4]
-        } else {
-            vec![7]
-        };
+        let twelve = if matches!(pre, "smollm" | "qwen2") { vec![3, 4] } else { vec![7] };
         assert_eq!(&enc[2..enc.len() - 1], twelve.as_slice(), "{pre}");
         assert!(!tok.add_bos(), "{pre}: no BOS id, so no BOS");
     }
@@ -280,8 +197,6 @@ fn gguf_metadata_reader_rejects_non_gguf_naming_the_file() {
     std::fs::write(&p, b"not a gguf at all").unwrap();
     let e = read_gguf_metadata(&p).unwrap_err().to_string();
     assert!(e.contains("junk.gguf") && e.contains("not a GGUF"), "{e}");
-    let e = Tokenizer::from_gguf_file(&dir.join("absent.gguf"))
-        .unwrap_err()
-        .to_string();
+    let e = Tokenizer::from_gguf_file(&dir.join("absent.gguf")).unwrap_err().to_string();
     assert!(e.contains("absent.gguf"), "{e}");
 }

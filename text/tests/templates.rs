@@ -11,10 +11,7 @@ use famlx_text::{ChatTemplate, Tokenizer};
 fn check_templates(name: &str) -> Tokenizer {
     let g = golden(name);
     let tok = Tokenizer::from_dir(&npm_tokenizer(name)).unwrap();
-    let tmpl = tok
-        .compiled_chat_template()
-        .unwrap()
-        .expect("checkpoint has a chat template");
+    let tmpl = tok.compiled_chat_template().unwrap().expect("checkpoint has a chat template");
     let mut failures = Vec::new();
     for case in g["templates"].as_array().unwrap() {
         let cname = case["name"].as_str().unwrap();
@@ -32,26 +29,16 @@ fn check_templates(name: &str) -> Tokenizer {
         let want = case["expected"].as_str().unwrap();
         match got {
             Err(e) => failures.push(format!("{cname}: {e}")),
-            Ok(s) if s != want => {
-                failures.push(format!("{cname}:\n--- got\n{s:?}\n--- want\n{want:?}"))
-            }
+            Ok(s) if s != want => failures.push(format!("{cname}:\n--- got\n{s:?}\n--- want\n{want:?}")),
             Ok(s) => {
                 let enc = tok.encode(&s, true).unwrap();
                 if enc != ids(&case["ids"]) {
-                    failures.push(format!(
-                        "{cname}: encode(rendered, add_bos=true) = {enc:?}, want {:?}",
-                        case["ids"]
-                    ));
+                    failures.push(format!("{cname}: encode(rendered, add_bos=true) = {enc:?}, want {:?}", case["ids"]));
                 }
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{name}: {} template failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{name}: {} template failures:\n{}", failures.len(), failures.join("\n"));
     tok
 }
 
@@ -63,38 +50,18 @@ fn check_encode(name: &str, tok: &Tokenizer) {
     for case in g["encode"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
         let plain = ids(&case["ids"]);
-        assert_eq!(
-            tok.encode(text, false).unwrap(),
-            plain,
-            "{name}: encode({text:?}, false)"
-        );
+        assert_eq!(tok.encode(text, false).unwrap(), plain, "{name}: encode({text:?}, false)");
         let starts_with_bos = bos.as_deref().is_some_and(|b| text.starts_with(b));
-        let want = if starts_with_bos {
-            plain.clone()
-        } else {
-            ids(&case["ids_add_special"])
-        };
-        assert_eq!(
-            tok.encode(text, true).unwrap(),
-            want,
-            "{name}: encode({text:?}, true)"
-        );
-        assert_eq!(
-            tok.decode(&plain, false).unwrap(),
-            case["decoded"].as_str().unwrap(),
-            "{name}: decode {text:?}"
-        );
+        let want = if starts_with_bos { plain.clone() } else { ids(&case["ids_add_special"]) };
+        assert_eq!(tok.encode(text, true).unwrap(), want, "{name}: encode({text:?}, true)");
+        assert_eq!(tok.decode(&plain, false).unwrap(), case["decoded"].as_str().unwrap(), "{name}: decode {text:?}");
         assert_eq!(
             tok.decode(&plain, true).unwrap(),
             case["decoded_skip_special"].as_str().unwrap(),
             "{name}: decode skip_special {text:?}"
         );
     }
-    assert_eq!(
-        tok.vocab_size() as u64,
-        g["vocab_size"].as_u64().unwrap(),
-        "{name}: vocab size"
-    );
+    assert_eq!(tok.vocab_size() as u64, g["vocab_size"].as_u64().unwrap(), "{name}: vocab size");
 }
 
 #[test]
@@ -117,22 +84,13 @@ fn llama3_1_templates_and_ids_match_transformers() {
     let tok = check_templates("llama3_1");
     check_encode("llama3_1", &tok);
     assert!(tok.add_bos(), "post-processor inserts BOS");
-    assert_eq!(
-        tok.bos_token(),
-        Some(("<|begin_of_text|>".to_string(), 128000))
-    );
+    assert_eq!(tok.bos_token(), Some(("<|begin_of_text|>".to_string(), 128000)));
     // <|eot_id|> (the config's) first, then <|end_of_text|>; this vocabulary has no <|eom_id|>.
     assert_eq!(tok.eos_ids(), vec![128009, 128001]);
     // The template emits BOS itself; encoding its output with add_bos must not double it.
     let tmpl = tok.compiled_chat_template().unwrap().unwrap();
-    let text = tmpl
-        .render(
-            &[serde_json::json!({"role": "user", "content": "Hi"})],
-            None,
-            true,
-            &Default::default(),
-        )
-        .unwrap();
+    let text =
+        tmpl.render(&[serde_json::json!({"role": "user", "content": "Hi"})], None, true, &Default::default()).unwrap();
     assert!(text.starts_with("<|begin_of_text|>"));
     let enc = tok.encode(&text, true).unwrap();
     assert_eq!(enc.iter().filter(|&&i| i == 128000).count(), 1, "{enc:?}");
@@ -148,14 +106,7 @@ fn gemma3_templates_and_ids_match_transformers() {
     assert_eq!(tok.eos_ids()[0], 106, "<end_of_turn>");
     assert!(tok.eos_ids().contains(&1), "<eos>");
     assert_eq!(tok.encode("hello", true).unwrap()[0], 2);
-    assert_eq!(
-        tok.encode("<bos>hello", true)
-            .unwrap()
-            .iter()
-            .filter(|&&i| i == 2)
-            .count(),
-        1
-    );
+    assert_eq!(tok.encode("<bos>hello", true).unwrap().iter().filter(|&&i| i == 2).count(), 1);
 }
 
 /// Engine features transformers relies on (tojson options, Python printing, whitespace
@@ -175,22 +126,12 @@ fn custom_templates_match_transformers() {
         let got = render_case(&t, case);
         match (case.get("expected"), got) {
             (Some(want), Ok(s)) if s == want.as_str().unwrap() => {}
-            (Some(want), got) => {
-                failures.push(format!("{cname}:\n--- got\n{got:?}\n--- want\n{want}"))
-            }
+            (Some(want), got) => failures.push(format!("{cname}:\n--- got\n{got:?}\n--- want\n{want}")),
             (None, Err(e)) if e.to_string().contains(case["error"].as_str().unwrap()) => {
                 assert!(!e.to_string().contains('\n'), "one-line error: {e}");
             }
-            (None, got) => failures.push(format!(
-                "{cname}: want error {}, got {got:?}",
-                case["error"]
-            )),
+            (None, got) => failures.push(format!("{cname}: want error {}, got {got:?}", case["error"])),
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }

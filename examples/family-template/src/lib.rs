@@ -90,7 +90,15 @@ impl FamilySpec for MyTiny {
             .map(|i| {
                 let p = format!("model.layers.{i}");
                 Ok(PreNormBlock {
-                    attn: Attention::load(w, &format!("{p}.self_attn"), cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.rope.clone(), None)?,
+                    attn: Attention::load(
+                        w,
+                        &format!("{p}.self_attn"),
+                        cfg.heads,
+                        cfg.kv_heads,
+                        cfg.head_dim,
+                        cfg.rope.clone(),
+                        None,
+                    )?,
                     mlp: GatedMlp::load(w, &format!("{p}.mlp"))?,
                     input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), cfg.eps)?,
                     post_attn_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), cfg.eps)?,

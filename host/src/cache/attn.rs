@@ -33,11 +33,7 @@ pub struct AttnArgs {
 impl AttnArgs {
     /// Causal attention with `scale`.
     pub fn causal(scale: f32) -> Self {
-        AttnArgs {
-            scale,
-            mask: MaskArg::Auto,
-            sinks: None,
-        }
+        AttnArgs { scale, mask: MaskArg::Auto, sinks: None }
     }
 }
 
@@ -59,12 +55,8 @@ pub fn attend(q: &Array, k: &Seq, v: &Seq, args: &AttnArgs, auto: MaskChoice) ->
     let sinks = args.sinks.as_ref();
     match &mask {
         MaskChoice::None => scaled_dot_product_attention(q, &k, &v, args.scale, Mask::None, sinks),
-        MaskChoice::Causal => {
-            scaled_dot_product_attention(q, &k, &v, args.scale, Mask::Causal, sinks)
-        }
-        MaskChoice::Array(m) => {
-            scaled_dot_product_attention(q, &k, &v, args.scale, Mask::Array(m), sinks)
-        }
+        MaskChoice::Causal => scaled_dot_product_attention(q, &k, &v, args.scale, Mask::Causal, sinks),
+        MaskChoice::Array(m) => scaled_dot_product_attention(q, &k, &v, args.scale, Mask::Array(m), sinks),
     }
 }
 
@@ -82,11 +74,7 @@ fn expand(q: &Quantized, axis: i32) -> Result<Quantized> {
     Ok(Quantized {
         w: q.w.expand_dims(&[axis])?,
         scales: q.scales.expand_dims(&[axis])?,
-        biases: q
-            .biases
-            .as_ref()
-            .map(|b| b.expand_dims(&[axis]))
-            .transpose()?,
+        biases: q.biases.as_ref().map(|b| b.expand_dims(&[axis])).transpose()?,
     })
 }
 
@@ -125,11 +113,7 @@ fn quantized_sdpa(
     };
     if let Some(m) = m {
         scores = if m.dtype() == Dtype::Bool {
-            where_(
-                &m,
-                &scores,
-                &Array::scalar_f(lowest(scores.dtype()), scores.dtype())?,
-            )?
+            where_(&m, &scores, &Array::scalar_f(lowest(scores.dtype()), scores.dtype())?)?
         } else {
             scores.add(&m)?
         };

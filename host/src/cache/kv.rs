@@ -28,27 +28,16 @@ impl KvCache {
 
     /// An empty cache that becomes a [`QuantizedKvCache`] once `quant` is due.
     pub fn with_quant(quant: Option<KvQuant>) -> Self {
-        KvCache {
-            quant,
-            ..Self::default()
-        }
+        KvCache { quant, ..Self::default() }
     }
 
     /// Rebuilds a cache [`CacheImpl::save`] wrote; its buffers hold exactly
     /// the saved positions and grow on the next update.
     pub fn load(meta: &Value, arrays: &HashMap<String, Array>) -> Result<Self> {
         let offset: i64 = field(meta, "offset")?;
-        let (keys, values) = if offset > 0 {
-            (Some(tensor(arrays, "keys")?), Some(tensor(arrays, "values")?))
-        } else {
-            (None, None)
-        };
-        Ok(KvCache {
-            keys,
-            values,
-            offset,
-            quant: field(meta, "quant")?,
-        })
+        let (keys, values) =
+            if offset > 0 { (Some(tensor(arrays, "keys")?), Some(tensor(arrays, "values")?)) } else { (None, None) };
+        Ok(KvCache { keys, values, offset, quant: field(meta, "quant")? })
     }
 
     fn capacity(&self) -> i64 {
@@ -85,11 +74,7 @@ impl CacheImpl for KvCache {
         match self.quant {
             Some(q) if q.due(self.offset) => {
                 let bufs = self.keys.clone().zip(self.values.clone());
-                Ok(Some(Box::new(QuantizedKvCache::from_dense(
-                    bufs,
-                    self.offset,
-                    q,
-                )?)))
+                Ok(Some(Box::new(QuantizedKvCache::from_dense(bufs, self.offset, q)?)))
             }
             _ => Ok(None),
         }
@@ -103,18 +88,9 @@ impl CacheImpl for KvCache {
         }
         let (b, h, dk, dv) = (k.dim(0), k.dim(1), k.dim(3), v.dim(3));
         let (s, e) = (self.offset as i32, need as i32);
-        let keys = self.keys.as_ref().expect("grown").slice_update(
-            &k,
-            &[0, 0, s, 0],
-            &[b, h, e, dk],
-            &[1, 1, 1, 1],
-        )?;
-        let values = self.values.as_ref().expect("grown").slice_update(
-            &v,
-            &[0, 0, s, 0],
-            &[b, h, e, dv],
-            &[1, 1, 1, 1],
-        )?;
+        let keys = self.keys.as_ref().expect("grown").slice_update(&k, &[0, 0, s, 0], &[b, h, e, dk], &[1, 1, 1, 1])?;
+        let values =
+            self.values.as_ref().expect("grown").slice_update(&v, &[0, 0, s, 0], &[b, h, e, dv], &[1, 1, 1, 1])?;
         self.offset = need;
         let out = (keys.slice_axis(2, 0, e)?, values.slice_axis(2, 0, e)?);
         self.keys = Some(keys);
@@ -133,11 +109,7 @@ impl CacheImpl for KvCache {
     }
 
     fn arrays(&self) -> Vec<Array> {
-        self.keys
-            .iter()
-            .chain(self.values.iter())
-            .cloned()
-            .collect()
+        self.keys.iter().chain(self.values.iter()).cloned().collect()
     }
 
     fn trim(&mut self, n: i64) -> i64 {

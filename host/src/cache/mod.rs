@@ -23,9 +23,7 @@ pub use store::{Kv, QBits, Seq};
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RErr, ROk, RResult, RString, RVec, Tuple2};
 use mlx::{Array, Error, Result};
-use plugin_api::{
-    ArrayHandle, AttnMask, AttnOptions, CacheBox, CacheKind, LayerCache, LayerCache_TO,
-};
+use plugin_api::{ArrayHandle, AttnMask, AttnOptions, CacheBox, CacheKind, LayerCache, LayerCache_TO};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -67,11 +65,7 @@ pub trait CacheImpl: Send {
     fn save(&self) -> Result<SavedCache>;
     /// Attention mask for `l` new queries given the keys [`CacheImpl::update`] returned.
     fn mask_for(&self, l: i32) -> Result<MaskChoice> {
-        Ok(if l > 1 {
-            MaskChoice::Causal
-        } else {
-            MaskChoice::None
-        })
+        Ok(if l > 1 { MaskChoice::Causal } else { MaskChoice::None })
     }
     /// Applies a due change of representation before the next update
     /// (mlx-lm's `maybe_quantize_kv_cache`): returns a replacement cache when
@@ -90,9 +84,7 @@ pub trait CacheImpl: Send {
     }
     /// Attends `q` over what is cached, without appending.
     fn attend_cached(&self, q: Array, args: &AttnArgs) -> Result<Array> {
-        let (k, v) = self
-            .fetch()?
-            .ok_or_else(|| Error::msg("attend_cached: the cache is empty"))?;
+        let (k, v) = self.fetch()?.ok_or_else(|| Error::msg("attend_cached: the cache is empty"))?;
         attn::attend(&q, &Seq::Dense(k), &Seq::Dense(v), args, MaskChoice::None)
     }
 }
@@ -171,42 +163,27 @@ impl LayerCache for SharedCache {
         v: ArrayHandle,
         opts: AttnOptions,
     ) -> RResult<ArrayHandle, RString> {
-        let r = self.lock_promoted().and_then(|mut c| {
-            c.attend(q.into_array(), k.into_array(), v.into_array(), &opts.into())
-        });
+        let r = self
+            .lock_promoted()
+            .and_then(|mut c| c.attend(q.into_array(), k.into_array(), v.into_array(), &opts.into()));
         ffi(r, ArrayHandle::from)
     }
     fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, RString> {
-        ffi(
-            self.lock().attend_cached(q.into_array(), &opts.into()),
-            ArrayHandle::from,
-        )
+        ffi(self.lock().attend_cached(q.into_array(), &opts.into()), ArrayHandle::from)
     }
     fn update_and_fetch(
         &mut self,
         k: ArrayHandle,
         v: ArrayHandle,
     ) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, RString> {
-        let r = self
-            .lock_promoted()
-            .and_then(|mut c| c.update(k.into_array(), v.into_array()));
+        let r = self.lock_promoted().and_then(|mut c| c.update(k.into_array(), v.into_array()));
         ffi(r, |(k, v)| Tuple2(k.into(), v.into()))
     }
     fn state(&self) -> RVec<ArrayHandle> {
-        self.lock()
-            .state()
-            .into_iter()
-            .map(ArrayHandle::from)
-            .collect()
+        self.lock().state().into_iter().map(ArrayHandle::from).collect()
     }
     fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), RString> {
-        ffi(
-            self.lock().set_state(
-                state.into_iter().map(ArrayHandle::into_array).collect(),
-                tokens,
-            ),
-            |()| (),
-        )
+        ffi(self.lock().set_state(state.into_iter().map(ArrayHandle::into_array).collect(), tokens), |()| ())
     }
 }
 
@@ -270,17 +247,12 @@ impl CacheOptions {
         for (flag, b) in [("--k-bits", self.k_bits), ("--v-bits", self.v_bits)] {
             if let Some(b) = b {
                 if !KV_BITS.contains(&b) {
-                    return Err(Error(format!(
-                        "{flag} (or --kv-bits) must be one of 2, 3, 4, 6, 8; got {b}"
-                    )));
+                    return Err(Error(format!("{flag} (or --kv-bits) must be one of 2, 3, 4, 6, 8; got {b}")));
                 }
             }
         }
         if !KV_GROUP_SIZES.contains(&self.kv_group_size) {
-            return Err(Error(format!(
-                "--kv-group-size must be 32, 64 or 128; got {}",
-                self.kv_group_size
-            )));
+            return Err(Error(format!("--kv-group-size must be 32, 64 or 128; got {}", self.kv_group_size)));
         }
         if self.max_kv_size == Some(0) {
             return Err(Error::msg("--max-kv-size must be at least 1"));
@@ -308,17 +280,8 @@ impl CacheOptions {
 
     /// The quantization every KV cache applies, if any.
     pub fn kv_quant(&self) -> Option<KvQuant> {
-        let q = |b: Option<i32>| {
-            b.map(|bits| QBits {
-                bits,
-                group_size: self.kv_group_size,
-            })
-        };
-        let kq = KvQuant {
-            k: q(self.k_bits),
-            v: q(self.v_bits),
-            start: self.quantized_kv_start as i64,
-        };
+        let q = |b: Option<i32>| b.map(|bits| QBits { bits, group_size: self.kv_group_size });
+        let kq = KvQuant { k: q(self.k_bits), v: q(self.v_bits), start: self.quantized_kv_start as i64 };
         (kq.k.is_some() || kq.v.is_some()).then_some(kq)
     }
 }
@@ -331,16 +294,12 @@ pub fn make_caches(plan: &[CacheKind], opts: &CacheOptions) -> Result<Vec<Shared
         .map(|k| {
             Ok(SharedCache::new(match k {
                 CacheKind::Full => match opts.max_kv_size {
-                    Some(n) => Box::new(RotatingKvCache::new(n, opts.keep.min(n - 1), quant)?)
-                        as Box<dyn CacheImpl>,
+                    Some(n) => Box::new(RotatingKvCache::new(n, opts.keep.min(n - 1), quant)?) as Box<dyn CacheImpl>,
                     None => Box::new(KvCache::with_quant(quant)),
                 },
                 CacheKind::Sliding { window } => {
                     // The model's own window; a smaller --max-kv-size bounds it further.
-                    let w = opts
-                        .max_kv_size
-                        .map_or(*window as usize, |n| n.min(*window as usize))
-                        .max(1);
+                    let w = opts.max_kv_size.map_or(*window as usize, |n| n.min(*window as usize)).max(1);
                     Box::new(RotatingKvCache::new(w, 0, quant)?)
                 }
                 CacheKind::Recurrent { arrays } => Box::new(RecurrentCache::new(*arrays as usize)),
@@ -370,10 +329,7 @@ pub(crate) fn field<T: DeserializeOwned>(meta: &Value, key: &str) -> Result<T> {
 
 /// Array `name` of a saved cache.
 pub(crate) fn tensor(arrays: &HashMap<String, Array>, name: &str) -> Result<Array> {
-    arrays
-        .get(name)
-        .cloned()
-        .ok_or_else(|| Error(format!("missing tensor {name}")))
+    arrays.get(name).cloned().ok_or_else(|| Error(format!("missing tensor {name}")))
 }
 
 /// Copies of every layer's cache, cheap to take (arrays are immutable graph
@@ -385,19 +341,13 @@ pub struct CacheSnapshot {
 impl CacheSnapshot {
     /// Snapshots `caches`.
     pub fn take(caches: &[SharedCache]) -> Self {
-        CacheSnapshot {
-            caches: caches.iter().map(|c| c.lock().snapshot()).collect(),
-        }
+        CacheSnapshot { caches: caches.iter().map(|c| c.lock().snapshot()).collect() }
     }
     /// Puts the snapshot back into `caches` (the same layers it was taken
     /// from); the snapshot stays usable.
     pub fn restore_into(&self, caches: &[SharedCache]) -> Result<()> {
         if caches.len() != self.caches.len() {
-            return Err(Error(format!(
-                "snapshot of {} caches restored into {}",
-                self.caches.len(),
-                caches.len()
-            )));
+            return Err(Error(format!("snapshot of {} caches restored into {}", self.caches.len(), caches.len())));
         }
         for (c, s) in caches.iter().zip(&self.caches) {
             *c.lock() = s.snapshot();
@@ -412,8 +362,6 @@ impl CacheSnapshot {
 
 impl Clone for CacheSnapshot {
     fn clone(&self) -> Self {
-        CacheSnapshot {
-            caches: self.caches.iter().map(|c| c.snapshot()).collect(),
-        }
+        CacheSnapshot { caches: self.caches.iter().map(|c| c.snapshot()).collect() }
     }
 }

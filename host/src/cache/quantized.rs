@@ -27,46 +27,22 @@ pub struct QuantizedKvCache {
 impl QuantizedKvCache {
     /// An empty cache quantizing keys per `k` and values per `v` (None: kept dense).
     pub fn new(k: Option<QBits>, v: Option<QBits>) -> Self {
-        QuantizedKvCache {
-            buf: None,
-            offset: 0,
-            k,
-            v,
-            exact_from: 0,
-        }
+        QuantizedKvCache { buf: None, offset: 0, k, v, exact_from: 0 }
     }
 
     /// Converts dense buffers (`[B, H, capacity, D]`, the first `offset`
     /// positions valid) into a quantized cache, as `q` says is due.
     pub fn from_dense(buffers: Option<(Array, Array)>, offset: i64, q: KvQuant) -> Result<Self> {
-        let buf = buffers
-            .map(|(kb, vb)| Kv::pack(&kb, &vb, (q.k, q.v)))
-            .transpose()?;
-        Ok(QuantizedKvCache {
-            buf,
-            offset,
-            k: q.k,
-            v: q.v,
-            exact_from: q.start.max(1),
-        })
+        let buf = buffers.map(|(kb, vb)| Kv::pack(&kb, &vb, (q.k, q.v))).transpose()?;
+        Ok(QuantizedKvCache { buf, offset, k: q.k, v: q.v, exact_from: q.start.max(1) })
     }
 
     /// Rebuilds a cache [`CacheImpl::save`] wrote.
     pub fn load(meta: &Value, arrays: &HashMap<String, Array>) -> Result<Self> {
         let offset: i64 = field(meta, "offset")?;
         let (k, v): (Option<QBits>, Option<QBits>) = (field(meta, "k")?, field(meta, "v")?);
-        let buf = if offset > 0 {
-            Some(Kv::from_named(arrays, (k, v))?)
-        } else {
-            None
-        };
-        Ok(QuantizedKvCache {
-            buf,
-            offset,
-            k,
-            v,
-            exact_from: field(meta, "exact_from")?,
-        })
+        let buf = if offset > 0 { Some(Kv::from_named(arrays, (k, v))?) } else { None };
+        Ok(QuantizedKvCache { buf, offset, k, v, exact_from: field(meta, "exact_from")? })
     }
 
     fn capacity(&self) -> i32 {
@@ -114,18 +90,12 @@ impl CacheImpl for QuantizedKvCache {
 
     fn attend(&mut self, q: Array, k: Array, v: Array, args: &AttnArgs) -> Result<Array> {
         let kv = self.append(&k, &v)?;
-        let auto = if q.dim(2) > 1 {
-            MaskChoice::Causal
-        } else {
-            MaskChoice::None
-        };
+        let auto = if q.dim(2) > 1 { MaskChoice::Causal } else { MaskChoice::None };
         attend(&q, &kv.k, &kv.v, args, auto)
     }
 
     fn attend_cached(&self, q: Array, args: &AttnArgs) -> Result<Array> {
-        let kv = self
-            .held()?
-            .ok_or_else(|| mlx::Error::msg("attend_cached: the cache is empty"))?;
+        let kv = self.held()?.ok_or_else(|| mlx::Error::msg("attend_cached: the cache is empty"))?;
         attend(&q, &kv.k, &kv.v, args, MaskChoice::None)
     }
 

@@ -16,10 +16,7 @@ pub struct RecurrentCache {
 impl RecurrentCache {
     /// A cache of `n` (initially absent) state arrays.
     pub fn new(n: usize) -> Self {
-        RecurrentCache {
-            state: vec![None; n],
-            offset: 0,
-        }
+        RecurrentCache { state: vec![None; n], offset: 0 }
     }
 
     /// Rebuilds a cache [`CacheImpl::save`] wrote.
@@ -29,10 +26,7 @@ impl RecurrentCache {
         let state = (0..count)
             .map(|i| present.then(|| tensor(arrays, &format!("state.{i}"))).transpose())
             .collect::<Result<_>>()?;
-        Ok(RecurrentCache {
-            state,
-            offset: field(meta, "offset")?,
-        })
+        Ok(RecurrentCache { state, offset: field(meta, "offset")? })
     }
 }
 
@@ -55,11 +49,7 @@ impl CacheImpl for RecurrentCache {
     }
     fn set_state(&mut self, s: Vec<Array>, tokens: i64) -> Result<()> {
         if s.len() != self.state.len() {
-            return Err(Error(format!(
-                "recurrent cache expects {} state arrays, got {}",
-                self.state.len(),
-                s.len()
-            )));
+            return Err(Error(format!("recurrent cache expects {} state arrays, got {}", self.state.len(), s.len())));
         }
         self.state = s.into_iter().map(Some).collect();
         self.offset += tokens;
@@ -82,12 +72,7 @@ impl CacheImpl for RecurrentCache {
         // The state is all or nothing (see `state`): absent entries save as "not yet".
         let present = self.state.iter().all(Option::is_some);
         let arrays = if present {
-            self.state
-                .iter()
-                .flatten()
-                .enumerate()
-                .map(|(i, a)| (format!("state.{i}"), a.clone()))
-                .collect()
+            self.state.iter().flatten().enumerate().map(|(i, a)| (format!("state.{i}"), a.clone())).collect()
         } else {
             Vec::new()
         };

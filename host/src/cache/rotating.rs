@@ -121,10 +121,7 @@ impl RotatingKvCache {
         };
         let room = self.max_size - 1;
         if len > room {
-            return Ok(Some(Kv::concat(&[
-                ordered.slice(0, keep)?,
-                ordered.slice(len - (room - keep), len)?,
-            ])?));
+            return Ok(Some(Kv::concat(&[ordered.slice(0, keep)?, ordered.slice(len - (room - keep), len)?])?));
         }
         Ok(Some(ordered))
     }
@@ -180,10 +177,7 @@ impl RotatingKvCache {
         if total > self.max_size {
             // Keep the pinned prefix and the newest positions; the oldest unpinned slot is next.
             let tail = self.max_size - self.keep;
-            self.buf = Some(Kv::concat(&[
-                full.slice(0, self.keep)?,
-                full.slice(total - tail, total)?,
-            ])?);
+            self.buf = Some(Kv::concat(&[full.slice(0, self.keep)?, full.slice(total - tail, total)?])?);
             self.len = self.max_size;
             self.idx = self.keep;
         } else {
@@ -215,11 +209,7 @@ impl CacheImpl for RotatingKvCache {
         // itself cannot quantize a rotating cache).
         if let Some(q) = self.quant {
             if !self.packed && q.due(self.offset) {
-                self.buf = self
-                    .buf
-                    .as_ref()
-                    .map(|b| b.packed((q.k, q.v)))
-                    .transpose()?;
+                self.buf = self.buf.as_ref().map(|b| b.packed((q.k, q.v))).transpose()?;
                 self.packed = true;
             }
         }
@@ -236,9 +226,7 @@ impl CacheImpl for RotatingKvCache {
     }
 
     fn attend_cached(&self, q: Array, args: &AttnArgs) -> Result<Array> {
-        let kv = self
-            .held()?
-            .ok_or_else(|| Error::msg("attend_cached: the cache is empty"))?;
+        let kv = self.held()?.ok_or_else(|| Error::msg("attend_cached: the cache is empty"))?;
         attend(&q, &kv.k, &kv.v, args, MaskChoice::None)
     }
 

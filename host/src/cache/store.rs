@@ -50,12 +50,7 @@ fn rebuild(mut v: Vec<Array>) -> Quantized {
 
 fn write_at(buf: &Array, x: &Array, at: i32) -> Result<Array> {
     let s = buf.shape();
-    buf.slice_update(
-        x,
-        &[0, 0, at, 0],
-        &[s[0], s[1], at + x.dim(AX), s[3]],
-        &[1, 1, 1, 1],
-    )
+    buf.slice_update(x, &[0, 0, at, 0], &[s[0], s[1], at + x.dim(AX), s[3]], &[1, 1, 1, 1])
 }
 
 impl Seq {
@@ -111,10 +106,7 @@ impl Seq {
     fn map(&self, f: impl Fn(&Array) -> Result<Array>) -> Result<Seq> {
         Ok(match self {
             Seq::Dense(a) => Seq::Dense(f(a)?),
-            Seq::Packed(q, b) => Seq::Packed(
-                rebuild(parts(q).into_iter().map(f).collect::<Result<_>>()?),
-                *b,
-            ),
+            Seq::Packed(q, b) => Seq::Packed(rebuild(parts(q).into_iter().map(f).collect::<Result<_>>()?), *b),
         })
     }
 
@@ -131,11 +123,7 @@ impl Seq {
         match (self, x) {
             (Seq::Dense(b), Seq::Dense(x)) => Ok(Seq::Dense(write_at(b, x, at)?)),
             (Seq::Packed(b, qb), Seq::Packed(x, qx)) if qb == qx => {
-                let v = parts(b)
-                    .into_iter()
-                    .zip(parts(x))
-                    .map(|(b, x)| write_at(b, x, at))
-                    .collect::<Result<_>>()?;
+                let v = parts(b).into_iter().zip(parts(x)).map(|(b, x)| write_at(b, x, at)).collect::<Result<_>>()?;
                 Ok(Seq::Packed(rebuild(v), *qb))
             }
             _ => Err(Error::msg("cache: writing data of another representation")),
@@ -146,10 +134,7 @@ impl Seq {
     pub fn concat(parts_in: &[Seq]) -> Result<Seq> {
         let v: Vec<&Seq> = parts_in.iter().filter(|p| !p.is_empty()).collect();
         match v.as_slice() {
-            [] => parts_in
-                .first()
-                .cloned()
-                .ok_or_else(|| Error::msg("cache: nothing to concatenate")),
+            [] => parts_in.first().cloned().ok_or_else(|| Error::msg("cache: nothing to concatenate")),
             [one] => Ok((*one).clone()),
             [Seq::Dense(_), ..] => {
                 let arrs: Vec<&Array> = v.iter().map(|s| s.first()).collect();
@@ -160,9 +145,7 @@ impl Seq {
                     .iter()
                     .map(|s| match s {
                         Seq::Packed(x, b) if b == q => Ok(x),
-                        _ => Err(Error::msg(
-                            "cache: concatenating data of different representations",
-                        )),
+                        _ => Err(Error::msg("cache: concatenating data of different representations")),
                     })
                     .collect::<Result<_>>()?;
                 let n = parts(qs[0]).len();
@@ -216,10 +199,7 @@ impl Seq {
         match self {
             Seq::Dense(a) => vec![(name.to_string(), a.clone())],
             Seq::Packed(q, _) => {
-                let mut v = vec![
-                    (format!("{name}.weight"), q.w.clone()),
-                    (format!("{name}.scales"), q.scales.clone()),
-                ];
+                let mut v = vec![(format!("{name}.weight"), q.w.clone()), (format!("{name}.scales"), q.scales.clone())];
                 v.extend(q.biases.iter().map(|b| (format!("{name}.biases"), b.clone())));
                 v
             }
@@ -228,12 +208,7 @@ impl Seq {
 
     /// Rebuilds what [`Seq::named`] wrote (packed with `q` when given).
     pub fn from_named(arrays: &HashMap<String, Array>, name: &str, q: Option<QBits>) -> Result<Seq> {
-        let get = |n: &str| {
-            arrays
-                .get(n)
-                .cloned()
-                .ok_or_else(|| Error(format!("missing tensor {n}")))
-        };
+        let get = |n: &str| arrays.get(n).cloned().ok_or_else(|| Error(format!("missing tensor {n}")));
         Ok(match q {
             None => Seq::Dense(get(name)?),
             Some(q) => Seq::Packed(
@@ -260,17 +235,11 @@ pub struct Kv {
 impl Kv {
     /// New keys and values, packed per `q` (`(keys, values)` quantization).
     pub fn pack(k: &Array, v: &Array, q: (Option<QBits>, Option<QBits>)) -> Result<Kv> {
-        Ok(Kv {
-            k: Seq::pack(k, q.0)?,
-            v: Seq::pack(v, q.1)?,
-        })
+        Ok(Kv { k: Seq::pack(k, q.0)?, v: Seq::pack(v, q.1)? })
     }
     /// Both packed per `q` (parts already packed stay as they are).
     pub fn packed(&self, q: (Option<QBits>, Option<QBits>)) -> Result<Kv> {
-        Ok(Kv {
-            k: self.k.packed(q.0)?,
-            v: self.v.packed(q.1)?,
-        })
+        Ok(Kv { k: self.k.packed(q.0)?, v: self.v.packed(q.1)? })
     }
     /// Positions held.
     pub fn len(&self) -> i32 {
@@ -282,40 +251,25 @@ impl Kv {
     }
     /// Positions `[s, e)`.
     pub fn slice(&self, s: i32, e: i32) -> Result<Kv> {
-        Ok(Kv {
-            k: self.k.slice(s, e)?,
-            v: self.v.slice(s, e)?,
-        })
+        Ok(Kv { k: self.k.slice(s, e)?, v: self.v.slice(s, e)? })
     }
     /// `x` written at `at`.
     pub fn write(&self, at: i32, x: &Kv) -> Result<Kv> {
-        Ok(Kv {
-            k: self.k.write(at, &x.k)?,
-            v: self.v.write(at, &x.v)?,
-        })
+        Ok(Kv { k: self.k.write(at, &x.k)?, v: self.v.write(at, &x.v)? })
     }
     /// Concatenation along the sequence axis.
     pub fn concat(parts: &[Kv]) -> Result<Kv> {
         let ks: Vec<Seq> = parts.iter().map(|p| p.k.clone()).collect();
         let vs: Vec<Seq> = parts.iter().map(|p| p.v.clone()).collect();
-        Ok(Kv {
-            k: Seq::concat(&ks)?,
-            v: Seq::concat(&vs)?,
-        })
+        Ok(Kv { k: Seq::concat(&ks)?, v: Seq::concat(&vs)? })
     }
     /// Zeros of `len` positions.
     pub fn zeros_like(&self, len: i32) -> Result<Kv> {
-        Ok(Kv {
-            k: self.k.zeros_like(len)?,
-            v: self.v.zeros_like(len)?,
-        })
+        Ok(Kv { k: self.k.zeros_like(len)?, v: self.v.zeros_like(len)? })
     }
     /// A buffer of `cap` positions holding the first `used`.
     pub fn with_capacity(&self, used: i32, cap: i32) -> Result<Kv> {
-        Ok(Kv {
-            k: self.k.with_capacity(used, cap)?,
-            v: self.v.with_capacity(used, cap)?,
-        })
+        Ok(Kv { k: self.k.with_capacity(used, cap)?, v: self.v.with_capacity(used, cap)? })
     }
     /// The component arrays.
     pub fn arrays(&self) -> Vec<Array> {
@@ -335,9 +289,6 @@ impl Kv {
     }
     /// Rebuilds what [`Kv::named`] wrote.
     pub fn from_named(arrays: &HashMap<String, Array>, q: (Option<QBits>, Option<QBits>)) -> Result<Kv> {
-        Ok(Kv {
-            k: Seq::from_named(arrays, "keys", q.0)?,
-            v: Seq::from_named(arrays, "values", q.1)?,
-        })
+        Ok(Kv { k: Seq::from_named(arrays, "keys", q.0)?, v: Seq::from_named(arrays, "values", q.1)? })
     }
 }

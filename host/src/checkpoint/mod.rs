@@ -49,7 +49,8 @@ impl Checkpoint {
 
     fn open_dir(dir: &Path) -> Result<Checkpoint> {
         let cfg_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("{}: cannot read", cfg_path.display()))?;
+        let text =
+            std::fs::read_to_string(&cfg_path).with_context(|| format!("{}: cannot read", cfg_path.display()))?;
         let config: Value =
             serde_json::from_str(&text).map_err(|e| anyhow!("{}: invalid JSON: {e}", cfg_path.display()))?;
         let model_type = config

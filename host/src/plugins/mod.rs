@@ -100,9 +100,7 @@ pub fn plugin_files(dir: &Path) -> Vec<PathBuf> {
         .map(|rd| {
             rd.filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with(pre) && n.ends_with(suf))
+                    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(pre) && n.ends_with(suf))
                 })
                 .collect()
         })
@@ -149,7 +147,12 @@ pub fn load_plugin(path: &Path, fresh: bool) -> Result<LoadedPlugin> {
         if model_types.is_empty() {
             bail!("{}: family `{fname}` claims no model_type", path.display());
         }
-        families.push(Arc::new(FamilyEntry { name: fname, model_types, plugin_path: path.to_path_buf(), family: Arc::new(fam) }));
+        families.push(Arc::new(FamilyEntry {
+            name: fname,
+            model_types,
+            plugin_path: path.to_path_buf(),
+            family: Arc::new(fam),
+        }));
     }
     if families.is_empty() {
         bail!("{}: plugin `{name}` provides no family", path.display());
@@ -173,10 +176,12 @@ fn check_stamps(path: &Path) -> Result<()> {
     if theirs != ABI_VERSION {
         bail!("plugin ABI version {theirs} does not match the host's ABI version {ABI_VERSION}; rebuild the plugin against this famlx");
     }
-    let mlxv: libloading::Symbol<extern "C" fn() -> *const std::ffi::c_char> = unsafe { lib.get(MLX_VERSION_SYMBOL) }
-        .map_err(|_| anyhow!("not a famlx plugin (no famlx_plugin_mlx_version symbol)"))?;
+    let mlxv: libloading::Symbol<extern "C" fn() -> *const std::ffi::c_char> =
+        unsafe { lib.get(MLX_VERSION_SYMBOL) }
+            .map_err(|_| anyhow!("not a famlx plugin (no famlx_plugin_mlx_version symbol)"))?;
     let p = mlxv();
-    let theirs = if p.is_null() { String::from("?") } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() };
+    let theirs =
+        if p.is_null() { String::from("?") } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() };
     let ours = mlx::build_version();
     if theirs != ours {
         bail!("plugin built against MLX {theirs}, host uses MLX {ours}; rebuild the plugin");
@@ -249,15 +254,13 @@ impl Registry {
                 .cloned()
                 .ok_or_else(|| anyhow!("--family {name}: no loaded plugin provides this family ({})", self.summary()));
         }
-        self.families()
-            .find(|f| f.model_types.iter().any(|t| t == model_type))
-            .cloned()
-            .ok_or_else(|| anyhow!("unknown model_type `{model_type}`: no loaded plugin claims it ({})", self.summary()))
+        self.families().find(|f| f.model_types.iter().any(|t| t == model_type)).cloned().ok_or_else(|| {
+            anyhow!("unknown model_type `{model_type}`: no loaded plugin claims it ({})", self.summary())
+        })
     }
 
     fn summary(&self) -> String {
-        let fams: Vec<String> =
-            self.families().map(|f| format!("{}: {}", f.name, f.model_types.join("/"))).collect();
+        let fams: Vec<String> = self.families().map(|f| format!("{}: {}", f.name, f.model_types.join("/"))).collect();
         if fams.is_empty() {
             "no plugins found; see `famlx plugins`".into()
         } else {

@@ -10,39 +10,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// The eight reference fixtures (see fixtures/README.md).
-pub const FIXTURES: [&str; 8] = [
-    "llama-bf16",
-    "llama-q4",
-    "llama-q8",
-    "llama-tied-f32",
-    "llama-hf-bf16",
-    "qwen3-bf16",
-    "qwen3-q4",
-    "qwen3-q8",
-];
+pub const FIXTURES: [&str; 8] =
+    ["llama-bf16", "llama-q4", "llama-q8", "llama-tied-f32", "llama-hf-bf16", "qwen3-bf16", "qwen3-q4", "qwen3-q8"];
 
 /// The gemma4 fixtures (host/tests/gemma4.rs; fixtures/make_gemma4_fixtures.py).
-pub const GEMMA4_FIXTURES: [&str; 4] = [
-    "gemma4-hf-bf16",
-    "gemma4-bf16",
-    "gemma4-q4",
-    "gemma4-e2b-bf16",
-];
+pub const GEMMA4_FIXTURES: [&str; 4] = ["gemma4-hf-bf16", "gemma4-bf16", "gemma4-q4", "gemma4-e2b-bf16"];
 
 /// The qwen3_5 fixtures (fixtures/make_qwen3_5_fixtures.py), tested in tests/qwen3_5.rs.
-pub const QWEN3_5_FIXTURES: [&str; 4] = [
-    "qwen3_5-hf-bf16",
-    "qwen3_5-bf16",
-    "qwen3_5-q4",
-    "qwen3_5_moe-f32",
-];
+pub const QWEN3_5_FIXTURES: [&str; 4] = ["qwen3_5-hf-bf16", "qwen3_5-bf16", "qwen3_5-q4", "qwen3_5_moe-f32"];
 
 /// `fixtures/<name>` in the repository.
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("fixtures").join(name)
 }
 
 /// A fixture's expected.json.
@@ -67,11 +46,7 @@ impl Scratch {
     pub fn new(tag: &str) -> Scratch {
         static N: AtomicUsize = AtomicUsize::new(0);
         let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let p = base.join(format!(
-            "famlx-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
+        let p = base.join(format!("famlx-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         Scratch(p)
@@ -109,11 +84,7 @@ pub fn fixture_copy(name: &str) -> Scratch {
 /// The folder holding the test binary: `target/<profile>/deps`, where cargo
 /// puts the cdylibs of host's dev-dependencies (the plugins).
 pub fn deps_dir() -> PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    std::env::current_exe().unwrap().parent().unwrap().to_path_buf()
 }
 
 /// A built cdylib in [`deps_dir`] by its library name (e.g. `famlx_plugin_llama`).
@@ -126,11 +97,7 @@ pub fn cdylib(lib: &str) -> PathBuf {
         ("lib", ".so")
     };
     let p = deps_dir().join(format!("{pre}{lib}{suf}"));
-    assert!(
-        p.is_file(),
-        "{} was not built (it is a dev-dependency of famlx)",
-        p.display()
-    );
+    assert!(p.is_file(), "{} was not built (it is a dev-dependency of famlx)", p.display());
     p
 }
 
@@ -142,10 +109,7 @@ pub fn registry() -> famlx::plugins::Registry {
         assert!(
             r.families().any(|f| f.name == fam),
             "plugin for `{fam}` not found; refused: {:?}",
-            r.refused
-                .iter()
-                .map(|x| format!("{}: {}", x.path.display(), x.reason))
-                .collect::<Vec<_>>()
+            r.refused.iter().map(|x| format!("{}: {}", x.path.display(), x.reason)).collect::<Vec<_>>()
         );
     }
     r
@@ -167,20 +131,13 @@ pub fn run(args: &[&str]) -> Output {
 
 /// stdout and stderr as text.
 pub fn texts(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
 /// Parses the `--json` line of a successful `famlx generate`.
 pub fn json_of(o: &Output) -> serde_json::Value {
     let (out, err) = texts(o);
-    assert!(
-        o.status.success(),
-        "famlx failed ({}):\nstdout: {out}\nstderr: {err}",
-        o.status
-    );
+    assert!(o.status.success(), "famlx failed ({}):\nstdout: {out}\nstderr: {err}", o.status);
     let line = out
         .lines()
         .rev()
@@ -191,9 +148,5 @@ pub fn json_of(o: &Output) -> serde_json::Value {
 
 /// A `Vec<u32>` from a JSON array of ids.
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not an array: {v}"))
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    v.as_array().unwrap_or_else(|| panic!("not an array: {v}")).iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }

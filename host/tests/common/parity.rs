@@ -26,32 +26,14 @@ use famlx::prompt::{chat_ids, Message};
 use serde_json::Value;
 
 pub fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
 }
 
-pub fn check_logits(
-    variant: &str,
-    prompt: &str,
-    f32_model: bool,
-    ours: &[f32],
-    want: &[f32],
-) -> Result<(), String> {
+pub fn check_logits(variant: &str, prompt: &str, f32_model: bool, ours: &[f32], want: &[f32]) -> Result<(), String> {
     if ours.len() != want.len() {
-        return Err(format!(
-            "{variant}/{prompt}: {} logits, expected {}",
-            ours.len(),
-            want.len()
-        ));
+        return Err(format!("{variant}/{prompt}: {} logits, expected {}", ours.len(), want.len()));
     }
-    let (abs, rel, mean_bound) = if f32_model {
-        (1e-4f32, 1e-5f32, 1e-5f32)
-    } else {
-        (0.125, 1.0 / 64.0, 0.02)
-    };
+    let (abs, rel, mean_bound) = if f32_model { (1e-4f32, 1e-5f32, 1e-5f32) } else { (0.125, 1.0 / 64.0, 0.02) };
     let mut worst = (0usize, 0f32);
     let mut sum = 0f64;
     for (i, (&a, &b)) in ours.iter().zip(want).enumerate() {
@@ -74,9 +56,7 @@ pub fn check_logits(
         ));
     }
     if mean > mean_bound {
-        return Err(format!(
-            "{variant}/{prompt}: mean |diff| {mean} > {mean_bound}"
-        ));
+        return Err(format!("{variant}/{prompt}: mean |diff| {mean} > {mean_bound}"));
     }
     Ok(())
 }
@@ -86,19 +66,9 @@ pub fn first_tie(margins: &[f32]) -> Option<usize> {
     margins.iter().position(|&m| m == 0.0)
 }
 
-pub fn check_greedy(
-    variant: &str,
-    prompt: &str,
-    ours: &[u32],
-    want: &[u32],
-    margins: &[f32],
-) -> Result<(), String> {
+pub fn check_greedy(variant: &str, prompt: &str, ours: &[u32], want: &[u32], margins: &[f32]) -> Result<(), String> {
     if ours.len() != want.len() {
-        return Err(format!(
-            "{variant}/{prompt}: generated {} tokens, expected {}: {ours:?}",
-            ours.len(),
-            want.len()
-        ));
+        return Err(format!("{variant}/{prompt}: generated {} tokens, expected {}: {ours:?}", ours.len(), want.len()));
     }
     let Some(first_diff) = ours.iter().zip(want).position(|(a, b)| a != b) else {
         return Ok(());
@@ -124,10 +94,7 @@ pub fn check_tokenizer(variant: &str, m: &LoadedModel, exp: &Value) -> Vec<Strin
     let t = &exp["tokenizer"];
     let add_bos = t["add_bos_token"].as_bool().unwrap();
     if tok.add_bos() != add_bos {
-        errs.push(format!(
-            "{variant}: add_bos is {}, expected {add_bos}",
-            tok.add_bos()
-        ));
+        errs.push(format!("{variant}: add_bos is {}, expected {add_bos}", tok.add_bos()));
     }
     let cases = t["cases"].as_array().unwrap();
     assert!(!cases.is_empty());
@@ -141,12 +108,7 @@ pub fn check_tokenizer(variant: &str, m: &LoadedModel, exp: &Value) -> Vec<Strin
         // The fixtures record transformers' `encode`, which gives
         // `[bos, bos]` for the text "<bos>"; that one case differs by design.
         let want = match &bos {
-            Some((s, id))
-                if add_bos
-                    && text.starts_with(s.as_str())
-                    && hf.len() >= 2
-                    && hf[..2] == [*id, *id] =>
-            {
+            Some((s, id)) if add_bos && text.starts_with(s.as_str()) && hf.len() >= 2 && hf[..2] == [*id, *id] => {
                 hf[1..].to_vec()
             }
             _ => hf.clone(),
@@ -155,52 +117,37 @@ pub fn check_tokenizer(variant: &str, m: &LoadedModel, exp: &Value) -> Vec<Strin
         let no_bos = if add_bos { &hf[1..] } else { &hf[..] };
         match tok.encode(text, false) {
             Ok(got) if got == no_bos => {}
-            Ok(got) => errs.push(format!(
-                "{variant}: encode({text:?}, no BOS) = {got:?}, expected {no_bos:?}"
-            )),
+            Ok(got) => errs.push(format!("{variant}: encode({text:?}, no BOS) = {got:?}, expected {no_bos:?}")),
             Err(e) => errs.push(format!("{variant}: encode({text:?}, no BOS): {e}")),
         }
         match tok.encode(text, true) {
             Ok(got) if got == want => {}
-            Ok(got) => errs.push(format!(
-                "{variant}: encode({text:?}) = {got:?}, expected {want:?}"
-            )),
+            Ok(got) => errs.push(format!("{variant}: encode({text:?}) = {got:?}, expected {want:?}")),
             Err(e) => errs.push(format!("{variant}: encode({text:?}): {e}")),
         }
         let decoded = c["decoded"].as_str().unwrap();
         match tok.decode(&hf, false) {
             Ok(got) if got == decoded => {}
-            Ok(got) => errs.push(format!(
-                "{variant}: decode({hf:?}) = {got:?}, expected {decoded:?}"
-            )),
+            Ok(got) => errs.push(format!("{variant}: decode({hf:?}) = {got:?}, expected {decoded:?}")),
             Err(e) => errs.push(format!("{variant}: decode({hf:?}): {e}")),
         }
     }
     let chat = &t["chat"];
     assert_eq!(chat["add_generation_prompt"], Value::Bool(true));
     let msgs_json = chat["messages"].as_array().unwrap();
-    let msgs: Vec<Message> = msgs_json
-        .iter()
-        .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
-        .collect();
+    let msgs: Vec<Message> =
+        msgs_json.iter().map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap())).collect();
     let want_text = chat["text"].as_str().unwrap();
-    let tpl = tok
-        .compiled_chat_template()
-        .unwrap()
-        .expect("fixture has a chat template");
+    let tpl = tok.compiled_chat_template().unwrap().expect("fixture has a chat template");
     match tpl.render(msgs_json, None, true, &Default::default()) {
         Ok(got) if got == want_text => {}
-        Ok(got) => errs.push(format!(
-            "{variant}: chat template renders {got:?}, expected {want_text:?}"
-        )),
+        Ok(got) => errs.push(format!("{variant}: chat template renders {got:?}, expected {want_text:?}")),
         Err(e) => errs.push(format!("{variant}: chat template: {e}")),
     }
     let want_ids = ids(&chat["ids"]);
     match chat_ids(tok, &msgs, &Default::default()) {
         Ok(got) if got == want_ids => {}
-        Ok(got) => errs.push(format!(
-            "{variant}: chat ids {got:?}, expected {want_ids:?}"
-        )),
+        Ok(got) => errs.push(format!("{variant}: chat ids {got:?}, expected {want_ids:?}")),
         Err(e) => errs.push(format!("{variant}: chat_ids: {e}")),
     }
     errs

@@ -35,25 +35,16 @@ impl Linear {
         Self::from_parts(w, prefix, weight, b)
     }
 
-    fn from_parts(
-        w: &dyn Weights,
-        prefix: &str,
-        weight: Array,
-        b: Option<Array>,
-    ) -> Result<Linear> {
+    fn from_parts(w: &dyn Weights, prefix: &str, weight: Array, b: Option<Array>) -> Result<Linear> {
         match (w.get(&format!("{prefix}.scales")), w.quant(prefix)) {
             (Some(scales), Some(spec)) => Ok(Linear::Quant {
-                q: Quantized {
-                    w: weight,
-                    scales,
-                    biases: w.get(&format!("{prefix}.biases")),
-                },
+                q: Quantized { w: weight, scales, biases: w.get(&format!("{prefix}.biases")) },
                 spec,
                 b,
             }),
-            (Some(_), None) => Err(Error(format!(
-                "{prefix} has scales but the config declares no quantization for it"
-            ))),
+            (Some(_), None) => {
+                Err(Error(format!("{prefix} has scales but the config declares no quantization for it")))
+            }
             (None, _) => Ok(Linear::dense(weight, b)?),
         }
     }
@@ -154,9 +145,7 @@ pub struct Embedding {
 impl Embedding {
     /// Loads `{prefix}.weight` (+ quantization).
     pub fn load(w: &dyn Weights, prefix: &str) -> Result<Embedding> {
-        Ok(Embedding {
-            table: Linear::load(w, prefix)?,
-        })
+        Ok(Embedding { table: Linear::load(w, prefix)? })
     }
 
     /// Looks up token ids (any shape) → `[..., dim]`.

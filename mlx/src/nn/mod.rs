@@ -23,8 +23,7 @@ pub trait Weights {
 
     /// The tensor `name`, or an error naming it.
     fn require(&self, name: &str) -> Result<Array> {
-        self.get(name)
-            .ok_or_else(|| Error(format!("missing weight {name}")))
+        self.get(name).ok_or_else(|| Error(format!("missing weight {name}")))
     }
 }
 
@@ -81,12 +80,7 @@ impl GatedMlp {
         let gate = Linear::load(w, &format!("{prefix}.gate_proj"))?;
         let up = Linear::load(w, &format!("{prefix}.up_proj"))?;
         let gate_up = Linear::concat(&[&gate, &up])?;
-        Ok(GatedMlp {
-            gate,
-            up,
-            down: Linear::load(w, &format!("{prefix}.down_proj"))?,
-            gate_up,
-        })
+        Ok(GatedMlp { gate, up, down: Linear::load(w, &format!("{prefix}.down_proj"))?, gate_up })
     }
 
     /// SwiGLU forward.

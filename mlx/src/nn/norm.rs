@@ -15,10 +15,7 @@ pub struct RmsNorm {
 impl RmsNorm {
     /// Loads `{prefix}.weight`.
     pub fn load(w: &dyn Weights, prefix: &str, eps: f32) -> Result<Self> {
-        Ok(RmsNorm {
-            weight: w.require(&format!("{prefix}.weight"))?,
-            eps,
-        })
+        Ok(RmsNorm { weight: w.require(&format!("{prefix}.weight"))?, eps })
     }
     /// Applies the norm over the last axis.
     pub fn forward(&self, x: &Array) -> Result<Array> {
@@ -40,11 +37,7 @@ pub struct LayerNorm {
 impl LayerNorm {
     /// Loads `{prefix}.weight` and `{prefix}.bias` when present.
     pub fn load(w: &dyn Weights, prefix: &str, eps: f32) -> Result<Self> {
-        Ok(LayerNorm {
-            weight: w.get(&format!("{prefix}.weight")),
-            bias: w.get(&format!("{prefix}.bias")),
-            eps,
-        })
+        Ok(LayerNorm { weight: w.get(&format!("{prefix}.weight")), bias: w.get(&format!("{prefix}.bias")), eps })
     }
     /// Applies the norm over the last axis.
     pub fn forward(&self, x: &Array) -> Result<Array> {

@@ -39,26 +39,13 @@ pub struct Rope {
 impl Rope {
     /// Builds the rope; the scaling's frequencies are computed once here.
     pub fn new(dims: i32, base: f32, traditional: bool, scaling: &RopeScaling) -> Result<Rope> {
-        let mut r = Rope {
-            dims,
-            traditional,
-            base,
-            scale: 1.0,
-            freqs: None,
-        };
+        let mut r = Rope { dims, traditional, base, scale: 1.0, freqs: None };
         match scaling {
             RopeScaling::None => {}
             RopeScaling::Linear { factor } => r.scale = 1.0 / factor,
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position_embeddings,
-            } => {
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
                 if high_freq_factor == low_freq_factor {
-                    return Err(Error::msg(
-                        "rope_scaling: high_freq_factor equals low_freq_factor",
-                    ));
+                    return Err(Error::msg("rope_scaling: high_freq_factor equals low_freq_factor"));
                 }
                 let old = *original_max_position_embeddings;
                 let low_wl = old / low_freq_factor;
@@ -69,8 +56,7 @@ impl Rope {
                         let wl = 2.0 * std::f32::consts::PI * freq;
                         let freq = if wl > low_wl { freq * factor } else { freq };
                         if wl > high_wl && wl < low_wl {
-                            let s =
-                                (old / wl - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                            let s = (old / wl - low_freq_factor) / (high_freq_factor - low_freq_factor);
                             freq / ((1.0 - s) / factor + s)
                         } else {
                             freq
@@ -85,36 +71,14 @@ impl Rope {
 
     /// Custom per-pair periods (as `fast::rope`'s `freqs`).
     pub fn with_freqs(dims: i32, traditional: bool, freqs: Array) -> Rope {
-        Rope {
-            dims,
-            traditional,
-            base: 0.0,
-            scale: 1.0,
-            freqs: Some(freqs),
-        }
+        Rope { dims, traditional, base: 0.0, scale: 1.0, freqs: Some(freqs) }
     }
 
     /// Rotates `x` (`[B, H, L, D]`) for positions starting at `offset`.
     pub fn forward(&self, x: &Array, offset: RopeOffset<'_>) -> Result<Array> {
         match &self.freqs {
-            Some(f) => rope(
-                x,
-                self.dims,
-                self.traditional,
-                None,
-                self.scale,
-                offset,
-                Some(f),
-            ),
-            None => rope(
-                x,
-                self.dims,
-                self.traditional,
-                Some(self.base),
-                self.scale,
-                offset,
-                None,
-            ),
+            Some(f) => rope(x, self.dims, self.traditional, None, self.scale, offset, Some(f)),
+            None => rope(x, self.dims, self.traditional, Some(self.base), self.scale, offset, None),
         }
     }
 }

@@ -8,9 +8,7 @@ use std::path::PathBuf;
 
 /// `mlx/tests/data/<name>`.
 pub fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
 
 /// Arrays recorded by `make_expected.py` (inputs and outputs).
@@ -19,17 +17,13 @@ pub struct Expected(pub HashMap<String, Array>);
 impl Expected {
     /// Loads `expected.safetensors`.
     pub fn load() -> Expected {
-        let (m, _) =
-            mlx::io::load_safetensors(&data("expected.safetensors")).expect("expected.safetensors");
+        let (m, _) = mlx::io::load_safetensors(&data("expected.safetensors")).expect("expected.safetensors");
         Expected(m)
     }
 
     /// The array recorded as `name`.
     pub fn get(&self, name: &str) -> Array {
-        self.0
-            .get(name)
-            .unwrap_or_else(|| panic!("no recorded array {name}"))
-            .clone()
+        self.0.get(name).unwrap_or_else(|| panic!("no recorded array {name}")).clone()
     }
 }
 
@@ -43,17 +37,11 @@ pub fn expected_json() -> serde_json::Value {
 #[track_caller]
 pub fn assert_close(what: &str, got: &Array, want: &Array, atol: f32, rtol: f32) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
-    let g = got
-        .to_vec::<f32>()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let g = got.to_vec::<f32>().unwrap_or_else(|e| panic!("{what}: {e}"));
     let w = want.to_vec::<f32>().unwrap();
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         let ok = (a - b).abs() <= atol + rtol * b.abs() || (a.is_nan() && b.is_nan()) || a == b;
-        assert!(
-            ok,
-            "{what}: element {i}: got {a}, want {b} (got {:?}, want {:?})",
-            &g, &w
-        );
+        assert!(ok, "{what}: element {i}: got {a}, want {b} (got {:?}, want {:?})", &g, &w);
     }
 }
 
@@ -61,9 +49,7 @@ pub fn assert_close(what: &str, got: &Array, want: &Array, atol: f32, rtol: f32)
 #[track_caller]
 pub fn assert_exact(what: &str, got: &Array, want: &Array) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
-    let g = got
-        .to_vec::<i64>()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let g = got.to_vec::<i64>().unwrap_or_else(|e| panic!("{what}: {e}"));
     let w = want.to_vec::<i64>().unwrap();
     assert_eq!(g, w, "{what}");
 }

@@ -52,14 +52,7 @@ impl RopeParams {
     pub fn rope(&self, dims: i32, traditional: bool) -> Result<Rope> {
         match self.kind.as_str() {
             "default" => Rope::new(dims, self.theta, traditional, &RopeScaling::None),
-            "linear" => Rope::new(
-                dims,
-                self.theta,
-                traditional,
-                &RopeScaling::Linear {
-                    factor: self.factor,
-                },
-            ),
+            "linear" => Rope::new(dims, self.theta, traditional, &RopeScaling::Linear { factor: self.factor }),
             "proportional" => {
                 // The first `rotated` features rotate with periods θ^(2i/dims)
                 // (exponents over the whole head); the rest get infinite
@@ -68,22 +61,12 @@ impl RopeParams {
                 if rotated > dims {
                     return Err(Error::msg("rope: partial_rotary_factor > 1"));
                 }
-                let mut f: Vec<f32> = (0..rotated / 2)
-                    .map(|i| self.factor * self.theta.powf((2 * i) as f32 / dims as f32))
-                    .collect();
-                f.extend(std::iter::repeat_n(
-                    f32::INFINITY,
-                    ((dims - rotated) / 2) as usize,
-                ));
-                Ok(Rope::with_freqs(
-                    dims,
-                    traditional,
-                    Array::from_slice(&f, &[f.len() as i32])?,
-                ))
+                let mut f: Vec<f32> =
+                    (0..rotated / 2).map(|i| self.factor * self.theta.powf((2 * i) as f32 / dims as f32)).collect();
+                f.extend(std::iter::repeat_n(f32::INFINITY, ((dims - rotated) / 2) as usize));
+                Ok(Rope::with_freqs(dims, traditional, Array::from_slice(&f, &[f.len() as i32])?))
             }
-            other => Err(Error(format!(
-                "config: rope_type `{other}` is not supported by gemma4"
-            ))),
+            other => Err(Error(format!("config: rope_type `{other}` is not supported by gemma4"))),
         }
     }
 }
@@ -160,42 +143,21 @@ impl Config {
             _ => field_or(t, "vocab_size", 262144)?,
         };
         let full = match t.get("layer_types").filter(|v| !v.is_null()) {
-            Some(_) => field::<Vec<String>>(t, "layer_types")?
-                .iter()
-                .map(|s| s == "full_attention")
-                .collect(),
+            Some(_) => field::<Vec<String>>(t, "layer_types")?.iter().map(|s| s == "full_attention").collect(),
             None => {
                 let p: i32 = field_or(t, "sliding_window_pattern", 5)?;
-                (0..n)
-                    .map(|i| (i % p.max(1)) == p - 1)
-                    .collect::<Vec<bool>>()
+                (0..n).map(|i| (i % p.max(1)) == p - 1).collect::<Vec<bool>>()
             }
         };
         if full.len() != n as usize {
-            return Err(Error(format!(
-                "config: layer_types has {} entries for {n} layers",
-                full.len()
-            )));
+            return Err(Error(format!("config: layer_types has {} entries for {n} layers", full.len())));
         }
         let rp = t.get("rope_parameters").filter(|v| !v.is_null());
         let (rope_full, rope_sliding) = match rp {
-            Some(r) => (
-                RopeParams::parse(r.get("full_attention"))?,
-                RopeParams::parse(r.get("sliding_attention"))?,
-            ),
+            Some(r) => (RopeParams::parse(r.get("full_attention"))?, RopeParams::parse(r.get("sliding_attention"))?),
             None => (
-                RopeParams {
-                    theta: 1e6,
-                    kind: "proportional".into(),
-                    partial_rotary_factor: 0.25,
-                    factor: 1.0,
-                },
-                RopeParams {
-                    theta: 1e4,
-                    kind: "default".into(),
-                    partial_rotary_factor: 1.0,
-                    factor: 1.0,
-                },
+                RopeParams { theta: 1e6, kind: "proportional".into(), partial_rotary_factor: 0.25, factor: 1.0 },
+                RopeParams { theta: 1e4, kind: "default".into(), partial_rotary_factor: 1.0, factor: 1.0 },
             ),
         };
         let cfg = Config {
@@ -222,18 +184,11 @@ impl Config {
             final_logit_softcapping: field_or(t, "final_logit_softcapping", Some(30.0))?,
             use_double_wide_mlp: field_or(t, "use_double_wide_mlp", true)?,
             enable_moe_block: field_or(t, "enable_moe_block", false)?,
-            tie_word_embeddings: field_or(
-                t,
-                "tie_word_embeddings",
-                field_or(c, "tie_word_embeddings", true)?,
-            )?,
+            tie_word_embeddings: field_or(t, "tie_word_embeddings", field_or(c, "tie_word_embeddings", true)?)?,
             max_position_embeddings: field_or(t, "max_position_embeddings", 131072)?,
         };
         if cfg.num_kv_shared_layers < 0 || cfg.num_kv_shared_layers > n {
-            return Err(Error(format!(
-                "config: num_kv_shared_layers {} out of range",
-                cfg.num_kv_shared_layers
-            )));
+            return Err(Error(format!("config: num_kv_shared_layers {} out of range", cfg.num_kv_shared_layers)));
         }
         if cfg.sliding_window < 1 {
             return Err(Error::msg("config: sliding_window must be positive"));
@@ -259,11 +214,7 @@ impl Config {
                 (0..m)
                     .rev()
                     .find(|&j| self.full[j] == self.full[i])
-                    .ok_or_else(|| {
-                        Error(format!(
-                            "config: KV-shared layer {i} has no earlier layer of its type"
-                        ))
-                    })
+                    .ok_or_else(|| Error(format!("config: KV-shared layer {i} has no earlier layer of its type")))
             })
             .collect()
     }
@@ -280,23 +231,11 @@ impl Config {
 }
 
 /// Module prefixes of the non-text towers of multimodal checkpoints.
-const MEDIA_PREFIXES: [&str; 6] = [
-    "vision_tower",
-    "multi_modal_projector",
-    "audio_tower",
-    "embed_audio",
-    "embed_vision",
-    "vision_embedder",
-];
+const MEDIA_PREFIXES: [&str; 6] =
+    ["vision_tower", "multi_modal_projector", "audio_tower", "embed_audio", "embed_vision", "vision_embedder"];
 
 /// Tensor name fragments that carry no weights a runtime needs.
-const DROPPED: [&str; 5] = [
-    "self_attn.rotary_emb",
-    "input_max",
-    "input_min",
-    "output_max",
-    "output_min",
-];
+const DROPPED: [&str; 5] = ["self_attn.rotary_emb", "input_max", "input_min", "output_max", "output_min"];
 
 /// The family registration.
 pub struct Gemma4Family;
@@ -313,36 +252,29 @@ impl FamilySpec for Gemma4Family {
     fn plan(&self, config: &Value) -> Result<ModelPlan> {
         let cfg = Config::parse(config)?;
         if cfg.enable_moe_block {
-            return Err(Error::msg(
-                "gemma4: the mixture-of-experts block (enable_moe_block) is not supported yet",
-            ));
+            return Err(Error::msg("gemma4: the mixture-of-experts block (enable_moe_block) is not supported yet"));
         }
         cfg.kv_sources()?;
         let mut stored = config.clone();
         if let Some(o) = stored.as_object_mut() {
             o.retain(|k, _| !k.starts_with("quantization"));
         }
-        let caches = (0..cfg.first_kv_shared() as usize)
-            .map(|i| {
-                if cfg.full[i] {
-                    CacheKind::Full
-                } else {
-                    CacheKind::Sliding {
-                        window: cfg.sliding_window as u32,
+        let caches =
+            (0..cfg.first_kv_shared() as usize)
+                .map(|i| {
+                    if cfg.full[i] {
+                        CacheKind::Full
+                    } else {
+                        CacheKind::Sliding { window: cfg.sliding_window as u32 }
                     }
-                }
-            })
-            .collect();
+                })
+                .collect();
         let mut eos = eos_ids(config);
         if eos.is_empty() {
             eos = eos_ids(text_part(config));
         }
         let dtype = field_or::<Option<String>>(config, "torch_dtype", None)?
-            .or(field_or::<Option<String>>(
-                text_part(config),
-                "torch_dtype",
-                None,
-            )?)
+            .or(field_or::<Option<String>>(text_part(config), "torch_dtype", None)?)
             .unwrap_or_else(|| "bfloat16".into());
         Ok(ModelPlan {
             family: "gemma4".into(),
@@ -363,9 +295,7 @@ impl FamilySpec for Gemma4Family {
     fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
         let cfg = Config::from_plan(plan)?;
         let bare = name.strip_prefix("model.").unwrap_or(name);
-        if MEDIA_PREFIXES.iter().any(|p| bare.starts_with(p))
-            || DROPPED.iter().any(|d| name.contains(d))
-        {
+        if MEDIA_PREFIXES.iter().any(|p| bare.starts_with(p)) || DROPPED.iter().any(|d| name.contains(d)) {
             return Ok(vec![]);
         }
         // Hugging Face naming (`model.language_model.X`) to mlx-lm's
@@ -375,19 +305,9 @@ impl FamilySpec for Gemma4Family {
             None => name.to_string(),
         };
         // KV-shared layers own no K/V: drop projections a checkpoint may carry.
-        if [
-            ".self_attn.k_proj",
-            ".self_attn.v_proj",
-            ".self_attn.k_norm",
-        ]
-        .iter()
-        .any(|s| name.contains(s))
-        {
-            if let Some(i) = name
-                .split("layers.")
-                .nth(1)
-                .and_then(|r| r.split('.').next())
-                .and_then(|s| s.parse::<i32>().ok())
+        if [".self_attn.k_proj", ".self_attn.v_proj", ".self_attn.k_norm"].iter().any(|s| name.contains(s)) {
+            if let Some(i) =
+                name.split("layers.").nth(1).and_then(|r| r.split('.').next()).and_then(|s| s.parse::<i32>().ok())
             {
                 if i >= cfg.first_kv_shared() {
                     return Ok(vec![]);
@@ -405,8 +325,7 @@ impl FamilySpec for Gemma4Family {
 impl Config {
     /// Re-parses the config the plan carries.
     pub fn from_plan(plan: &ModelPlan) -> Result<Config> {
-        let c: Value = serde_json::from_str(plan.config.as_str())
-            .map_err(|e| Error(format!("plan config: {e}")))?;
+        let c: Value = serde_json::from_str(plan.config.as_str()).map_err(|e| Error(format!("plan config: {e}")))?;
         Config::parse(&c)
     }
 }
@@ -433,8 +352,7 @@ impl GegluMlp {
     }
     /// Forward.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        self.down
-            .forward(&gelu_approx(&self.gate.forward(x)?)?.mul(&self.up.forward(x)?)?)
+        self.down.forward(&gelu_approx(&self.gate.forward(x)?)?.mul(&self.up.forward(x)?)?)
     }
 }
 
@@ -500,23 +418,14 @@ impl Gemma4Attention {
         let (b, l) = (x.dim(0), x.dim(1));
         let q = self
             .q_norm
-            .forward(&Self::heads(
-                &self.q.forward(x)?,
-                b,
-                l,
-                self.n_heads,
-                self.head_dim,
-            )?)?
+            .forward(&Self::heads(&self.q.forward(x)?, b, l, self.n_heads, self.head_dim)?)?
             .transpose(&[0, 2, 1, 3])?;
         let (o, kept) = match (shared, &self.k, slot) {
             (Some(s), _, _) => {
                 let q = self.rope.forward(&q, RopeOffset::Int(s.offset))?;
                 let m = mask_for(l, s.k.dim(2), s.window)?;
                 let mask = m.as_ref().map_or(Mask::None, Mask::Array);
-                (
-                    scaled_dot_product_attention(&q, &s.k, &s.v, 1.0, mask, None)?,
-                    None,
-                )
+                (scaled_dot_product_attention(&q, &s.k, &s.v, 1.0, mask, None)?, None)
             }
             (None, Some(kp), Some(slot)) => {
                 let raw = Self::heads(&kp.forward(x)?, b, l, self.n_kv_heads, self.head_dim)?;
@@ -524,12 +433,7 @@ impl Gemma4Attention {
                     Some(vp) => Self::heads(&vp.forward(x)?, b, l, self.n_kv_heads, self.head_dim)?,
                     None => raw.clone(),
                 };
-                let k = self
-                    .k_norm
-                    .as_ref()
-                    .expect("k_norm with k_proj")
-                    .forward(&raw)?
-                    .transpose(&[0, 2, 1, 3])?;
+                let k = self.k_norm.as_ref().expect("k_norm with k_proj").forward(&raw)?.transpose(&[0, 2, 1, 3])?;
                 let v = rms_norm(&v, None, self.eps)?.transpose(&[0, 2, 1, 3])?;
                 let off = caches.offset(slot)? as i32;
                 let q = self.rope.forward(&q, RopeOffset::Int(off))?;
@@ -541,31 +445,14 @@ impl Gemma4Attention {
                     let m = mask_for(l, k.dim(2), self.window)?;
                     let mask = m.as_ref().map_or(Mask::None, Mask::Array);
                     let o = scaled_dot_product_attention(&q, &k, &v, 1.0, mask, None)?;
-                    (
-                        o,
-                        Some(SharedKv {
-                            k,
-                            v,
-                            offset: off,
-                            window: self.window,
-                        }),
-                    )
+                    (o, Some(SharedKv { k, v, offset: off, window: self.window }))
                 } else {
-                    (
-                        caches.attend(slot, q, k, v, AttnOptions::causal(1.0))?,
-                        None,
-                    )
+                    (caches.attend(slot, q, k, v, AttnOptions::causal(1.0))?, None)
                 }
             }
-            _ => {
-                return Err(Error::msg(
-                    "gemma4: a layer without K/V projections got no shared K/V",
-                ))
-            }
+            _ => return Err(Error::msg("gemma4: a layer without K/V projections got no shared K/V")),
         };
-        let o = self
-            .o
-            .forward(&o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?)?;
+        let o = self.o.forward(&o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?)?;
         Ok((o, kept))
     }
 }
@@ -634,11 +521,7 @@ impl Gemma4Text {
             .map(|i| {
                 let lp = format!("{p}.layers.{i}");
                 let full = cfg.full[i];
-                let head_dim = if full && cfg.global_head_dim > 0 {
-                    cfg.global_head_dim
-                } else {
-                    cfg.head_dim
-                };
+                let head_dim = if full && cfg.global_head_dim > 0 { cfg.global_head_dim } else { cfg.head_dim };
                 let k_eq_v = cfg.attention_k_eq_v && full;
                 let n_kv_heads = match (k_eq_v, cfg.num_global_key_value_heads) {
                     (true, Some(h)) => h,
@@ -646,25 +529,15 @@ impl Gemma4Text {
                 };
                 let has_kv = i < m;
                 let a = format!("{lp}.self_attn");
-                let rope = if full {
-                    &cfg.rope_full
-                } else {
-                    &cfg.rope_sliding
-                }
-                .rope(head_dim, cfg.rope_traditional)?;
+                let rope =
+                    if full { &cfg.rope_full } else { &cfg.rope_sliding }.rope(head_dim, cfg.rope_traditional)?;
                 let attn = Gemma4Attention {
                     q: Linear::load(w, &format!("{a}.q_proj"))?,
-                    k: has_kv
-                        .then(|| Linear::load(w, &format!("{a}.k_proj")))
-                        .transpose()?,
-                    v: (has_kv && !k_eq_v)
-                        .then(|| Linear::load(w, &format!("{a}.v_proj")))
-                        .transpose()?,
+                    k: has_kv.then(|| Linear::load(w, &format!("{a}.k_proj"))).transpose()?,
+                    v: (has_kv && !k_eq_v).then(|| Linear::load(w, &format!("{a}.v_proj"))).transpose()?,
                     o: Linear::load(w, &format!("{a}.o_proj"))?,
                     q_norm: RmsNorm::load(w, &format!("{a}.q_norm"), eps)?,
-                    k_norm: has_kv
-                        .then(|| RmsNorm::load(w, &format!("{a}.k_norm"), eps))
-                        .transpose()?,
+                    k_norm: has_kv.then(|| RmsNorm::load(w, &format!("{a}.k_norm"), eps)).transpose()?,
                     eps,
                     n_heads: cfg.num_attention_heads,
                     n_kv_heads,
@@ -677,11 +550,7 @@ impl Gemma4Text {
                         Ok(PerLayerGate {
                             gate: Linear::load(w, &format!("{lp}.per_layer_input_gate"))?,
                             proj: Linear::load(w, &format!("{lp}.per_layer_projection"))?,
-                            norm: RmsNorm::load(
-                                w,
-                                &format!("{lp}.post_per_layer_input_norm"),
-                                eps,
-                            )?,
+                            norm: RmsNorm::load(w, &format!("{lp}.post_per_layer_input_norm"), eps)?,
                         })
                     })
                     .transpose()?;
@@ -689,17 +558,9 @@ impl Gemma4Text {
                     attn,
                     mlp: GegluMlp::load(w, &format!("{lp}.mlp"))?,
                     input_norm: RmsNorm::load(w, &format!("{lp}.input_layernorm"), eps)?,
-                    post_attn_norm: RmsNorm::load(
-                        w,
-                        &format!("{lp}.post_attention_layernorm"),
-                        eps,
-                    )?,
+                    post_attn_norm: RmsNorm::load(w, &format!("{lp}.post_attention_layernorm"), eps)?,
                     pre_ff_norm: RmsNorm::load(w, &format!("{lp}.pre_feedforward_layernorm"), eps)?,
-                    post_ff_norm: RmsNorm::load(
-                        w,
-                        &format!("{lp}.post_feedforward_layernorm"),
-                        eps,
-                    )?,
+                    post_ff_norm: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm"), eps)?,
                     per_layer,
                     scalar: w.get(&format!("{lp}.layer_scalar")),
                     slot: has_kv.then_some(i),
@@ -725,11 +586,7 @@ impl Gemma4Text {
             embed_scale: (cfg.hidden_size as f64).sqrt(),
             layers,
             norm: RmsNorm::load(w, &format!("{p}.norm"), eps)?,
-            lm_head: if cfg.tie_word_embeddings {
-                None
-            } else {
-                Some(Linear::load(w, &format!("{root}lm_head"))?)
-            },
+            lm_head: if cfg.tie_word_embeddings { None } else { Some(Linear::load(w, &format!("{root}lm_head"))?) },
             softcap: cfg.final_logit_softcapping.filter(|c| *c > 0.0),
             per_layer,
         })
@@ -740,16 +597,8 @@ impl Gemma4Text {
     fn per_layer_inputs(&self, pl: &PerLayerInputs, tokens: &Array, h: &Array) -> Result<Array> {
         let n = self.layers.len() as i32;
         let (b, l) = (h.dim(0), h.dim(1));
-        let from_ids = pl
-            .embed
-            .forward(tokens)?
-            .mul_s(pl.embed_scale)?
-            .reshape(&[b, l, n, pl.width])?;
-        let proj = pl
-            .projection
-            .forward(h)?
-            .mul_s(pl.projection_scale)?
-            .reshape(&[b, l, n, pl.width])?;
+        let from_ids = pl.embed.forward(tokens)?.mul_s(pl.embed_scale)?.reshape(&[b, l, n, pl.width])?;
+        let proj = pl.projection.forward(h)?.mul_s(pl.projection_scale)?.reshape(&[b, l, n, pl.width])?;
         let proj = pl.norm.forward(&proj)?;
         proj.add(&from_ids)?.mul_s(std::f64::consts::FRAC_1_SQRT_2)
     }
@@ -763,17 +612,9 @@ impl Gemma4Layer {
         shared: Option<&SharedKv>,
         per_layer_input: Option<&Array>,
     ) -> Result<(Array, Option<SharedKv>)> {
-        let (a, kept) = self.attn.forward(
-            &self.input_norm.forward(x)?,
-            caches,
-            self.slot,
-            self.shared_out,
-            shared,
-        )?;
+        let (a, kept) = self.attn.forward(&self.input_norm.forward(x)?, caches, self.slot, self.shared_out, shared)?;
         let h = x.add(&self.post_attn_norm.forward(&a)?)?;
-        let f = self
-            .post_ff_norm
-            .forward(&self.mlp.forward(&self.pre_ff_norm.forward(&h)?)?)?;
+        let f = self.post_ff_norm.forward(&self.mlp.forward(&self.pre_ff_norm.forward(&h)?)?)?;
         let mut h = h.add(&f)?;
         if let (Some(g), Some(pli)) = (&self.per_layer, per_layer_input) {
             let gate = gelu_approx(&g.gate.forward(&h)?)?.mul(pli)?;
@@ -799,20 +640,15 @@ impl ModelForward for Gemma4Text {
         };
         let mut kept: Vec<Option<SharedKv>> = vec![None; self.layers.len()];
         for (i, layer) in self.layers.iter().enumerate() {
-            let shared = if layer.slot.is_none() {
-                Some(kept[layer.source].as_ref().ok_or_else(|| {
-                    Error(format!(
-                        "gemma4: layer {i}: source layer {} kept no K/V",
-                        layer.source
-                    ))
-                })?)
-            } else {
-                None
-            };
-            let li = pli
-                .as_ref()
-                .map(|p| p.slice_axis(2, i as i32, i as i32 + 1)?.squeeze(&[2]))
-                .transpose()?;
+            let shared =
+                if layer.slot.is_none() {
+                    Some(kept[layer.source].as_ref().ok_or_else(|| {
+                        Error(format!("gemma4: layer {i}: source layer {} kept no K/V", layer.source))
+                    })?)
+                } else {
+                    None
+                };
+            let li = pli.as_ref().map(|p| p.slice_axis(2, i as i32, i as i32 + 1)?.squeeze(&[2])).transpose()?;
             let (out, k) = layer.forward(&h, caches, shared, li.as_ref())?;
             h = out;
             if k.is_some() {
@@ -821,12 +657,7 @@ impl ModelForward for Gemma4Text {
         }
         let h = self.norm.forward(&h)?;
         let x = match input.logits {
-            LogitsWanted::None => {
-                return Ok(Output {
-                    logits: None,
-                    hidden: input.want_hidden.then_some(h),
-                })
-            }
+            LogitsWanted::None => return Ok(Output { logits: None, hidden: input.want_hidden.then_some(h) }),
             LogitsWanted::Last => h.slice_axis(1, -1, h.dim(1))?,
             LogitsWanted::All => h.clone(),
         };
@@ -837,10 +668,7 @@ impl ModelForward for Gemma4Text {
         if let Some(c) = self.softcap {
             logits = logits.div_s(c as f64)?.tanh()?.mul_s(c as f64)?;
         }
-        Ok(Output {
-            logits: Some(logits),
-            hidden: input.want_hidden.then_some(h),
-        })
+        Ok(Output { logits: Some(logits), hidden: input.want_hidden.then_some(h) })
     }
 }
 

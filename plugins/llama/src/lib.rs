@@ -83,10 +83,12 @@ impl Config {
         let scaling = match &self.rope_scaling {
             RopeScaling::None => Value::Null,
             RopeScaling::Linear { factor } => json!({"rope_type": "linear", "factor": factor}),
-            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => json!({
-                "rope_type": "llama3", "factor": factor, "low_freq_factor": low_freq_factor,
-                "high_freq_factor": high_freq_factor, "original_max_position_embeddings": original_max_position_embeddings,
-            }),
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+                json!({
+                    "rope_type": "llama3", "factor": factor, "low_freq_factor": low_freq_factor,
+                    "high_freq_factor": high_freq_factor, "original_max_position_embeddings": original_max_position_embeddings,
+                })
+            }
         };
         json!({
             "hidden_size": self.hidden_size, "num_hidden_layers": self.num_hidden_layers,
@@ -202,7 +204,15 @@ impl FamilySpec for LlamaFamily {
             .map(|i| {
                 let p = format!("model.layers.{i}");
                 Ok(PreNormBlock {
-                    attn: Attention::load(w, &format!("{p}.self_attn"), cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, rope.clone(), None)?,
+                    attn: Attention::load(
+                        w,
+                        &format!("{p}.self_attn"),
+                        cfg.num_attention_heads,
+                        cfg.num_key_value_heads,
+                        cfg.head_dim,
+                        rope.clone(),
+                        None,
+                    )?,
                     mlp: GatedMlp::load(w, &format!("{p}.mlp"))?,
                     input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), cfg.rms_norm_eps)?,
                     post_attn_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), cfg.rms_norm_eps)?,

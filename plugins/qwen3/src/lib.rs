@@ -88,7 +88,15 @@ impl FamilySpec for Qwen3Family {
             .map(|i| {
                 let p = format!("model.layers.{i}");
                 Ok(PreNormBlock {
-                    attn: Attention::load(w, &format!("{p}.self_attn"), cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, rope.clone(), Some(eps))?,
+                    attn: Attention::load(
+                        w,
+                        &format!("{p}.self_attn"),
+                        cfg.num_attention_heads,
+                        cfg.num_key_value_heads,
+                        cfg.head_dim,
+                        rope.clone(),
+                        Some(eps),
+                    )?,
                     mlp: GatedMlp::load(w, &format!("{p}.mlp"))?,
                     input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), eps)?,
                     post_attn_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), eps)?,

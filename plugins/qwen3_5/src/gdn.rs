@@ -25,14 +25,7 @@ pub enum ScanPath {
 static FAST_WORKS: AtomicU8 = AtomicU8::new(0);
 
 /// One step of the delta rule on `[B, H, ...]` slices (q, k already repeated to H heads).
-fn step(
-    q: &Array,
-    k: &Array,
-    v: &Array,
-    g: &Array,
-    beta: &Array,
-    state: &Array,
-) -> Result<(Array, Array)> {
+fn step(q: &Array, k: &Array, v: &Array, g: &Array, beta: &Array, state: &Array) -> Result<(Array, Array)> {
     // state [B, H, Dv, Dk]; q, k [B, H, Dk]; v [B, H, Dv]; g, beta [B, H]
     let state = state.mul(&g.expand_dims(&[-1, -2])?)?;
     let k_row = k.expand_dims(&[-2])?;
@@ -46,20 +39,9 @@ fn step(
 /// The delta-rule scan in plain ops: `q`, `k` `[B, T, Hk, Dk]`, `v`
 /// `[B, T, Hv, Dv]`, `g`, `beta` `[B, T, Hv]`, `state` `[B, Hv, Dv, Dk]`
 /// (float32). Returns `y` `[B, T, Hv, Dv]` (q's dtype) and the new state.
-pub fn scan_ops(
-    q: &Array,
-    k: &Array,
-    v: &Array,
-    g: &Array,
-    beta: &Array,
-    state: &Array,
-) -> Result<(Array, Array)> {
+pub fn scan_ops(q: &Array, k: &Array, v: &Array, g: &Array, beta: &Array, state: &Array) -> Result<(Array, Array)> {
     let (t_len, hk, hv) = (q.dim(1), q.dim(2), v.dim(2));
-    let (q, k) = if hv / hk > 1 {
-        (q.repeat(hv / hk, -2)?, k.repeat(hv / hk, -2)?)
-    } else {
-        (q.clone(), k.clone())
-    };
+    let (q, k) = if hv / hk > 1 { (q.repeat(hv / hk, -2)?, k.repeat(hv / hk, -2)?) } else { (q.clone(), k.clone()) };
     let mut state = state.clone();
     let mut ys = Vec::with_capacity(t_len as usize);
     for t in 0..t_len {
@@ -86,10 +68,7 @@ pub fn scan(
         ScanPath::Ops => scan_ops(q, k, v, g, beta, state),
         ScanPath::Fast => mlx::fast::gated_delta_update(q, k, v, g, beta, Some(state), None),
         ScanPath::Auto => {
-            let on_gpu = matches!(
-                mlx::device::default_device(),
-                Ok((mlx::device::DeviceType::Gpu, _))
-            );
+            let on_gpu = matches!(mlx::device::default_device(), Ok((mlx::device::DeviceType::Gpu, _)));
             if on_gpu && FAST_WORKS.load(Ordering::Relaxed) != 2 {
                 match mlx::fast::gated_delta_update(q, k, v, g, beta, Some(state), None) {
                     Ok(r) => {
@@ -194,9 +173,7 @@ impl GatedDeltaNet {
         };
         let conv_in = mlx::concatenate(&[&conv_state, &qkv], 1)?;
         let total = conv_in.dim(1);
-        let new_conv = conv_in
-            .slice_axis(1, total - (d.conv_kernel - 1), total)?
-            .contiguous()?;
+        let new_conv = conv_in.slice_axis(1, total - (d.conv_kernel - 1), total)?.contiguous()?;
         let conv = mlx::conv1d(&conv_in, &self.conv_w, 1, 0, 1, d.conv_dim())?;
         let conv = mlx::nn::silu(&conv)?;
         let kd = d.key_dim();
@@ -224,9 +201,7 @@ impl GatedDeltaNet {
         // Gated RMS norm: rms_norm(y) * silu(z), computed in float32.
         let normed = mlx::fast::rms_norm(&y, Some(&self.norm_w), self.eps)?;
         let zf = z.astype(Dtype::F32)?;
-        let gated = mlx::nn::silu(&zf)?
-            .mul(&normed.astype(Dtype::F32)?)?
-            .astype(y.dtype())?;
+        let gated = mlx::nn::silu(&zf)?.mul(&normed.astype(Dtype::F32)?)?.astype(y.dtype())?;
         self.out.forward(&gated.reshape(&[b, s, -1])?)
     }
 }

@@ -74,23 +74,10 @@ impl Config {
         let n_layers: i32 = field(c, "num_hidden_layers")?;
         let head_dim: i32 = field_or(c, "head_dim", hidden / heads.max(1))?;
         // Rope settings live in `rope_parameters` (new configs) or at the top level.
-        let rp = c
-            .get("rope_parameters")
-            .filter(|v| v.is_object())
-            .cloned()
-            .unwrap_or(Value::Null);
-        let getf = |k: &str, d: f64| -> f64 {
-            rp.get(k)
-                .or_else(|| c.get(k))
-                .and_then(Value::as_f64)
-                .unwrap_or(d)
-        };
+        let rp = c.get("rope_parameters").filter(|v| v.is_object()).cloned().unwrap_or(Value::Null);
+        let getf = |k: &str, d: f64| -> f64 { rp.get(k).or_else(|| c.get(k)).and_then(Value::as_f64).unwrap_or(d) };
         let partial = getf("partial_rotary_factor", 0.25);
-        let scaling = if rp.is_object() {
-            rope_scaling(&json!({ "rope_scaling": rp }))?
-        } else {
-            rope_scaling(c)?
-        };
+        let scaling = if rp.is_object() { rope_scaling(&json!({ "rope_scaling": rp }))? } else { rope_scaling(c)? };
         let interval: i32 = field_or(c, "full_attention_interval", 4)?;
         let linear: Vec<bool> = match c.get("layer_types").and_then(Value::as_array) {
             Some(types) => {
@@ -109,9 +96,7 @@ impl Config {
                     })
                     .collect::<Result<_>>()?
             }
-            None => (0..n_layers)
-                .map(|i| (i + 1) % interval.max(1) != 0)
-                .collect(),
+            None => (0..n_layers).map(|i| (i + 1) % interval.max(1) != 0).collect(),
         };
         let num_experts: i32 = field_or(c, "num_experts", 0)?;
         let moe = if num_experts > 0 {
@@ -125,10 +110,7 @@ impl Config {
         } else {
             None
         };
-        let tie = match c
-            .get("tie_word_embeddings")
-            .or_else(|| top.get("tie_word_embeddings"))
-        {
+        let tie = match c.get("tie_word_embeddings").or_else(|| top.get("tie_word_embeddings")) {
             Some(v) => v.as_bool().unwrap_or(false),
             None => false,
         };
@@ -159,10 +141,7 @@ impl Config {
 
     fn is_sparse(&self, layer: i32) -> bool {
         match &self.moe {
-            Some(m) => {
-                !m.mlp_only_layers.contains(&layer)
-                    && (layer + 1) % m.decoder_sparse_step.max(1) == 0
-            }
+            Some(m) => !m.mlp_only_layers.contains(&layer) && (layer + 1) % m.decoder_sparse_step.max(1) == 0,
             None => false,
         }
     }
@@ -213,11 +192,7 @@ impl GatedAttention {
         let q = self.q_norm.forward(&parts[0])?.transpose(&[0, 2, 1, 3])?;
         let k = self.k.forward(x)?.reshape(&[b, l, self.n_kv_heads, hd])?;
         let k = self.k_norm.forward(&k)?.transpose(&[0, 2, 1, 3])?;
-        let v = self
-            .v
-            .forward(x)?
-            .reshape(&[b, l, self.n_kv_heads, hd])?
-            .transpose(&[0, 2, 1, 3])?;
+        let v = self.v.forward(x)?.reshape(&[b, l, self.n_kv_heads, hd])?.transpose(&[0, 2, 1, 3])?;
         let off = caches.offset(slot)? as i32;
         let q = self.rope.forward(&q, RopeOffset::Int(off))?;
         let k = self.rope.forward(&k, RopeOffset::Int(off))?;
@@ -292,27 +267,14 @@ impl Qwen3_5 {
             .map(|i| {
                 let p = format!("{PREFIX}layers.{i}");
                 let mixer = if cfg.linear[i as usize] {
-                    Mixer::Linear(Box::new(GatedDeltaNet::load(
-                        w,
-                        &format!("{p}.linear_attn"),
-                        cfg.gdn,
-                        eps,
-                    )?))
+                    Mixer::Linear(Box::new(GatedDeltaNet::load(w, &format!("{p}.linear_attn"), cfg.gdn, eps)?))
                 } else {
-                    Mixer::Full(Box::new(GatedAttention::load(
-                        w,
-                        &format!("{p}.self_attn"),
-                        cfg,
-                        rope.clone(),
-                    )?))
+                    Mixer::Full(Box::new(GatedAttention::load(w, &format!("{p}.self_attn"), cfg, rope.clone())?))
                 };
                 let mlp = match &cfg.moe {
-                    Some(m) if cfg.is_sparse(i) => Mlp::Sparse(Box::new(SparseMoe::load(
-                        w,
-                        &format!("{p}.mlp"),
-                        m.top_k,
-                        m.norm_topk_prob,
-                    )?)),
+                    Some(m) if cfg.is_sparse(i) => {
+                        Mlp::Sparse(Box::new(SparseMoe::load(w, &format!("{p}.mlp"), m.top_k, m.norm_topk_prob)?))
+                    }
                     _ => Mlp::Dense(Box::new(GatedMlp::load(w, &format!("{p}.mlp"))?)),
                 };
                 Ok(Layer {
@@ -327,11 +289,7 @@ impl Qwen3_5 {
             embed: Embedding::load(w, &format!("{PREFIX}embed_tokens"))?,
             layers,
             norm: RmsNorm::load(w, &format!("{PREFIX}norm"), eps)?,
-            lm_head: if cfg.tie_word_embeddings {
-                None
-            } else {
-                Some(Linear::load(w, "language_model.lm_head")?)
-            },
+            lm_head: if cfg.tie_word_embeddings { None } else { Some(Linear::load(w, "language_model.lm_head")?) },
         })
     }
 
@@ -356,12 +314,7 @@ impl ModelForward for Qwen3_5 {
         }
         let h = self.norm.forward(&h)?;
         let x = match input.logits {
-            LogitsWanted::None => {
-                return Ok(Output {
-                    logits: None,
-                    hidden: input.want_hidden.then_some(h),
-                })
-            }
+            LogitsWanted::None => return Ok(Output { logits: None, hidden: input.want_hidden.then_some(h) }),
             LogitsWanted::Last => h.slice_axis(1, -1, h.dim(1))?,
             LogitsWanted::All => h.clone(),
         };
@@ -369,10 +322,7 @@ impl ModelForward for Qwen3_5 {
             Some(l) => l.forward(&x)?,
             None => self.embed.as_linear(&x)?,
         };
-        Ok(Output {
-            logits: Some(logits),
-            hidden: input.want_hidden.then_some(h),
-        })
+        Ok(Output { logits: Some(logits), hidden: input.want_hidden.then_some(h) })
     }
 }
 
@@ -392,10 +342,7 @@ const OFFSET_NORMS: [&str; 5] = [
 /// Maps a checkpoint name to mlx-lm's; `None` drops it. The flag says the
 /// tensor came in Hugging Face form.
 fn canonical_name(name: &str) -> Option<(String, bool)> {
-    if name.starts_with("model.visual")
-        || name.starts_with("vision_tower")
-        || name.starts_with("visual.")
-    {
+    if name.starts_with("model.visual") || name.starts_with("vision_tower") || name.starts_with("visual.") {
         return None;
     }
     // Multi-token-prediction head: not used by this build (no drafter yet).
@@ -450,13 +397,7 @@ impl FamilySpec for Qwen3_5Family {
             caches: cfg
                 .linear
                 .iter()
-                .map(|&lin| {
-                    if lin {
-                        CacheKind::Recurrent { arrays: 2 }
-                    } else {
-                        CacheKind::Full
-                    }
-                })
+                .map(|&lin| if lin { CacheKind::Recurrent { arrays: 2 } } else { CacheKind::Full })
                 .collect(),
             eos_ids: eos.into(),
             vocab_size: cfg.vocab_size as u32,
@@ -477,22 +418,16 @@ impl FamilySpec for Qwen3_5Family {
             let mid = t.dim(-2) / 2;
             let parts = t.split_at(&[mid], -2)?;
             return Ok(vec![
-                (
-                    format!("{p}.mlp.switch_mlp.gate_proj.weight"),
-                    parts[0].clone(),
-                ),
-                (
-                    format!("{p}.mlp.switch_mlp.up_proj.weight"),
-                    parts[1].clone(),
-                ),
+                (format!("{p}.mlp.switch_mlp.gate_proj.weight"), parts[0].clone()),
+                (format!("{p}.mlp.switch_mlp.up_proj.weight"), parts[1].clone()),
             ]);
         }
         if let Some(p) = name.strip_suffix(".mlp.experts.down_proj") {
             return Ok(vec![(format!("{p}.mlp.switch_mlp.down_proj.weight"), t)]);
         }
         if name == "language_model.lm_head.weight" {
-            let c: Value = serde_json::from_str(plan.config.as_str())
-                .map_err(|e| Error(format!("plan config: {e}")))?;
+            let c: Value =
+                serde_json::from_str(plan.config.as_str()).map_err(|e| Error(format!("plan config: {e}")))?;
             if Config::parse(&c)?.tie_word_embeddings {
                 return Ok(vec![]);
             }
@@ -511,16 +446,10 @@ impl FamilySpec for Qwen3_5Family {
     fn quant_class(&self, _plan: &ModelPlan, name: &str) -> QuantClass {
         if name.ends_with("mlp.gate.weight") || name.ends_with("shared_expert_gate.weight") {
             // Routers stay at 8 bits, as mlx-lm's converter keeps them.
-            return QuantClass::Pinned(QuantSpec {
-                group_size: 64,
-                bits: 8,
-                mode: "affine".into(),
-            });
+            return QuantClass::Pinned(QuantSpec { group_size: 64, bits: 8, mode: "affine".into() });
         }
-        let skip = name.contains("norm")
-            || name.contains("conv1d")
-            || name.ends_with("A_log")
-            || name.ends_with("dt_bias");
+        let skip =
+            name.contains("norm") || name.contains("conv1d") || name.ends_with("A_log") || name.ends_with("dt_bias");
         if name.ends_with(".weight") && !skip {
             QuantClass::Body
         } else {
@@ -529,8 +458,7 @@ impl FamilySpec for Qwen3_5Family {
     }
 
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        let c: Value = serde_json::from_str(plan.config.as_str())
-            .map_err(|e| Error(format!("plan config: {e}")))?;
+        let c: Value = serde_json::from_str(plan.config.as_str()).map_err(|e| Error(format!("plan config: {e}")))?;
         let cfg = Config::parse(&c)?;
         Ok(Box::new(Qwen3_5::load(&cfg, w)?))
     }

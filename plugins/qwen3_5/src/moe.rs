@@ -23,16 +23,10 @@ impl SwitchLinear {
         let weight = w.require(&format!("{prefix}.weight"))?;
         match (w.get(&format!("{prefix}.scales")), w.quant(prefix)) {
             (Some(scales), Some(spec)) => Ok(SwitchLinear::Quant(
-                Quantized {
-                    w: weight,
-                    scales,
-                    biases: w.get(&format!("{prefix}.biases")),
-                },
+                Quantized { w: weight, scales, biases: w.get(&format!("{prefix}.biases")) },
                 spec,
             )),
-            (Some(_), None) => Err(Error(format!(
-                "{prefix} has scales but no quantization is declared for it"
-            ))),
+            (Some(_), None) => Err(Error(format!("{prefix} has scales but no quantization is declared for it"))),
             (None, _) => Ok(SwitchLinear::Dense(weight.swapaxes(-1, -2)?.contiguous()?)),
         }
     }
@@ -58,11 +52,7 @@ impl SwitchGlu {
     /// Loads `{prefix}.{gate,up,down}_proj`.
     pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
         let l = |n: &str| SwitchLinear::load(w, &format!("{prefix}.{n}"));
-        Ok(SwitchGlu {
-            gate: l("gate_proj")?,
-            up: l("up_proj")?,
-            down: l("down_proj")?,
-        })
+        Ok(SwitchGlu { gate: l("gate_proj")?, up: l("up_proj")?, down: l("down_proj")? })
     }
 
     /// `x` `[B, L, H]`, `inds` `[B, L, k]` → `[B, L, k, H]`.
@@ -78,19 +68,13 @@ impl SwitchGlu {
             let rows = order.floor_divide(&Array::scalar_i(k as i64, order.dtype())?)?;
             let xs = x.flatten(0, -3)?.take(&rows, 0)?; // [N*k, 1, H]
             let idx = flat.take(&order, 0)?;
-            let h = mlx::nn::swiglu(
-                &self.gate.forward(&xs, &idx, true)?,
-                &self.up.forward(&xs, &idx, true)?,
-            )?;
+            let h = mlx::nn::swiglu(&self.gate.forward(&xs, &idx, true)?, &self.up.forward(&xs, &idx, true)?)?;
             let y = self.down.forward(&h, &idx, true)?.take(&inv, 0)?; // [N*k, 1, H]
             let mut out_shape = shape.clone();
             out_shape.push(y.dim(-1));
             return y.reshape(&out_shape);
         }
-        let h = mlx::nn::swiglu(
-            &self.gate.forward(&x, inds, false)?,
-            &self.up.forward(&x, inds, false)?,
-        )?;
+        let h = mlx::nn::swiglu(&self.gate.forward(&x, inds, false)?, &self.up.forward(&x, inds, false)?)?;
         self.down.forward(&h, inds, false)?.squeeze(&[-2])
     }
 }
@@ -132,10 +116,7 @@ impl SparseMoe {
         }
         let y = self.experts.forward(x, &inds.astype(Dtype::U32)?)?;
         let y = y.mul(&scores.expand_dims(&[-1])?)?.sum(&[-2], false)?;
-        let shared = self
-            .shared
-            .forward(x)?
-            .mul(&self.shared_gate.forward(x)?.sigmoid()?)?;
+        let shared = self.shared.forward(x)?.mul(&self.shared_gate.forward(x)?.sigmoid()?)?;
         y.add(&shared)
     }
 }

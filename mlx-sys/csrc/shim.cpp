@@ -217,10 +217,18 @@ MLXS_API int mlxs_array_item_f64(mlxs_array a, double* out) {
 }
 MLXS_API int mlxs_array_item_i64(mlxs_array a, int64_t* out) {
   TRY({
-    if (A(a).size() != 1) throw std::invalid_argument("item() needs an array of one element");
-    auto x = mx::astype(A(a), mx::int64);
-    x.eval();
-    *out = x.item<int64_t>();
+    auto& x = A(a);
+    if (x.size() != 1) throw std::invalid_argument("item() needs an array of one element");
+    // Token ids are int32/uint32: read them without building a cast node
+    // (one fewer kernel launch and graph evaluation per generated token).
+    if (x.dtype() == mx::int32 || x.dtype() == mx::uint32) {
+      x.eval();
+      *out = x.dtype() == mx::int32 ? x.item<int32_t>() : x.item<uint32_t>();
+    } else {
+      auto y = mx::astype(x, mx::int64);
+      y.eval();
+      *out = y.item<int64_t>();
+    }
   })
 }
 

@@ -64,7 +64,9 @@ fn quantized_matmul(failures: &mut u32) -> Result<()> {
         let fast = quant::quantized_matmul(&x, &q, &spec, true)?;
         let reference = x.matmul(&quant::dequantize(&q, &spec, None)?.t()?)?;
         mlx::eval(&[&fast, &reference])?;
-        check(&format!("quantized_matmul q{bits} g{group} f32"), max_abs_diff(&fast, &reference)?, 1e-3, failures);
+        // The reference f32 GEMM runs in TF32 on CUDA (10-bit mantissa): outputs of
+        // magnitude ~1 agree to a few 1e-3, not to f32 precision.
+        check(&format!("quantized_matmul q{bits} g{group} f32"), max_abs_diff(&fast, &reference)?, 5e-3, failures);
         // bf16 activations and scales, as models run on the GPU.
         let wb = w.astype(Dtype::BF16)?;
         let xb = x.astype(Dtype::BF16)?;

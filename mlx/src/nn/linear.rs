@@ -71,6 +71,10 @@ impl Linear {
     /// is their outputs side by side (one matmul instead of several).
     /// `None` when they cannot be stacked (mixed storage or biases).
     pub fn concat(parts: &[&Linear]) -> Result<Option<Linear>> {
+        // Diagnostic switch for measuring what stacking buys: FAMLX_STACK=0.
+        if std::env::var("FAMLX_STACK").is_ok_and(|v| v == "0") {
+            return Ok(None);
+        }
         let cat = |v: Vec<&Array>| crate::concatenate(&v, 0);
         let biases: Vec<Option<&Array>> = parts.iter().map(|p| p.bias()).collect();
         let b = if biases.iter().all(Option::is_none) {

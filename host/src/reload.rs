@@ -14,9 +14,23 @@ use std::time::Duration;
 /// writing, short enough to stay well inside a quarter second.
 const DEBOUNCE: Duration = Duration::from_millis(40);
 
+/// What identifies one build of a file: reading it (as loading a fresh copy
+/// does) raises watch events too, and must not count as a change.
+type Stamp = (std::time::SystemTime, u64, u64);
+
+fn stamp(p: &Path) -> Option<Stamp> {
+    let m = std::fs::metadata(p).ok()?;
+    #[cfg(unix)]
+    let ino = std::os::unix::fs::MetadataExt::ino(&m);
+    #[cfg(not(unix))]
+    let ino = 0;
+    Some((m.modified().ok()?, m.len(), ino))
+}
+
 /// Watches plugin directories for rebuilt plugin files.
 pub struct PluginWatcher {
     rx: Receiver<Vec<PathBuf>>,
+    seen: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Stamp>>>,
     _debouncer: Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>,
 }
 
@@ -38,13 +52,18 @@ impl PluginWatcher {
             }
         })
         .map_err(|e| anyhow!("cannot watch plugin directories: {e}"))?;
+        let mut seen = std::collections::HashMap::new();
         for d in dirs.iter().filter(|d| d.is_dir()) {
+            for f in crate::plugins::plugin_files(d) {
+                let st = stamp(&f);
+                seen.insert(f, st);
+            }
             debouncer
                 .watcher()
                 .watch(d, RecursiveMode::NonRecursive)
                 .map_err(|e| anyhow!("{}: cannot watch: {e}", d.display()))?;
         }
-        Ok(PluginWatcher { rx, _debouncer: debouncer })
+        Ok(PluginWatcher { rx, seen: std::cell::RefCell::new(seen), _debouncer: debouncer })
     }
 
     /// Changed plugin files, waiting at most `timeout` for the first change.
@@ -58,6 +77,12 @@ impl PluginWatcher {
         }
         out.sort();
         out.dedup();
+        // Keep only files whose contents really changed since last seen.
+        let mut seen = self.seen.borrow_mut();
+        out.retain(|p| {
+            let now = stamp(p);
+            now.is_some() && seen.insert(p.clone(), now) != Some(now)
+        });
         out
     }
 }

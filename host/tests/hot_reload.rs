@@ -120,4 +120,9 @@ fn rebuilt_plugin_is_swapped_in_and_broken_one_refused() {
         serde_json::from_str(&wait_for(&out, "second answer", |l| l.starts_with('{'), &mut so)).unwrap();
     let tokens: Vec<u64> = second["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     assert_eq!(tokens, vec![7; 6], "build B favours token 7");
+
+    // Loading reads the file; that must not count as another rebuild.
+    std::thread::sleep(Duration::from_millis(800));
+    let again: Vec<String> = err.try_iter().filter(|l| l.contains("reloaded")).collect();
+    assert!(again.is_empty(), "reloaded again without a change: {again:?}");
 }

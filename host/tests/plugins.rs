@@ -1,5 +1,7 @@
-//! Plugin loading: several plugins from one folder, refusals (wrong ABI, not
-//! a plugin, no root module) with a reason, and a panicking plugin contained.
+//! Plugin loading: several plugins from one folder, refusals (wrong ABI, wrong
+//! MLX, a family with no model_type, not a plugin, no root module) with a
+//! reason, and a panicking plugin and one returning wrongly shaped logits
+//! contained, with the other plugins still serving.
 
 mod common;
 
@@ -238,4 +240,87 @@ fn non_plugins_are_refused_with_a_reason() {
     for p in want {
         assert!(refused.contains(&p.display().to_string()), "{} not listed as refused:\n{out}", p.display());
     }
+}
+
+/// Runs the real llama fixture through `reg` and checks its greedy tokens.
+fn llama_still_serves(reg: &Registry) {
+    let mut m = LoadedModel::load(&fixture("llama-bf16"), reg, None, CacheOptions::default()).unwrap();
+    let p = &expected("llama-bf16")["prompts"][1];
+    let params = GenParams { max_tokens: 8, prefill_step: 16, ..Default::default() };
+    let got = generate(&mut m, &ids(&p["ids"]), &params, |_| true).unwrap().tokens;
+    assert_eq!(got, ids(&p["greedy"])[..8]);
+}
+
+/// Discovers `dir` (holding `bad` and a copy of the llama plugin): `bad` is
+/// refused with a reason containing every one of `want`, llama loads and serves.
+fn refused_next_to_llama(dir: &Path, bad: &Path, want: &[&str]) {
+    let llama = install("famlx_plugin_llama", dir, "llama");
+    let reg = Registry::discover(&[dir.to_path_buf()]);
+    assert_eq!(reg.refused.len(), 1, "refused: {:?}", reg.refused);
+    assert_eq!(reg.refused[0].path, bad);
+    let reason = &reg.refused[0].reason;
+    assert!(want.iter().all(|w| reason.contains(w)), "want {want:?} in: {reason}");
+    assert!(reason.starts_with(&bad.display().to_string()), "the reason names the file: {reason}");
+    assert!(!reason.contains('\n'), "one line: {reason}");
+    let got: Vec<(&str, &Path)> = reg.plugins.iter().map(|p| (p.name.as_str(), p.path.as_path())).collect();
+    assert_eq!(got, vec![("famlx-plugin-llama", llama.as_path())], "only llama loads");
+    assert_eq!(reg.resolve("llama", None).unwrap().plugin_path, llama);
+
+    let _g = mlx_lock();
+    llama_still_serves(&reg);
+}
+
+#[test]
+fn wrong_mlx_version_is_refused_naming_both_versions() {
+    let dir = Scratch::new("mlx-mismatch");
+    let bad = install("famlx_testplugin_mlx_mismatch", dir.path(), "mlxmismatch");
+    let theirs = "plugin built against MLX 0.0.1";
+    let ours = format!("host uses MLX {}", mlx::build_version());
+    assert_ne!(mlx::build_version(), "0.0.1");
+    let e = load_plugin(&bad, false).err().expect("another MLX must be refused").to_string();
+    assert!(e.contains(theirs) && e.contains(&ours), "{e}");
+    refused_next_to_llama(dir.path(), &bad, &[theirs, &ours]);
+}
+
+#[test]
+fn family_without_model_types_is_refused_naming_it() {
+    let dir = Scratch::new("no-model-type");
+    let bad = install("famlx_testplugin_no_model_type", dir.path(), "nomodeltype");
+    let e = load_plugin(&bad, false).err().expect("a family without model types must be refused").to_string();
+    assert!(e.contains("family `nomodeltype` claims no model_type"), "{e}");
+    refused_next_to_llama(dir.path(), &bad, &["family `nomodeltype`", "no model_type"]);
+}
+
+#[test]
+fn wrong_logits_shape_is_an_error_and_the_host_keeps_running() {
+    let _g = mlx_lock();
+    let dir = Scratch::new("wrong-shape");
+    let so = install("famlx_testplugin_wrong_shape", dir.path(), "wrongshape");
+    let p = load_plugin(&so, false).unwrap();
+    assert_eq!(p.name, "famlx-testplugin-wrong-shape");
+    let reg = Registry { plugins: vec![p], ..Default::default() };
+
+    // A checkpoint claiming `model_type: wrongshape`: real weights, edited config.
+    let ck = fixture_copy("llama-tied-f32");
+    let cfg_path = ck.path().join("config.json");
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["model_type"] = "wrongshape".into();
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let vocab = cfg["vocab_size"].as_i64().unwrap();
+
+    // Loading works; generating is an error naming the plugin and both shapes.
+    let mut m = LoadedModel::load(ck.path(), &reg, None, CacheOptions::default()).unwrap();
+    assert_eq!(m.family.plugin_path, so);
+    let params = GenParams { max_tokens: 4, prefill_step: 16, ..Default::default() };
+    for _ in 0..2 {
+        let e = generate(&mut m, &[1, 2, 3, 4], &params, |_| true).expect_err("a wrong logits shape must be an error");
+        let e = format!("{e:#}");
+        assert!(e.contains("wrongshape plugin"), "names the plugin: {e}");
+        assert!(e.contains(&format!("shape [1, 1, {}]", vocab - 1)), "names the shape returned: {e}");
+        assert!(e.contains(&format!("expected [1, 1, {vocab}]")), "names the shape expected: {e}");
+    }
+    drop(m);
+
+    // The same process goes on to load and run the real llama fixture.
+    llama_still_serves(&registry());
 }

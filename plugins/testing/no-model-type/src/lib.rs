@@ -1,0 +1,32 @@
+//! A well-formed plugin (right stamps, a root module) whose one family,
+//! `nomodeltype`, claims no `model_type`. Such a family could never be chosen,
+//! so the host must refuse the plugin, naming the family.
+
+use mlx::nn::Weights;
+use mlx::{Error, Result};
+use plugin_api::family::{FamilySpec, ModelForward};
+use plugin_api::ModelPlan;
+use serde_json::Value;
+
+/// The family.
+pub struct NoModelTypeFamily;
+
+impl FamilySpec for NoModelTypeFamily {
+    fn name(&self) -> &'static str {
+        "nomodeltype"
+    }
+
+    fn model_types(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn plan(&self, _config: &Value) -> Result<ModelPlan> {
+        Err(Error("nomodeltype plugin: never planned".into()))
+    }
+
+    fn build(&self, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+        Err(Error("nomodeltype plugin: never built".into()))
+    }
+}
+
+plugin_api::export_plugin!("famlx-testplugin-no-model-type", [NoModelTypeFamily]);

@@ -3,6 +3,8 @@
 /// The token this build favours.
 const BIAS: Option<i32> = Some(7);
 
+#[path = "../../common/decoder.rs"]
+mod decoder;
 #[path = "../../reload/family.rs"]
 mod family;
 

@@ -180,10 +180,27 @@ pub struct DecoderLm {
     pub lm_head: Option<Linear>,
 }
 
+/// Applies the output `head` to the final (normed) hidden state where logits
+/// are wanted: nowhere for prefill chunks, only the last position for
+/// generation (the head is the largest matmul: skip it for the rest), or
+/// every position.
+pub fn lm_output(
+    h: Array,
+    wanted: crate::LogitsWanted,
+    want_hidden: bool,
+    head: impl Fn(&Array) -> Result<Array>,
+) -> Result<crate::family::Output> {
+    use crate::LogitsWanted;
+    let logits = match wanted {
+        LogitsWanted::None => None,
+        LogitsWanted::Last => Some(head(&h.slice_axis(1, -1, h.dim(1))?)?),
+        LogitsWanted::All => Some(head(&h)?),
+    };
+    Ok(crate::family::Output { logits, hidden: want_hidden.then_some(h) })
+}
+
 impl crate::family::ModelForward for DecoderLm {
     fn forward(&mut self, input: &crate::family::Input, caches: &mut Caches<'_>) -> Result<crate::family::Output> {
-        use crate::family::Output;
-        use crate::LogitsWanted;
         let mut h = match &input.embeddings {
             Some(e) => e.clone(),
             None => self.embed.forward(&input.tokens)?,
@@ -192,16 +209,9 @@ impl crate::family::ModelForward for DecoderLm {
             h = b.forward(&h, caches, i)?;
         }
         let h = self.norm.forward(&h)?;
-        let x = match input.logits {
-            LogitsWanted::None => return Ok(Output { logits: None, hidden: input.want_hidden.then_some(h) }),
-            // Only the last position feeds sampling: skip the head for the rest.
-            LogitsWanted::Last => h.slice_axis(1, -1, h.dim(1))?,
-            LogitsWanted::All => h.clone(),
-        };
-        let logits = match &self.lm_head {
-            Some(l) => l.forward(&x)?,
-            None => self.embed.as_linear(&x)?,
-        };
-        Ok(Output { logits: Some(logits), hidden: input.want_hidden.then_some(h) })
+        lm_output(h, input.logits, input.want_hidden, |x| match &self.lm_head {
+            Some(l) => l.forward(x),
+            None => self.embed.as_linear(x),
+        })
     }
 }

@@ -18,8 +18,8 @@ use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
 use mlx::nn::{gelu_approx, Embedding, Linear, RmsNorm, Rope, RopeScaling, Weights};
 use mlx::{arange, Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, FamilySpec, Input, ModelForward, Output};
-use plugin_api::layers::{eos_ids, field, field_or};
-use plugin_api::{AttnOptions, CacheKind, LogitsWanted, ModelPlan};
+use plugin_api::layers::{eos_ids, field, field_or, lm_output};
+use plugin_api::{AttnOptions, CacheKind, ModelPlan};
 use serde_json::{json, Value};
 
 /// Rope settings of one attention type (`rope_parameters` entry).
@@ -656,19 +656,16 @@ impl ModelForward for Gemma4Text {
             }
         }
         let h = self.norm.forward(&h)?;
-        let x = match input.logits {
-            LogitsWanted::None => return Ok(Output { logits: None, hidden: input.want_hidden.then_some(h) }),
-            LogitsWanted::Last => h.slice_axis(1, -1, h.dim(1))?,
-            LogitsWanted::All => h.clone(),
-        };
-        let mut logits = match &self.lm_head {
-            Some(l) => l.forward(&x)?,
-            None => self.embed.as_linear(&x)?,
-        };
-        if let Some(c) = self.softcap {
-            logits = logits.div_s(c as f64)?.tanh()?.mul_s(c as f64)?;
-        }
-        Ok(Output { logits: Some(logits), hidden: input.want_hidden.then_some(h) })
+        lm_output(h, input.logits, input.want_hidden, |x| {
+            let logits = match &self.lm_head {
+                Some(l) => l.forward(x)?,
+                None => self.embed.as_linear(x)?,
+            };
+            match self.softcap {
+                Some(c) => logits.div_s(c as f64)?.tanh()?.mul_s(c as f64),
+                None => Ok(logits),
+            }
+        })
     }
 }
 

@@ -19,8 +19,8 @@ use mlx::nn::{Embedding, GatedMlp, Linear, RmsNorm, Rope, Weights};
 use mlx::{Array, Error, Result};
 use moe::SparseMoe;
 use plugin_api::family::{Caches, FamilySpec, Input, ModelForward, Output};
-use plugin_api::layers::{eos_ids, field, field_or, rope_scaling};
-use plugin_api::{AttnOptions, CacheKind, LogitsWanted, ModelPlan, QuantClass, QuantSpec};
+use plugin_api::layers::{eos_ids, field, field_or, lm_output, rope_scaling};
+use plugin_api::{AttnOptions, CacheKind, ModelPlan, QuantClass, QuantSpec};
 use serde_json::{json, Value};
 
 /// MoE settings.
@@ -313,16 +313,10 @@ impl ModelForward for Qwen3_5 {
             h = l.forward(&h, caches, i)?;
         }
         let h = self.norm.forward(&h)?;
-        let x = match input.logits {
-            LogitsWanted::None => return Ok(Output { logits: None, hidden: input.want_hidden.then_some(h) }),
-            LogitsWanted::Last => h.slice_axis(1, -1, h.dim(1))?,
-            LogitsWanted::All => h.clone(),
-        };
-        let logits = match &self.lm_head {
-            Some(l) => l.forward(&x)?,
-            None => self.embed.as_linear(&x)?,
-        };
-        Ok(Output { logits: Some(logits), hidden: input.want_hidden.then_some(h) })
+        lm_output(h, input.logits, input.want_hidden, |x| match &self.lm_head {
+            Some(l) => l.forward(x),
+            None => self.embed.as_linear(x),
+        })
     }
 }
 

@@ -140,16 +140,10 @@ pub enum Think {
     Default,
 }
 
-/// `famlx generate`.
+/// What to prompt with, and how to turn it into token ids.
 #[derive(Args, Debug)]
-pub struct GenerateArgs {
-    /// Model and plugins.
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// Sampling.
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
-    /// The prompt text.
+pub struct PromptArgs {
+    /// The prompt text (chat-templated unless --raw).
     #[arg(long, short = 'p')]
     pub prompt: Option<String>,
     /// Prompt token ids (comma-separated; no template, no BOS added).
@@ -164,6 +158,20 @@ pub struct GenerateArgs {
     /// Thinking mode.
     #[arg(long, value_enum, default_value_t = Think::Default)]
     pub think: Think,
+}
+
+/// `famlx generate`.
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// Model and plugins.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Sampling.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// The prompt.
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -186,21 +194,9 @@ pub struct CachePromptArgs {
     /// Cache settings (and the prefill step).
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// The prompt text (templated as `generate` does unless --raw).
-    #[arg(long, short = 'p')]
-    pub prompt: Option<String>,
-    /// Prompt token ids (comma-separated; no template, no BOS added).
-    #[arg(long = "prompt-ids", conflicts_with = "prompt")]
-    pub prompt_ids: Option<String>,
-    /// System message.
-    #[arg(long)]
-    pub system: Option<String>,
-    /// Skip the chat template.
-    #[arg(long)]
-    pub raw: bool,
-    /// Thinking mode.
-    #[arg(long, value_enum, default_value_t = Think::Default)]
-    pub think: Think,
+    /// The prompt.
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// Where to save the caches (a .safetensors file).
     #[arg(long = "prompt-cache-file")]
     pub prompt_cache_file: PathBuf,
@@ -351,28 +347,21 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
 }
 
 /// The prompt's token ids: `ids` as given, else `text` templated (or raw).
-fn encode_prompt(
-    model: &LoadedModel,
-    text: Option<&str>,
-    ids: Option<&str>,
-    system: Option<&str>,
-    raw: bool,
-    think: Think,
-) -> Result<Vec<u32>> {
-    let prompt: Vec<u32> = if let Some(ids) = ids {
+fn encode_prompt(model: &LoadedModel, a: &PromptArgs) -> Result<Vec<u32>> {
+    let prompt: Vec<u32> = if let Some(ids) = &a.prompt_ids {
         parse_ids(ids)?
     } else {
-        let text = text.unwrap_or("Hello!");
+        let text = a.prompt.as_deref().unwrap_or("Hello!");
         let tok = model.tokenizer()?;
-        if raw {
+        if a.raw {
             tok.encode(text, true).map_err(|e| anyhow!("{e}"))?
         } else {
             let mut msgs = Vec::new();
-            if let Some(s) = system {
+            if let Some(s) = &a.system {
                 msgs.push(Message::new("system", s));
             }
             msgs.push(Message::new("user", text));
-            chat_ids(tok, &msgs, &template_kwargs(think))?
+            chat_ids(tok, &msgs, &template_kwargs(a.think))?
         }
     };
     if let Some(&bad) = prompt.iter().find(|&&i| i >= model.plan.vocab_size) {
@@ -383,7 +372,7 @@ fn encode_prompt(
 
 fn run_cache_prompt(a: CachePromptArgs) -> Result<()> {
     let mut model = load(&a.model, &a.sampling, false)?;
-    let ids = encode_prompt(&model, a.prompt.as_deref(), a.prompt_ids.as_deref(), a.system.as_deref(), a.raw, a.think)?;
+    let ids = encode_prompt(&model, &a.prompt)?;
     // As mlx-lm's cache_prompt: the whole prompt goes into the caches (its last token alone).
     crate::generate::prefill_last_alone(&mut model, &ids, a.sampling.prefill_step_size.max(1))
         .map_err(crate::memory::explain)?;
@@ -395,8 +384,7 @@ fn run_cache_prompt(a: CachePromptArgs) -> Result<()> {
 
 fn generate_once(a: &GenerateArgs, model: &mut LoadedModel) -> Result<()> {
     let p = params(&a.sampling, model)?;
-    let prompt =
-        encode_prompt(model, a.prompt.as_deref(), a.prompt_ids.as_deref(), a.system.as_deref(), a.raw, a.think)?;
+    let prompt = encode_prompt(model, &a.prompt)?;
     // Without a file this is an empty cache: the whole prompt is prefilled.
     let mut cache = PromptCache::default();
     if let Some(f) = &a.prompt_cache_file {

@@ -16,10 +16,9 @@
 
 mod common;
 
-use common::parity::{check_greedy, check_logits, check_tokenizer, floats};
+use common::parity::{check_prompts, check_tokenizer};
 use common::{expected, fixture, ids, mlx_lock, registry};
 use famlx::cache::CacheOptions;
-use famlx::generate::{generate, prefill, GenParams};
 use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
 use plugin_api::CacheKind;
@@ -65,36 +64,7 @@ fn parity(variant: &str) {
         "{variant}: media tensors kept"
     );
 
-    let mut errs = Vec::new();
-    let prompts = exp["prompts"].as_array().unwrap();
-    assert_eq!(prompts.len(), 3);
-    for p in prompts {
-        let name = p["name"].as_str().unwrap();
-        let prompt = ids(&p["ids"]);
-
-        m.reset_caches().unwrap();
-        let logits =
-            prefill(&mut m, &prompt, prompt.len()).unwrap_or_else(|e| panic!("{variant}/{name}: prefill: {e:#}"));
-        assert_eq!(logits.shape(), &[1, 512]);
-        let ours: Vec<f32> = logits.astype(mlx::Dtype::F32).unwrap().to_vec().unwrap();
-        if let Err(e) = check_logits(variant, name, false, &ours, &floats(&p["logits"])) {
-            errs.push(e);
-        }
-
-        m.reset_caches().unwrap();
-        let params = GenParams { max_tokens: 24, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() };
-        assert_eq!(params.sampler.temperature, 0.0);
-        let stats = generate(&mut m, &prompt, &params, |_| true)
-            .unwrap_or_else(|e| panic!("{variant}/{name}: generate: {e:#}"));
-        let margins = floats(&p["greedy_margins"]);
-        let want = ids(&p["greedy"]);
-        let same = stats.tokens.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        let tie = margins.iter().position(|&x| x == 0.0);
-        eprintln!("{variant}/{name}: greedy identical for {same}/24 tokens (first recorded tie: {tie:?})");
-        if let Err(e) = check_greedy(variant, name, &stats.tokens, &want, &margins) {
-            errs.push(e);
-        }
-    }
+    let mut errs = check_prompts(variant, &mut m, &exp, false);
     errs.extend(check_tokenizer(variant, &m, &exp));
     assert!(errs.is_empty(), "{variant}: {} mismatches:\n{}", errs.len(), errs.join("\n"));
 }

@@ -22,10 +22,9 @@
 
 mod common;
 
-use common::parity::{check_greedy, check_logits, check_tokenizer, floats};
-use common::{expected, fixture, ids, mlx_lock, registry};
+use common::parity::{check_greedy, check_prompts, check_tokenizer};
+use common::{expected, fixture, mlx_lock, registry};
 use famlx::cache::CacheOptions;
-use famlx::generate::{generate, prefill, GenParams};
 use famlx::model::LoadedModel;
 
 fn parity(variant: &str) {
@@ -39,36 +38,7 @@ fn parity(variant: &str) {
         .unwrap_or_else(|e| panic!("{variant}: load: {e:#}"));
     assert_eq!(m.family.name, exp["model_type"].as_str().unwrap(), "{variant}: wrong family");
 
-    let mut errs = Vec::new();
-    let prompts = exp["prompts"].as_array().unwrap();
-    assert_eq!(prompts.len(), 3);
-    for p in prompts {
-        let name = p["name"].as_str().unwrap();
-        let prompt = ids(&p["ids"]);
-
-        // First-step logits: the reference is one full forward without a
-        // cache, so prefill the whole prompt in one chunk on a fresh cache.
-        m.reset_caches().unwrap();
-        let logits =
-            prefill(&mut m, &prompt, prompt.len()).unwrap_or_else(|e| panic!("{variant}/{name}: prefill: {e:#}"));
-        assert_eq!(logits.shape(), &[1, 512]);
-        let ours: Vec<f32> = logits.astype(mlx::Dtype::F32).unwrap().to_vec().unwrap();
-        if let Err(e) = check_logits(variant, name, f32_model, &ours, &floats(&p["logits"])) {
-            errs.push(e);
-        }
-
-        // Greedy generation, chunked prefill of 16 as mlx-lm ran it, EOS not special.
-        m.reset_caches().unwrap();
-        // Greedy: the default sampler has temperature 0.
-        let params = GenParams { max_tokens: 24, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() };
-        assert_eq!(params.sampler.temperature, 0.0);
-        let stats = generate(&mut m, &prompt, &params, |_| true)
-            .unwrap_or_else(|e| panic!("{variant}/{name}: generate: {e:#}"));
-        assert_eq!(stats.prompt_tokens, prompt.len());
-        if let Err(e) = check_greedy(variant, name, &stats.tokens, &ids(&p["greedy"]), &floats(&p["greedy_margins"])) {
-            errs.push(e);
-        }
-    }
+    let mut errs = check_prompts(variant, &mut m, &exp, f32_model);
     errs.extend(check_tokenizer(variant, &m, &exp));
     assert!(errs.is_empty(), "{variant}: {} mismatches:\n{}", errs.len(), errs.join("\n"));
 }

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::parity::{check_greedy, check_logits, floats};
+use common::parity::{check_logits, check_prompts};
 use common::{expected, fixture, ids, mlx_lock};
 use famlx::cache::CacheOptions;
 use famlx::generate::{generate, prefill, GenParams};
@@ -44,24 +44,7 @@ fn parity(variant: &str) {
     let f32_model = exp["activation_dtype"].as_str() == Some("float32");
     let mut m = load(variant);
     assert_eq!(m.family.name, "qwen3_5");
-    let mut errs = Vec::new();
-    for p in exp["prompts"].as_array().unwrap() {
-        let pname = p["name"].as_str().unwrap();
-        let name = format!("{variant}/{pname}");
-        let prompt = ids(&p["ids"]);
-        m.reset_caches().unwrap();
-        let logits = prefill(&mut m, &prompt, prompt.len()).unwrap_or_else(|e| panic!("{name}: prefill: {e:#}"));
-        assert_eq!(logits.shape(), &[1, 512]);
-        let ours: Vec<f32> = logits.astype(Dtype::F32).unwrap().to_vec().unwrap();
-        errs.extend(check_logits(variant, pname, f32_model, &ours, &floats(&p["logits"])).err());
-
-        m.reset_caches().unwrap();
-        let stats = generate(&mut m, &prompt, &greedy_params(24), |_| true)
-            .unwrap_or_else(|e| panic!("{name}: generate: {e:#}"));
-        errs.extend(
-            check_greedy(variant, pname, &stats.tokens, &ids(&p["greedy"]), &floats(&p["greedy_margins"])).err(),
-        );
-    }
+    let errs = check_prompts(variant, &mut m, &exp, f32_model);
     assert!(errs.is_empty(), "{variant}:\n{}", errs.join("\n"));
 }
 

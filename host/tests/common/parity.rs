@@ -21,6 +21,7 @@
 //! is 0.0 (everything before must match exactly).
 
 use super::ids;
+use famlx::generate::{generate, prefill, GenParams};
 use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
 use serde_json::Value;
@@ -149,6 +150,39 @@ pub fn check_tokenizer(variant: &str, m: &LoadedModel, exp: &Value) -> Vec<Strin
         Ok(got) if got == want_ids => {}
         Ok(got) => errs.push(format!("{variant}: chat ids {got:?}, expected {want_ids:?}")),
         Err(e) => errs.push(format!("{variant}: chat_ids: {e}")),
+    }
+    errs
+}
+
+/// Runs every prompt of a fixture's expected.json through `m`: first-step
+/// logits from one full-prompt prefill on a fresh cache (the reference is one
+/// forward without a cache), then 24 greedy tokens with mlx-lm's chunked
+/// prefill of 16 and no stop tokens. Returns the mismatches.
+pub fn check_prompts(variant: &str, m: &mut LoadedModel, exp: &Value, f32_model: bool) -> Vec<String> {
+    let mut errs = Vec::new();
+    let prompts = exp["prompts"].as_array().unwrap();
+    assert_eq!(prompts.len(), 3, "{variant}: three prompts per fixture");
+    for p in prompts {
+        let name = p["name"].as_str().unwrap();
+        let prompt = ids(&p["ids"]);
+
+        m.reset_caches().unwrap();
+        let logits = prefill(m, &prompt, prompt.len()).unwrap_or_else(|e| panic!("{variant}/{name}: prefill: {e:#}"));
+        assert_eq!(logits.shape(), &[1, 512]);
+        let ours: Vec<f32> = logits.astype(mlx::Dtype::F32).unwrap().to_vec().unwrap();
+        errs.extend(check_logits(variant, name, f32_model, &ours, &floats(&p["logits"])).err());
+
+        m.reset_caches().unwrap();
+        // Greedy: the default sampler has temperature 0.
+        let params = GenParams { max_tokens: 24, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() };
+        assert_eq!(params.sampler.temperature, 0.0);
+        let stats =
+            generate(m, &prompt, &params, |_| true).unwrap_or_else(|e| panic!("{variant}/{name}: generate: {e:#}"));
+        assert_eq!(stats.prompt_tokens, prompt.len());
+        let (want, margins) = (ids(&p["greedy"]), floats(&p["greedy_margins"]));
+        let same = stats.tokens.iter().zip(&want).take_while(|(a, b)| a == b).count();
+        eprintln!("{variant}/{name}: greedy identical for {same}/24 tokens (first tie: {:?})", first_tie(&margins));
+        errs.extend(check_greedy(variant, name, &stats.tokens, &want, &margins).err());
     }
     errs
 }

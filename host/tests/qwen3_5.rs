@@ -70,6 +70,28 @@ fn qwen3_5_moe_f32() {
     parity("qwen3_5_moe-f32");
 }
 
+/// 4-bit MoE (bf16 activations): routed experts through `gather_qmm` (the
+/// 40-token prompt takes the sorted-by-expert path), routers and the shared
+/// expert gate at mlx-lm's pinned 8 bits / group 64.
+#[test]
+fn qwen3_5_moe_q4() {
+    let _g = mlx_lock();
+    let m = load("qwen3_5_moe-q4");
+    use plugin_api::WeightStore;
+    for (name, bits, group) in [
+        ("language_model.model.layers.0.mlp.gate", 8, 64),
+        ("language_model.model.layers.3.mlp.shared_expert_gate", 8, 64),
+        ("language_model.model.layers.0.mlp.switch_mlp.gate_proj", 4, 32),
+        ("language_model.model.layers.2.mlp.shared_expert.down_proj", 4, 32),
+    ] {
+        let q = m.weights.quant(name.into()).into_option().unwrap_or_else(|| panic!("{name} is not quantized"));
+        assert_eq!((q.bits, q.group_size), (bits, group), "{name}");
+    }
+    drop(m);
+    drop(_g);
+    parity("qwen3_5_moe-q4");
+}
+
 /// The plan: recurrent slots for linear layers, KV slots for full ones.
 #[test]
 fn plan_cache_kinds() {

@@ -9,6 +9,7 @@ use crate::prompt::{chat_ids, parse_ids, Message};
 use crate::reload::{reload_if_changed, PluginWatcher, Reload};
 use crate::sample::SamplerParams;
 use crate::session::PromptCache;
+use crate::speculative::{Drafter, SpecParams};
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Map, Value};
@@ -87,6 +88,26 @@ pub struct SamplingArgs {
     /// KV cache quantization and memory bounds.
     #[command(flatten)]
     pub cache: CacheArgs,
+    /// Speculative decoding.
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+/// Speculative decoding flags.
+#[derive(Args, Debug, Clone)]
+pub struct SpecArgs {
+    /// A draft checkpoint (e.g. a gemma4_assistant folder) to draft with.
+    #[arg(long = "draft-model")]
+    pub draft_model: Option<PathBuf>,
+    /// Tokens drafted per verify step (1-8), by the MTP head or the draft model.
+    #[arg(long = "mtp-depth", alias = "draft-depth", alias = "num-draft-tokens", default_value_t = 2)]
+    pub depth: usize,
+    /// Don't use the checkpoint's own multi-token-prediction head.
+    #[arg(long = "no-mtp")]
+    pub no_mtp: bool,
+    /// Stop a draft early once the drafter's top probability is below this (0: off).
+    #[arg(long = "draft-min-confidence", default_value_t = 0.0)]
+    pub min_confidence: f32,
 }
 
 /// KV cache quantization and memory flags (mlx-lm's names where it has them).
@@ -268,7 +289,18 @@ pub(crate) fn load(m: &ModelArgs, s: &SamplingArgs, watch: bool) -> Result<Loade
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let model = model.map_err(crate::memory::explain)?;
+    let mut model = model.map_err(crate::memory::explain)?;
+    let spec = SpecParams { depth: s.spec.depth, min_confidence: s.spec.min_confidence };
+    spec.validate()?;
+    model.spec = spec;
+    model.drafter = match &s.spec.draft_model {
+        Some(dir) => Some(Drafter::load(dir, &reg, None, &model).map_err(crate::memory::explain)?),
+        None if !s.spec.no_mtp => Drafter::from_target(&model)?,
+        None => None,
+    };
+    if let Some(d) = &model.drafter {
+        tracing::info!("speculative decoding: {} drafter ({}), depth {}", d.family, d.source, model.spec.depth);
+    }
     // Keep freed buffers around for reuse, but not without bound.
     mlx::memory::set_cache_limit(mlx::memory::active().max(1 << 30));
     Ok(model)
@@ -440,6 +472,11 @@ pub fn stats_json(s: &GenStats, text: &str) -> Value {
         "generation_tps": s.generation_tps,
         "peak_memory_bytes": s.peak_memory_bytes,
         "finish_reason": format!("{:?}", s.finish).to_lowercase(),
+        "draft": s.draft.map(|d| json!({
+            "proposed": d.proposed,
+            "accepted": d.accepted,
+            "rounds": d.rounds,
+        })),
     })
 }
 
@@ -447,6 +484,10 @@ fn print_stats(s: &GenStats) {
     eprintln!("Prompt: {} tokens, {:.3} tokens-per-sec", s.prompt_tokens, s.prompt_tps);
     eprintln!("Generation: {} tokens, {:.3} tokens-per-sec", s.tokens.len(), s.generation_tps);
     eprintln!("Peak memory: {:.3} GB", s.peak_memory_bytes as f64 / 1e9);
+    if let Some(d) = s.draft {
+        let rate = if d.proposed > 0 { 100.0 * d.accepted as f64 / d.proposed as f64 } else { 0.0 };
+        eprintln!("Drafts: {} of {} accepted ({rate:.1}%) in {} verify steps", d.accepted, d.proposed, d.rounds);
+    }
 }
 
 fn run_chat(a: ChatArgs) -> Result<()> {

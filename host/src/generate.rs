@@ -53,13 +53,16 @@ pub struct GenStats {
     pub peak_memory_bytes: usize,
     /// Why it ended.
     pub finish: Finish,
+    /// Drafting counts, when a drafter ran.
+    pub draft: Option<crate::speculative::DraftStats>,
 }
 
 fn merr(e: mlx::Error) -> anyhow::Error {
     anyhow!("{}", e.0)
 }
 
-fn ids_array(ids: &[u32]) -> Result<Array> {
+/// `[1, n]` int32 token ids.
+pub(crate) fn ids_array(ids: &[u32]) -> Result<Array> {
     let v: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
     Array::from_slice(&v, &[1, v.len() as i32]).map_err(merr)
 }
@@ -89,15 +92,38 @@ pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array
 /// when a quantized cache starts quantizing and what a rotating window
 /// holds, so this split gives mlx-lm's tokens with those caches.
 pub fn prefill_last_alone(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array> {
+    let mut out = None;
+    prefill_chunks(m, prompt, step, false, |_, _, _, last| {
+        out = last;
+        Ok(())
+    })?;
+    out.ok_or_else(|| anyhow!("the model returned no logits"))
+}
+
+/// [`prefill_last_alone`]'s forwards, calling `f(model, chunk, hidden,
+/// logits)` after each: the hidden state `[1, L, H]` when `want_hidden`,
+/// the logits `[1, V]` for the final (one-token) chunk only.
+pub(crate) fn prefill_chunks(
+    m: &mut LoadedModel,
+    prompt: &[u32],
+    step: usize,
+    want_hidden: bool,
+    mut f: impl FnMut(&mut LoadedModel, &[u32], Option<Array>, Option<Array>) -> Result<()>,
+) -> Result<()> {
     let Some((_, head)) = prompt.split_last() else {
         bail!("the prompt is empty: nothing to generate from");
     };
     for chunk in head.chunks(step.max(1)) {
-        m.forward(&ids_array(chunk)?, LogitsWanted::None)?;
+        let (_, h) = m.forward_io(&ids_array(chunk)?, LogitsWanted::None, want_hidden)?;
         m.eval_caches()?;
         crate::memory::check()?;
+        f(m, chunk, h, None)?;
     }
-    prefill(m, &prompt[head.len()..], 1)
+    let last = &prompt[head.len()..];
+    let (logits, h) = m.forward_io(&ids_array(last)?, LogitsWanted::Last, want_hidden)?;
+    let logits = logits.ok_or_else(|| anyhow!("the model returned no logits"))?;
+    let v = logits.dim(-1);
+    f(m, last, h, Some(logits.reshape(&[1, v]).map_err(merr)?))
 }
 
 /// Generates after `prompt`, calling `on_token` with each id (return false to stop).
@@ -108,7 +134,16 @@ pub fn generate(
     on_token: impl FnMut(u32) -> bool,
 ) -> Result<GenStats> {
     // MLX failing an allocation becomes the error that names the flags that help.
-    generate_inner(m, prompt, p, on_token).map_err(crate::memory::explain)
+    let r = match m.drafter.take() {
+        Some(mut d) => {
+            let spec = m.spec.clone();
+            let r = crate::speculative::generate_speculative(m, &mut d, prompt, p, &spec, on_token);
+            m.drafter = Some(d);
+            r
+        }
+        None => generate_inner(m, prompt, p, on_token),
+    };
+    r.map_err(crate::memory::explain)
 }
 
 fn generate_inner(
@@ -177,6 +212,7 @@ fn generate_inner(
         peak_memory_bytes: mlx::memory::peak(),
         tokens,
         finish,
+        draft: None,
     })
 }
 

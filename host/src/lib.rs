@@ -15,3 +15,4 @@ pub mod prompt_cache;
 pub mod reload;
 pub mod sample;
 pub mod session;
+pub mod speculative;

@@ -5,6 +5,7 @@
 use crate::cache::{make_caches, CacheOptions, CacheSnapshot, SharedCache};
 use crate::checkpoint::{Checkpoint, QuantConfig};
 use crate::plugins::{FamilyEntry, Registry};
+use crate::speculative::{Drafter, SpecParams};
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{ROption, RStr, RString, RVec};
 use anyhow::{anyhow, Context, Result};
@@ -54,8 +55,30 @@ pub(crate) struct Source {
     quant: QuantConfig,
 }
 
+impl Source {
+    /// Reads the checkpoint at `path` (its tokenizer comes back beside it).
+    pub(crate) fn open(path: &Path) -> Result<(Source, Checkpoint)> {
+        let mut ck = Checkpoint::open(path)?;
+        let src = Source {
+            model_type: ck.model_type.clone(),
+            config_text: serde_json::to_string(&ck.config)?,
+            config_path: config_source(path),
+            tensors: std::mem::take(&mut ck.tensors),
+            quant: ck.quant.clone(),
+        };
+        Ok((src, ck))
+    }
+}
+
 /// Plans, rewrites and builds a model with `fam` from `src`.
 fn assemble(fam: &FamilyEntry, src: &Source) -> Result<(ModelPlan, Rc<HostWeights>, ModelBox)> {
+    let (plan, weights) = plan_and_rewrite(fam, src)?;
+    let model = build(fam, &plan, &weights)?;
+    Ok((plan, weights, model))
+}
+
+/// The family's plan for `src` and the checkpoint's tensors after its rewriter.
+pub(crate) fn plan_and_rewrite(fam: &FamilyEntry, src: &Source) -> Result<(ModelPlan, Rc<HostWeights>)> {
     let plan = fam
         .family
         .plan(RStr::from(src.config_text.as_str()))
@@ -73,8 +96,7 @@ fn assemble(fam: &FamilyEntry, src: &Source) -> Result<(ModelPlan, Rc<HostWeight
         }
     }
     let weights = Rc::new(HostWeights { tensors, quant: src.quant.clone() });
-    let model = build(fam, &plan, &weights)?;
-    Ok((plan, weights, model))
+    Ok((plan, weights))
 }
 
 /// A model ready to run.
@@ -99,6 +121,10 @@ pub struct LoadedModel {
     cache_boxes: RVec<CacheBox>,
     /// Cache settings.
     pub cache_opts: CacheOptions,
+    /// The drafter speculative decoding uses, when one is loaded.
+    pub drafter: Option<Drafter>,
+    /// Speculative decoding settings.
+    pub spec: SpecParams,
 }
 
 fn plugin_err(family: &str, what: &str, e: RString) -> anyhow::Error {
@@ -113,15 +139,9 @@ impl LoadedModel {
         family: Option<&str>,
         cache_opts: CacheOptions,
     ) -> Result<LoadedModel> {
-        let ck = Checkpoint::open(path)?;
+        let (source, ck) = Source::open(path)?;
         let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
-        let source = Rc::new(Source {
-            model_type: ck.model_type.clone(),
-            config_text: serde_json::to_string(&ck.config)?,
-            config_path: config_source(path),
-            tensors: ck.tensors,
-            quant: ck.quant,
-        });
+        let source = Rc::new(source);
         let (plan, weights, model) = assemble(&fam, &source)?;
         let caches = make_caches(&plan.caches, &cache_opts)?;
         let cache_boxes = caches.iter().map(SharedCache::boxed).collect();
@@ -136,6 +156,8 @@ impl LoadedModel {
             caches,
             cache_boxes,
             cache_opts,
+            drafter: None,
+            spec: SpecParams::default(),
         })
     }
 
@@ -201,6 +223,11 @@ impl LoadedModel {
         true
     }
 
+    /// The plugin's view of the caches (for drafters reading them).
+    pub(crate) fn cache_boxes_mut(&mut self) -> &mut RVec<CacheBox> {
+        &mut self.cache_boxes
+    }
+
     /// Tokens currently held by the caches.
     pub fn cache_offset(&self) -> i64 {
         self.caches.first().map_or(0, |c| c.lock().offset())
@@ -208,11 +235,22 @@ impl LoadedModel {
 
     /// Runs the model over `tokens` (`[1, L]` int32), updating the caches.
     pub fn forward(&mut self, tokens: &Array, logits_wanted: LogitsWanted) -> Result<Option<Array>> {
+        Ok(self.forward_io(tokens, logits_wanted, false)?.0)
+    }
+
+    /// [`LoadedModel::forward`] that also returns the final hidden state
+    /// (`[1, L, hidden]`) when `want_hidden`.
+    pub fn forward_io(
+        &mut self,
+        tokens: &Array,
+        logits_wanted: LogitsWanted,
+        want_hidden: bool,
+    ) -> Result<(Option<Array>, Option<Array>)> {
         let input = ForwardInput {
             tokens: tokens.clone().into(),
             embeddings: ROption::RNone,
             logits: logits_wanted,
-            want_hidden: false,
+            want_hidden,
         };
         let out = self
             .model
@@ -235,7 +273,19 @@ impl LoadedModel {
         } else if logits_wanted != LogitsWanted::None {
             return Err(anyhow!("{} plugin: forward returned no logits", self.family.name));
         }
-        Ok(logits)
+        let hidden = out.hidden.into_option().map(ArrayHandle::into_array);
+        if want_hidden {
+            let ok = hidden.as_ref().is_some_and(|h| h.ndim() == 3 && h.dim(1) == tokens.dim(1));
+            if !ok {
+                return Err(anyhow!(
+                    "{} plugin: forward was asked for the hidden state [1, {}, H] and returned {:?}",
+                    self.family.name,
+                    tokens.dim(1),
+                    hidden.as_ref().map(|h| h.shape().to_vec())
+                ));
+            }
+        }
+        Ok((logits, hidden))
     }
 
     /// Evaluates the cache contents (after a prefill chunk).

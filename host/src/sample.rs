@@ -26,6 +26,19 @@ pub fn sample(logits: &Array, p: &SamplerParams) -> Result<Array> {
     if p.temperature <= 0.0 {
         return logits.argmax(-1, false)?.astype(Dtype::I32);
     }
+    random::categorical(&filtered_logprobs(logits, p)?.mul_s(1.0 / p.temperature as f64)?, -1, None)?.astype(Dtype::I32)
+}
+
+/// The distribution [`sample`] draws from when `temperature > 0`, as
+/// probabilities over the last axis (speculative decoding's rejection test
+/// needs it for both the target and the drafter).
+pub fn probs(logits: &Array, p: &SamplerParams) -> Result<Array> {
+    filtered_logprobs(logits, p)?.mul_s(1.0 / p.temperature.max(f32::MIN_POSITIVE) as f64)?.softmax(&[-1], true)
+}
+
+/// Log-probabilities at temperature 1 with the top-p, min-p and top-k
+/// filters applied (dropped tokens at -inf).
+fn filtered_logprobs(logits: &Array, p: &SamplerParams) -> Result<Array> {
     let logits = logits.astype(Dtype::F32)?;
     let mut logprobs = logits.sub(&logits.logsumexp(&[-1], true)?)?;
     let neg_inf = Array::f32(f32::NEG_INFINITY);
@@ -52,5 +65,5 @@ pub fn sample(logits: &Array, p: &SamplerParams) -> Result<Array> {
         let mask_vals = mlx::full(drop_idx.shape(), &neg_inf, Dtype::F32)?;
         logprobs = logprobs.put_along_axis(&drop_idx, &mask_vals, -1)?;
     }
-    random::categorical(&logprobs.mul_s(1.0 / p.temperature as f64)?, -1, None)?.astype(Dtype::I32)
+    Ok(logprobs)
 }

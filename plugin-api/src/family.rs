@@ -31,11 +31,14 @@ pub trait FamilySpec: Send + Sync + 'static {
     }
     /// Builds the model.
     fn build(&self, plan: &ModelPlan, weights: &dyn mlx::nn::Weights) -> Result<Box<dyn ModelForward>>;
-    /// Builds a drafter when the family and weights have one.
+    /// Builds a drafter from `weights` (see [`crate::Family::build_drafter`]
+    /// for the two pairs) when the family and weights have one.
     fn build_drafter(
         &self,
         _plan: &ModelPlan,
         _weights: &dyn mlx::nn::Weights,
+        _target_plan: &ModelPlan,
+        _target_weights: &dyn mlx::nn::Weights,
     ) -> Result<Option<Box<dyn DraftForward>>> {
         Ok(None)
     }
@@ -47,17 +50,21 @@ pub trait ModelForward: Send {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output>;
 }
 
-/// A drafter, in plain Rust.
+/// A drafter, in plain Rust (see [`crate::Drafter`] for the protocol).
 pub trait DraftForward: Send {
-    /// Proposes up to `depth` tokens.
-    fn draft(
+    /// The cache slots the drafter keeps of its own.
+    fn cache_kinds(&self) -> Vec<CacheKind> {
+        Vec::new()
+    }
+    /// One draft step: `hidden` `[B, L, H]`, `tokens` `[B, L]` (the token
+    /// after each position) → (logits `[B, 1, V]`, hidden `[B, 1, H]`).
+    fn step(
         &mut self,
         hidden: &Array,
-        last_token: &Array,
-        depth: u32,
+        tokens: &Array,
         target: &mut Caches<'_>,
         own: &mut Caches<'_>,
-    ) -> Result<Vec<Array>>;
+    ) -> Result<(Array, Array)>;
 }
 
 /// Forward input on the plugin side.
@@ -213,9 +220,16 @@ impl<F: FamilySpec> Family for FamilyAdapter<F> {
             Ok(Model_TO::from_value(ModelAdapter { inner: m, family: self.0.name() }, TD_Opaque))
         })
     }
-    fn build_drafter(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ROption<DrafterBox>, RString> {
+    fn build_drafter(
+        &self,
+        plan: &ModelPlan,
+        weights: WeightStoreRef<'_>,
+        target_plan: &ModelPlan,
+        target_weights: WeightStoreRef<'_>,
+    ) -> RResult<ROption<DrafterBox>, RString> {
         guard(self.0.name(), || {
-            Ok(match self.0.build_drafter(plan, &StoreWeights(&weights))? {
+            let d = self.0.build_drafter(plan, &StoreWeights(&weights), target_plan, &StoreWeights(&target_weights))?;
+            Ok(match d {
                 Some(d) => RSome(Drafter_TO::from_value(DrafterAdapter { inner: d, family: self.0.name() }, TD_Opaque)),
                 None => ROption::RNone,
             })
@@ -253,23 +267,24 @@ struct DrafterAdapter {
 }
 
 impl Drafter for DrafterAdapter {
-    fn draft(
+    fn cache_kinds(&self) -> RVec<CacheKind> {
+        catch_unwind(AssertUnwindSafe(|| self.inner.cache_kinds().into_iter().collect())).unwrap_or_default()
+    }
+    fn step(
         &mut self,
         hidden: ArrayHandle,
-        last_token: ArrayHandle,
-        depth: u32,
+        tokens: ArrayHandle,
         target_caches: &mut RVec<CacheBox>,
         own_caches: &mut RVec<CacheBox>,
-    ) -> RResult<RVec<ArrayHandle>, RString> {
+    ) -> RResult<DraftOutput, RString> {
         guard(self.family, || {
-            let out = self.inner.draft(
+            let (logits, hidden) = self.inner.step(
                 &hidden.into_array(),
-                &last_token.into_array(),
-                depth,
+                &tokens.into_array(),
                 &mut Caches::new(target_caches),
                 &mut Caches::new(own_caches),
             )?;
-            Ok(out.into_iter().map(ArrayHandle::from).collect())
+            Ok(DraftOutput { logits: logits.into(), hidden: hidden.into() })
         })
     }
 }

@@ -215,3 +215,59 @@ impl crate::family::ModelForward for DecoderLm {
         })
     }
 }
+
+/// A small language model of the target's vocabulary drafting for it (what
+/// mlx-lm's `--draft-model` does): it ignores the target's hidden states and
+/// runs over its own caches. By the drafter protocol it is fed the token
+/// after each target position, so it never sees the prompt's first token;
+/// that only lowers acceptance, never changes the output.
+pub struct LmDrafter {
+    model: Box<dyn crate::family::ModelForward>,
+    kinds: Vec<crate::CacheKind>,
+}
+
+impl LmDrafter {
+    /// A drafter from a model built for the draft checkpoint and its plan's caches.
+    pub fn new(model: Box<dyn crate::family::ModelForward>, plan: &crate::ModelPlan) -> Self {
+        LmDrafter { model, kinds: plan.caches.iter().cloned().collect() }
+    }
+
+    /// Builds one with `build` when `plan` is not the target's own (a
+    /// separate draft checkpoint); `None` for the target itself, which has
+    /// no draft head.
+    pub fn for_separate_checkpoint(
+        plan: &crate::ModelPlan,
+        target_plan: &crate::ModelPlan,
+        build: impl FnOnce() -> Result<Box<dyn crate::family::ModelForward>>,
+    ) -> Result<Option<Box<dyn crate::family::DraftForward>>> {
+        // The host hands the same plan twice when asking for a self-drafter.
+        if std::ptr::eq(plan, target_plan) {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(LmDrafter::new(build()?, plan))))
+    }
+}
+
+impl crate::family::DraftForward for LmDrafter {
+    fn cache_kinds(&self) -> Vec<crate::CacheKind> {
+        self.kinds.clone()
+    }
+    fn step(
+        &mut self,
+        _hidden: &Array,
+        tokens: &Array,
+        _target: &mut Caches<'_>,
+        own: &mut Caches<'_>,
+    ) -> Result<(Array, Array)> {
+        let input = crate::family::Input {
+            tokens: tokens.clone(),
+            embeddings: None,
+            logits: crate::LogitsWanted::Last,
+            want_hidden: false,
+        };
+        let out = self.model.forward(&input, own)?;
+        let logits = out.logits.ok_or_else(|| Error::msg("draft model returned no logits"))?;
+        // No hidden state to chain: the next step only needs the token.
+        Ok((logits, mlx::zeros(&[1, 1, 1], mlx::Dtype::F32)?))
+    }
+}

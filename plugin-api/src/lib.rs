@@ -31,7 +31,7 @@ use abi_stable::{declare_root_module_statics, package_version_strings, StableAbi
 
 /// Version of this ABI. Bumped on any change to the types or traits here;
 /// the host refuses plugins with another value.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Symbol every plugin exports with its [`ABI_VERSION`] (read before the
 /// root module, so a mismatch is reported with both numbers).
@@ -80,10 +80,20 @@ pub trait Family: Send + Sync {
     fn quant_class(&self, plan: &ModelPlan, name: RStr<'_>) -> QuantClass;
     /// Builds the model from host-held weights.
     fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString>;
-    /// Builds the family's drafter for speculative decoding, if it has one
-    /// and the weights carry it.
+    /// Builds a drafter for speculative decoding from `plan`/`weights`, to
+    /// run beside the target model described by `target_plan` /
+    /// `target_weights`. For a self-drafter (an MTP head inside the target's
+    /// checkpoint) both pairs are the target's; for a separate draft
+    /// checkpoint (`--draft-model`) the first pair is the draft's. `None`
+    /// when the family has no drafter or the weights carry none.
     #[sabi(last_prefix_field)]
-    fn build_drafter(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ROption<DrafterBox>, RString>;
+    fn build_drafter(
+        &self,
+        plan: &ModelPlan,
+        weights: WeightStoreRef<'_>,
+        target_plan: &ModelPlan,
+        target_weights: WeightStoreRef<'_>,
+    ) -> RResult<ROption<DrafterBox>, RString>;
 }
 
 /// A boxed [`Family`] trait object.
@@ -116,21 +126,35 @@ pub trait Model {
 /// A boxed [`Model`].
 pub type ModelBox = Model_TO<'static, RBox<()>>;
 
-/// A draft head for speculative decoding.
+/// A draft head for speculative decoding, driven one step at a time by the
+/// host's speculative loop (which samples the drafted tokens, verifies them
+/// with one target forward and rolls every cache back).
+///
+/// A round: the host calls [`Drafter::step`] first with the target's hidden
+/// states of the positions accepted since the previous round (`[B, L, H]`,
+/// from a forward with `want_hidden`) and, for each, the token that follows
+/// it (`[B, L]`); then `depth - 1` more times with the hidden state the
+/// previous step returned and the token drafted from its logits (`L = 1`).
+/// After verification the host trims the drafter's own caches back to what
+/// they held after the round's first step, so only positions fed with the
+/// target's own hidden states stay cached.
 #[sabi_trait]
 pub trait Drafter {
-    /// Proposes up to `depth` tokens after `last_token`, starting from the
-    /// target's last hidden state; reads the target's caches read-only and
-    /// keeps its own in `own_caches`.
+    /// The cache slots the drafter keeps of its own (empty for drafters that
+    /// only read the target's caches).
+    fn cache_kinds(&self) -> RVec<CacheKind>;
+    /// One draft step: logits of the last position (`[B, 1, V]`) and the
+    /// hidden state to chain into the next step (`[B, 1, H]`). Appends the
+    /// `L` positions to `own_caches`; reads `target_caches` without changing
+    /// them.
     #[sabi(last_prefix_field)]
-    fn draft(
+    fn step(
         &mut self,
         hidden: ArrayHandle,
-        last_token: ArrayHandle,
-        depth: u32,
+        tokens: ArrayHandle,
         target_caches: &mut RVec<CacheBox>,
         own_caches: &mut RVec<CacheBox>,
-    ) -> RResult<RVec<ArrayHandle>, RString>;
+    ) -> RResult<DraftOutput, RString>;
 }
 
 /// A boxed [`Drafter`].

@@ -152,3 +152,13 @@ impl AttnOptions {
         AttnOptions { scale, mask: AttnMask::Causal, sinks: ROption::RNone }
     }
 }
+
+/// Output of one drafter step.
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct DraftOutput {
+    /// Logits of the last position, `[B, 1, V]`.
+    pub logits: ArrayHandle,
+    /// Hidden state to feed the next step, `[B, 1, H]`.
+    pub hidden: ArrayHandle,
+}

@@ -122,6 +122,11 @@ impl CacheImpl for KvCache {
         n <= self.offset
     }
 
+    fn can_trim_after(&self, added: i64, n: i64) -> bool {
+        // Quantizing on the way would make the dense tail unrecoverable.
+        self.quant.is_none() && n <= self.offset + added
+    }
+
     fn snapshot(&self) -> Box<dyn CacheImpl> {
         // Arrays are immutable graph nodes: sharing them is a cheap, exact copy.
         Box::new(self.clone())

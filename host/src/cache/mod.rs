@@ -59,6 +59,12 @@ pub trait CacheImpl: Send {
     /// Whether [`CacheImpl::trim`] of `n` tokens gives exactly the state of
     /// never having fed them.
     fn can_trim(&self, n: i64) -> bool;
+    /// Whether, once `added` more tokens are appended, trimming `n` of them
+    /// will still be exact (speculative decoding asks before its verify
+    /// forward, to know whether it needs a snapshot). No by default.
+    fn can_trim_after(&self, _added: i64, _n: i64) -> bool {
+        false
+    }
     /// A cheap copy to restore later.
     fn snapshot(&self) -> Box<dyn CacheImpl>;
     /// What a file needs to rebuild this cache exactly (see [`load`]).
@@ -286,7 +292,9 @@ impl CacheOptions {
     }
 }
 
-/// Makes the caches a plan asks for.
+/// Makes the caches a plan asks for. `--kv-bits` quantizes full-attention
+/// caches (and the windows `--max-kv-size` makes); a model's own sliding
+/// windows stay dense.
 pub fn make_caches(plan: &[CacheKind], opts: &CacheOptions) -> Result<Vec<SharedCache>> {
     opts.validate()?;
     let quant = opts.kv_quant();
@@ -300,7 +308,11 @@ pub fn make_caches(plan: &[CacheKind], opts: &CacheOptions) -> Result<Vec<Shared
                 CacheKind::Sliding { window } => {
                     // The model's own window; a smaller --max-kv-size bounds it further.
                     let w = opts.max_kv_size.map_or(*window as usize, |n| n.min(*window as usize)).max(1);
-                    Box::new(RotatingKvCache::new(w, 0, quant)?)
+                    // Kept dense under --kv-bits: mlx-lm cannot quantize a
+                    // model's sliding windows (RotatingKVCache.to_quantized
+                    // raises) and mlx-vlm's mixed KV policies skip them; a
+                    // window is small, so quantizing it saves little.
+                    Box::new(RotatingKvCache::new(w, 0, None)?)
                 }
                 CacheKind::Recurrent { arrays } => Box::new(RecurrentCache::new(*arrays as usize)),
             }))

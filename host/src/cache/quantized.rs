@@ -117,6 +117,11 @@ impl CacheImpl for QuantizedKvCache {
         n == 0 || (n <= self.offset && self.offset - n >= self.exact_from)
     }
 
+    fn can_trim_after(&self, added: i64, n: i64) -> bool {
+        let after = self.offset + added;
+        n == 0 || (n <= after && after - n >= self.exact_from)
+    }
+
     fn snapshot(&self) -> Box<dyn CacheImpl> {
         Box::new(self.clone())
     }

@@ -65,6 +65,9 @@ impl CacheImpl for RecurrentCache {
     fn can_trim(&self, n: i64) -> bool {
         n == 0
     }
+    fn can_trim_after(&self, _added: i64, n: i64) -> bool {
+        n == 0
+    }
     fn snapshot(&self) -> Box<dyn CacheImpl> {
         Box::new(self.clone())
     }

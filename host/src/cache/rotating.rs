@@ -263,6 +263,11 @@ impl CacheImpl for RotatingKvCache {
         n == 0 || (!self.dropped() && n <= self.offset && self.offset - n >= exact_from)
     }
 
+    fn can_trim_after(&self, added: i64, n: i64) -> bool {
+        // Exact while nothing has left the window.
+        self.quant.is_none() && self.offset + added <= self.max_size as i64 && n <= self.offset + added
+    }
+
     fn snapshot(&self) -> Box<dyn CacheImpl> {
         Box::new(self.clone())
     }

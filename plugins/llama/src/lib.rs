@@ -197,6 +197,17 @@ impl FamilySpec for LlamaFamily {
         Ok(vec![(hf, t)])
     }
 
+    /// A separate checkpoint of this family drafts as a small LM (`--draft-model`).
+    fn build_drafter(
+        &self,
+        plan: &ModelPlan,
+        w: &dyn Weights,
+        target_plan: &ModelPlan,
+        _target: &dyn Weights,
+    ) -> Result<Option<Box<dyn plugin_api::family::DraftForward>>> {
+        plugin_api::layers::LmDrafter::for_separate_checkpoint(plan, target_plan, || self.build(plan, w))
+    }
+
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         let cfg = Config::from_plan(plan)?;
         let rope = Rope::new(cfg.head_dim, cfg.rope_theta, cfg.rope_traditional, &cfg.rope_scaling)?;

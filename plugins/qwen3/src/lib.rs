@@ -79,6 +79,17 @@ impl FamilySpec for Qwen3Family {
         })
     }
 
+    /// A separate checkpoint of this family drafts as a small LM (`--draft-model`).
+    fn build_drafter(
+        &self,
+        plan: &ModelPlan,
+        w: &dyn Weights,
+        target_plan: &ModelPlan,
+        _target: &dyn Weights,
+    ) -> Result<Option<Box<dyn plugin_api::family::DraftForward>>> {
+        plugin_api::layers::LmDrafter::for_separate_checkpoint(plan, target_plan, || self.build(plan, w))
+    }
+
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         let c: Value = serde_json::from_str(plan.config.as_str()).map_err(|e| Error(format!("plan config: {e}")))?;
         let cfg = Config::parse(&c)?;

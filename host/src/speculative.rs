@@ -1,0 +1,412 @@
+//! Speculative decoding, for every family with a drafter: a draft head
+//! proposes up to `depth` tokens (one [`plugin_api::Drafter::step`] each),
+//! one target forward verifies them all, and every cache is rolled back to
+//! the accepted prefix.
+//!
+//! Greedy acceptance keeps a drafted token while it equals the target's
+//! argmax, so the output is the target's greedy output token for token.
+//! Sampled acceptance is rejection sampling (accept `d` with probability
+//! `min(1, p(d)/q(d))`, else draw from `max(p - q, 0)`), which leaves the
+//! target's sampling distribution unchanged.
+//!
+//! Rollback: KV caches are trimmed; caches that cannot rewind (a recurrent
+//! state, a window that has slid) are restored from a snapshot taken before
+//! the verify forward and the accepted tokens are fed again.
+
+use crate::cache::{make_caches, CacheOptions, CacheSnapshot, SharedCache};
+use crate::generate::{ids_array, prefill_chunks, Finish, GenParams, GenStats};
+use crate::model::{plan_and_rewrite, HostWeights, LoadedModel, Source};
+use crate::plugins::Registry;
+use crate::sample::{probs, sample};
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::RVec;
+use anyhow::{anyhow, bail, Context, Result};
+use mlx::{Array, Dtype};
+use plugin_api::{ArrayHandle, CacheBox, DrafterBox, LogitsWanted, WeightStore_TO};
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Instant;
+
+/// Speculative decoding settings.
+#[derive(Debug, Clone)]
+pub struct SpecParams {
+    /// Tokens drafted per round (1..=8).
+    pub depth: usize,
+    /// Stop drafting a round early once the drafter's top probability falls
+    /// below this (0: always draft `depth` tokens). Each check reads a value
+    /// back from the device, so it costs a synchronisation per draft step.
+    pub min_confidence: f32,
+}
+
+impl Default for SpecParams {
+    fn default() -> Self {
+        SpecParams { depth: 2, min_confidence: 0.0 }
+    }
+}
+
+/// Longest draft a round may ask for.
+pub const MAX_DEPTH: usize = 8;
+
+impl SpecParams {
+    /// Checks the settings, naming the flag at fault.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=MAX_DEPTH).contains(&self.depth) {
+            bail!("--mtp-depth (--draft-depth) must be between 1 and {MAX_DEPTH}, got {}", self.depth);
+        }
+        if !(0.0..1.0).contains(&self.min_confidence) {
+            bail!("--draft-min-confidence must be in [0, 1), got {}", self.min_confidence);
+        }
+        Ok(())
+    }
+}
+
+/// A drafter as the host holds it: the plugin's object, its own caches, and
+/// (for a separate draft checkpoint) the weights it was built from.
+pub struct Drafter {
+    /// The family that built it.
+    pub family: String,
+    /// Where it came from: "mtp" (the target's own head) or the draft checkpoint's path.
+    pub source: String,
+    drafter: DrafterBox,
+    caches: Vec<SharedCache>,
+    boxes: RVec<CacheBox>,
+    _weights: Option<Rc<HostWeights>>,
+}
+
+fn merr(e: mlx::Error) -> anyhow::Error {
+    anyhow!("{}", e.0)
+}
+
+impl Drafter {
+    fn new(family: &str, source: String, drafter: DrafterBox, weights: Option<Rc<HostWeights>>) -> Result<Self> {
+        let kinds: Vec<_> = drafter.cache_kinds().into_iter().collect();
+        let caches = make_caches(&kinds, &CacheOptions::default()).map_err(merr)?;
+        let boxes = caches.iter().map(SharedCache::boxed).collect();
+        Ok(Drafter { family: family.to_string(), source, drafter, caches, boxes, _weights: weights })
+    }
+
+    /// The target's own draft head (e.g. Qwen3.5's MTP layer), if its
+    /// family builds one from the checkpoint.
+    pub fn from_target(m: &LoadedModel) -> Result<Option<Drafter>> {
+        let store = WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
+        let store2 = WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
+        let d = m
+            .family
+            .family
+            .build_drafter(&m.plan, store, &m.plan, store2)
+            .into_result()
+            .map_err(|e| anyhow!("{} plugin: building the drafter: {e}", m.family.name))?;
+        d.into_option().map(|d| Drafter::new(&m.family.name, "mtp".into(), d, None)).transpose()
+    }
+
+    /// A separate draft checkpoint (`--draft-model DIR`) for target `m`.
+    pub fn load(path: &Path, registry: &Registry, family: Option<&str>, m: &LoadedModel) -> Result<Drafter> {
+        let (src, ck) = Source::open(path).with_context(|| format!("draft model {}", path.display()))?;
+        let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
+        let (plan, weights) = plan_and_rewrite(&fam, &src)?;
+        if plan.vocab_size != m.plan.vocab_size {
+            bail!(
+                "{}: the draft model's vocabulary ({} tokens) differs from the target's ({})",
+                path.display(),
+                plan.vocab_size,
+                m.plan.vocab_size
+            );
+        }
+        let store = WeightStore_TO::from_ptr(&*weights, TD_Opaque);
+        let target = WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
+        let d = fam
+            .family
+            .build_drafter(&plan, store, &m.plan, target)
+            .into_result()
+            .map_err(|e| anyhow!("{}: {} plugin: building the drafter: {e}", path.display(), fam.name))?;
+        let Some(d) = d.into_option() else {
+            bail!(
+                "{}: the {} plugin builds no drafter from this checkpoint (model_type {:?})",
+                path.display(),
+                fam.name,
+                ck.model_type
+            );
+        };
+        Drafter::new(&fam.name, path.display().to_string(), d, Some(weights))
+    }
+
+    /// Tokens in the drafter's own caches.
+    fn offset(&self) -> i64 {
+        self.caches.first().map_or(0, |c| c.lock().offset())
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        let kinds: Vec<_> = self.drafter.cache_kinds().into_iter().collect();
+        self.caches = make_caches(&kinds, &CacheOptions::default()).map_err(merr)?;
+        self.boxes = self.caches.iter().map(SharedCache::boxed).collect();
+        Ok(())
+    }
+
+    fn trim_to(&mut self, offset: i64) {
+        for c in &self.caches {
+            let mut c = c.lock();
+            let n = c.offset() - offset;
+            if n > 0 {
+                c.trim(n);
+            }
+        }
+    }
+
+    fn eval_caches(&self) -> Result<()> {
+        let arrays: Vec<Array> = self.caches.iter().flat_map(|c| c.lock().arrays()).collect();
+        mlx::eval(&arrays.iter().collect::<Vec<_>>()).map_err(merr)
+    }
+
+    /// One step: (logits `[1, V]`, hidden `[1, 1, H]`).
+    fn step(&mut self, target: &mut LoadedModel, hidden: &Array, tokens: &Array) -> Result<(Array, Array)> {
+        let out = self
+            .drafter
+            .step(hidden.clone().into(), tokens.clone().into(), target.cache_boxes_mut(), &mut self.boxes)
+            .into_result()
+            .map_err(|e| anyhow!("{} drafter: {e}", self.family))?;
+        let logits = out.logits.into_array();
+        let v = logits.dim(-1);
+        if v != target.plan.vocab_size as i32 || logits.size() != v as usize {
+            return Err(anyhow!(
+                "{} drafter: step returned logits of shape {:?}, expected [1, 1, {}]",
+                self.family,
+                logits.shape(),
+                target.plan.vocab_size
+            ));
+        }
+        Ok((logits.reshape(&[1, v]).map_err(merr)?, ArrayHandle::into_array(out.hidden)))
+    }
+}
+
+/// Acceptance counts of a speculative generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DraftStats {
+    /// Tokens the drafter proposed.
+    pub proposed: usize,
+    /// Of those, tokens the target accepted.
+    pub accepted: usize,
+    /// Verify rounds.
+    pub rounds: usize,
+}
+
+/// Rewinds the target's caches so they hold `keep` of the `fed` tokens
+/// the last forward appended: trims when every cache can, else restores
+/// `snap` (taken before that forward) and feeds `tokens[..keep]` again.
+fn rewind(m: &mut LoadedModel, snap: Option<&CacheSnapshot>, fed: usize, keep: usize, tokens: &Array) -> Result<()> {
+    if keep == fed || m.trim(fed - keep) {
+        return Ok(());
+    }
+    let snap = snap.ok_or_else(|| anyhow!("internal: a cache cannot rewind and no snapshot was taken"))?;
+    m.restore(snap)?;
+    if keep > 0 {
+        m.forward(&tokens.slice_axis(1, 0, keep as i32).map_err(merr)?, LogitsWanted::None)?;
+        m.eval_caches()?;
+    }
+    Ok(())
+}
+
+/// Generates after `prompt` with the drafter `d`, calling `on_token` per id
+/// (false stops). Leaves the caches as [`crate::generate::generate`] does:
+/// holding the prompt and every generated token but the last.
+pub fn generate_speculative(
+    m: &mut LoadedModel,
+    d: &mut Drafter,
+    prompt: &[u32],
+    p: &GenParams,
+    sp: &SpecParams,
+    mut on_token: impl FnMut(u32) -> bool,
+) -> Result<GenStats> {
+    sp.validate()?;
+    mlx::memory::reset_peak();
+    let t0 = Instant::now();
+    let greedy = p.sampler.temperature <= 0.0;
+    // The drafter's caches must not run ahead of the target's (a new
+    // conversation, or a turn that rewound): start them over.
+    if d.offset() > m.cache_offset() {
+        d.reset()?;
+    }
+
+    // Prefill as the plain loop does (so the first logits are identical),
+    // feeding each chunk's hidden states to the drafter together with the
+    // tokens that follow them, once those are known.
+    let mut pending: Option<(Array, Vec<u32>)> = None;
+    let mut logits = None;
+    prefill_chunks(m, prompt, p.prefill_step, true, |m, chunk, hidden, last| {
+        let hidden = hidden.ok_or_else(|| anyhow!("no hidden state"))?;
+        if let Some((h, mut toks)) = pending.take() {
+            toks.push(chunk[0]);
+            d.step(m, &h, &ids_array(&toks)?)?;
+            d.eval_caches()?;
+        }
+        pending = Some((hidden, chunk[1..].to_vec()));
+        logits = last;
+        Ok(())
+    })?;
+    let logits = logits.ok_or_else(|| anyhow!("the model returned no logits"))?;
+    let (mut hid, first_toks) = pending.take().ok_or_else(|| anyhow!("the prompt is empty"))?;
+    let mut y = sample(&logits, &p.sampler).map_err(merr)?.reshape(&[1, 1]).map_err(merr)?;
+    let mut pend_tokens = concat_ids(&first_toks, &y)?;
+
+    let mut tokens = Vec::new();
+    let mut stats = DraftStats::default();
+    let mut finish = Finish::Length;
+    let mut t_first = None;
+    // Entries of the last round kept in the caches past the
+    // second-to-last emitted token, to give back at the end.
+    let mut extra: usize;
+    let mut last_round: Option<(Option<CacheSnapshot>, Array, usize)> = None;
+    'outer: loop {
+        // Emit y (decided last round; not in the target's caches yet).
+        let tok = y.item_i64().map_err(merr)? as u32;
+        crate::memory::check()?;
+        t_first.get_or_insert_with(Instant::now);
+        tokens.push(tok);
+        extra = 0;
+        if p.stop_ids.contains(&tok) {
+            finish = Finish::Stop;
+            break;
+        }
+        if !on_token(tok) {
+            finish = Finish::Cancelled;
+            break;
+        }
+        let remaining = p.max_tokens.saturating_sub(tokens.len());
+        if remaining == 0 {
+            break;
+        }
+        // Draft: the first step replays the positions accepted last round
+        // with the target's hidden states; later steps chain the drafter's.
+        let depth = sp.depth.min(remaining);
+        let (mut lg, mut dh) = d.step(m, &hid, &pend_tokens)?;
+        let own_keep = d.offset();
+        let mut drafts: Vec<Array> = vec![y.clone()];
+        let mut qs: Vec<Array> = Vec::new();
+        for i in 0..depth {
+            let t = sample(&lg, &p.sampler).map_err(merr)?.reshape(&[1, 1]).map_err(merr)?;
+            if !greedy {
+                qs.push(probs(&lg, &p.sampler).map_err(merr)?);
+            }
+            drafts.push(t.clone());
+            if i + 1 == depth || !confident(&lg, sp.min_confidence)? {
+                break;
+            }
+            (lg, dh) = d.step(m, &dh, &t)?;
+        }
+        let k = drafts.len() - 1;
+        // Verify [y, d1..dk] in one forward.
+        let fed = mlx::concatenate(&drafts.iter().collect::<Vec<_>>(), 1).map_err(merr)?;
+        let trimmable = m.caches.iter().all(|c| c.lock().can_trim_after(k as i64 + 1, k as i64));
+        let snap = if trimmable { None } else { Some(m.snapshot()) };
+        let (vl, vh) = m.forward_io(&fed, LogitsWanted::All, true)?;
+        let (vl, vh) = (vl.ok_or_else(|| anyhow!("no logits"))?, vh.ok_or_else(|| anyhow!("no hidden state"))?);
+        let vl = vl.reshape(&[k as i32 + 1, -1]).map_err(merr)?;
+        let draft_ids = fed.slice_axis(1, 1, k as i32 + 1).map_err(merr)?.reshape(&[-1]).map_err(merr)?;
+        let (accepted, bonus, dv) = if greedy {
+            let tgt = vl.argmax(-1, false).map_err(merr)?.astype(Dtype::I32).map_err(merr)?;
+            mlx::eval(&[&tgt, &draft_ids]).map_err(merr)?;
+            let tv = tgt.to_vec::<i32>().map_err(merr)?;
+            let dv = draft_ids.to_vec::<i32>().map_err(merr)?;
+            let a = dv.iter().zip(&tv).take_while(|(d, t)| d == t).count();
+            (a, tv[a], dv)
+        } else {
+            rejection(&vl, &qs, &draft_ids, &p.sampler)?
+        };
+        stats.proposed += k;
+        stats.accepted += accepted;
+        stats.rounds += 1;
+        // Keep [y, d1..da]; the bonus token is next round's y.
+        rewind(m, snap.as_ref(), k + 1, accepted + 1, &fed)?;
+        d.trim_to(own_keep);
+        hid = vh.slice_axis(1, 0, accepted as i32 + 1).map_err(merr)?;
+        let next: Vec<u32> = dv[..accepted].iter().map(|&t| t as u32).chain([bonus as u32]).collect();
+        pend_tokens = ids_array(&next)?;
+        y = Array::from_slice(&[bonus], &[1, 1]).map_err(merr)?;
+        last_round = Some((snap, fed, accepted + 1));
+        for (j, &t) in dv[..accepted].iter().enumerate() {
+            let t = t as u32;
+            tokens.push(t);
+            // The caches hold y, d1..da; the invariant wants them to end
+            // just before this token.
+            extra = accepted - j;
+            if p.stop_ids.contains(&t) {
+                finish = Finish::Stop;
+                break 'outer;
+            }
+            if !on_token(t) {
+                finish = Finish::Cancelled;
+                break 'outer;
+            }
+            if tokens.len() >= p.max_tokens {
+                break 'outer;
+            }
+        }
+    }
+    let t_end = Instant::now();
+    if extra > 0 {
+        let (snap, fed, kept) = last_round.as_ref().ok_or_else(|| anyhow!("internal: no verify round to rewind"))?;
+        rewind(m, snap.as_ref(), *kept, kept - extra, fed)?;
+    }
+    let t_first = t_first.unwrap_or(t_end);
+    let first = t_first.duration_since(t0).as_secs_f64();
+    let rest = t_end.duration_since(t_first).as_secs_f64();
+    Ok(GenStats {
+        prompt_tokens: prompt.len(),
+        prompt_tps: if first > 0.0 { prompt.len() as f64 / first } else { 0.0 },
+        generation_tps: if rest > 0.0 && tokens.len() > 1 { (tokens.len() - 1) as f64 / rest } else { 0.0 },
+        peak_memory_bytes: mlx::memory::peak(),
+        tokens,
+        finish,
+        draft: Some(stats),
+    })
+}
+
+/// Whether the drafter is confident enough to draft another token.
+fn confident(logits: &Array, min: f32) -> Result<bool> {
+    if min <= 0.0 {
+        return Ok(true);
+    }
+    let top = logits.astype(Dtype::F32).map_err(merr)?.softmax(&[-1], true).map_err(merr)?;
+    Ok(top.max_all().map_err(merr)?.item_f32().map_err(merr)? >= min)
+}
+
+/// `[1, n + 1]` ids: `ids` then the (device) token `y`.
+fn concat_ids(ids: &[u32], y: &Array) -> Result<Array> {
+    let y = y.reshape(&[1, 1]).map_err(merr)?.astype(Dtype::I32).map_err(merr)?;
+    if ids.is_empty() {
+        return Ok(y);
+    }
+    mlx::concatenate(&[&ids_array(ids)?, &y], 1).map_err(merr)
+}
+
+/// Rejection sampling of the drafts against the target's rows of logits
+/// (one more row than drafts); returns (accepted count, the token that
+/// follows them, the drafts as ids).
+fn rejection(
+    target_logits: &Array,
+    q_rows: &[Array],
+    drafts: &Array,
+    sp: &crate::sample::SamplerParams,
+) -> Result<(usize, i32, Vec<i32>)> {
+    let e = merr;
+    let k = q_rows.len() as i32;
+    let p_all = probs(target_logits, sp).map_err(e)?; // [k+1, V]
+    let q = mlx::concatenate(&q_rows.iter().collect::<Vec<_>>(), 0).map_err(e)?; // [k, V]
+    let p_k = p_all.slice_axis(0, 0, k).map_err(e)?;
+    let idx = drafts.reshape(&[k, 1]).map_err(e)?;
+    let pd = p_k.take_along_axis(&idx, -1).map_err(e)?;
+    let qd = q.take_along_axis(&idx, -1).map_err(e)?;
+    let u = mlx::random::uniform(0.0, 1.0, &[k, 1], Dtype::F32, None).map_err(e)?;
+    // Accept with probability min(1, p/q), i.e. when u·q < p.
+    let accept = u.mul(&qd).map_err(e)?.lt(&pd).map_err(e)?.reshape(&[-1]).map_err(e)?;
+    let resid = p_k.sub(&q).map_err(e)?.maximum(&Array::f32(0.0)).map_err(e)?;
+    let resid_tok = mlx::random::categorical(&resid.log().map_err(e)?, -1, None).map_err(e)?;
+    let last = p_all.slice_axis(0, k, k + 1).map_err(e)?;
+    let bonus = mlx::random::categorical(&last.log().map_err(e)?, -1, None).map_err(e)?;
+    let (resid_tok, bonus) = (resid_tok.astype(Dtype::I32).map_err(e)?, bonus.astype(Dtype::I32).map_err(e)?);
+    mlx::eval(&[&accept, &resid_tok, &bonus, drafts]).map_err(e)?;
+    let acc = accept.to_vec::<bool>().map_err(e)?;
+    let a = acc.iter().take_while(|&&x| x).count();
+    let b =
+        if a < k as usize { resid_tok.to_vec::<i32>().map_err(e)?[a] } else { bonus.to_vec::<i32>().map_err(e)?[0] };
+    Ok((a, b, drafts.to_vec::<i32>().map_err(e)?))
+}

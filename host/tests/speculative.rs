@@ -1,0 +1,163 @@
+//! The host's speculative loop with a separate draft model (the generic
+//! small-LM drafter every llama/qwen3 checkpoint provides): greedy output
+//! with a drafter equals greedy output without one, token for token, at
+//! several depths; rollback through trimming (dense caches) and through
+//! snapshot + refeed (a rotating window that has slid); the sampled path
+//! with a one-hot distribution; prompt reuse across turns; and bad flags.
+
+mod common;
+
+use common::{fixture, mlx_lock};
+use famlx::cache::CacheOptions;
+use famlx::generate::{generate, GenParams, GenStats};
+use famlx::model::LoadedModel;
+use famlx::sample::SamplerParams;
+use famlx::session::PromptCache;
+use famlx::speculative::{Drafter, SpecParams};
+
+fn registry() -> famlx::plugins::Registry {
+    famlx::plugins::Registry::discover(&famlx::plugins::search_dirs(&[]))
+}
+
+fn load(variant: &str, opts: CacheOptions) -> LoadedModel {
+    LoadedModel::load(&fixture(variant), &registry(), None, opts).unwrap_or_else(|e| panic!("{variant}: {e:#}"))
+}
+
+fn with_drafter(mut m: LoadedModel, draft: &str, depth: usize) -> LoadedModel {
+    let d = Drafter::load(&fixture(draft), &registry(), None, &m).unwrap_or_else(|e| panic!("{draft}: {e:#}"));
+    m.drafter = Some(d);
+    m.spec = SpecParams { depth, min_confidence: 0.0 };
+    m
+}
+
+fn params(max_tokens: usize) -> GenParams {
+    GenParams { max_tokens, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() }
+}
+
+fn run(m: &mut LoadedModel, prompt: &[u32], p: &GenParams) -> GenStats {
+    m.reset_caches().unwrap();
+    generate(m, prompt, p, |_| true).unwrap_or_else(|e| panic!("generate: {e:#}"))
+}
+
+const PROMPT: [u32; 21] = [1, 17, 52, 300, 11, 9, 250, 77, 101, 402, 5, 60, 61, 62, 200, 201, 33, 34, 35, 36, 37];
+
+/// Greedy with a (different) draft model equals plain greedy at depths 1-4,
+/// and the drafter both hits and misses.
+#[test]
+fn greedy_output_unchanged_by_draft_model() {
+    let _g = mlx_lock();
+    let p = params(24);
+    let mut plain = load("llama-tied-f32", CacheOptions::default());
+    let want = run(&mut plain, &PROMPT, &p);
+    assert!(want.draft.is_none());
+    for depth in 1..=4 {
+        let mut m = with_drafter(load("llama-tied-f32", CacheOptions::default()), "llama-bf16", depth);
+        let got = run(&mut m, &PROMPT, &p);
+        assert_eq!(got.tokens, want.tokens, "depth {depth}");
+        let d = got.draft.expect("draft stats");
+        assert!(d.proposed > 0 && d.rounds > 0, "depth {depth}: {d:?}");
+        assert!(d.accepted < d.proposed, "depth {depth}: an unrelated draft model should miss sometimes: {d:?}");
+        // The caches hold the prompt and every generated token but the last.
+        assert_eq!(m.cache_offset() as usize, PROMPT.len() + got.tokens.len() - 1, "depth {depth}");
+    }
+}
+
+/// The target drafting for itself is accepted (almost) always: one verify
+/// step yields several tokens.
+#[test]
+fn self_draft_is_accepted() {
+    let _g = mlx_lock();
+    let p = params(20);
+    let mut plain = load("llama-tied-f32", CacheOptions::default());
+    let want = run(&mut plain, &PROMPT, &p);
+    let mut m = with_drafter(load("llama-tied-f32", CacheOptions::default()), "llama-tied-f32", 3);
+    let got = run(&mut m, &PROMPT, &p);
+    assert_eq!(got.tokens, want.tokens);
+    let d = got.draft.unwrap();
+    assert!(d.accepted * 10 >= d.proposed * 8, "{d:?}");
+    assert!(d.rounds < want.tokens.len() / 2, "{d:?}");
+}
+
+/// A rotating window that slides during generation cannot be trimmed:
+/// rollback restores the snapshot and feeds the accepted tokens again.
+#[test]
+fn rollback_through_snapshot_on_a_slid_window() {
+    let _g = mlx_lock();
+    let opts = CacheOptions { max_kv_size: Some(24), ..Default::default() };
+    let p = params(20);
+    let mut plain = load("llama-tied-f32", opts.clone());
+    let want = run(&mut plain, &PROMPT, &p);
+    for depth in [1, 3] {
+        let mut m = with_drafter(load("llama-tied-f32", opts.clone()), "qwen3-bf16", depth);
+        let got = run(&mut m, &PROMPT, &p);
+        assert_eq!(got.tokens, want.tokens, "depth {depth}");
+        assert!(got.draft.unwrap().accepted < got.draft.unwrap().proposed);
+    }
+}
+
+/// Temperature with top-k 1 is deterministic, so the rejection-sampling
+/// path must reproduce greedy output exactly.
+#[test]
+fn rejection_sampling_with_one_hot_target() {
+    let _g = mlx_lock();
+    let mut p = params(16);
+    let want = run(&mut load("llama-tied-f32", CacheOptions::default()), &PROMPT, &p);
+    p.sampler = SamplerParams { temperature: 0.8, top_k: 1, ..Default::default() };
+    let mut m = with_drafter(load("llama-tied-f32", CacheOptions::default()), "llama-bf16", 3);
+    mlx::random::seed(7).unwrap();
+    let got = run(&mut m, &PROMPT, &p);
+    assert_eq!(got.tokens, want.tokens);
+}
+
+/// Stop tokens and max_tokens end generation inside a round, and the
+/// caches are left holding exactly what was emitted but the last token.
+#[test]
+fn stops_inside_a_round() {
+    let _g = mlx_lock();
+    let full = run(&mut load("llama-tied-f32", CacheOptions::default()), &PROMPT, &params(20));
+    let stop = full.tokens[7];
+    let first_stop = full.tokens.iter().position(|&t| t == stop).unwrap();
+    let mut m = with_drafter(load("llama-tied-f32", CacheOptions::default()), "llama-tied-f32", 4);
+    let mut p = params(20);
+    p.stop_ids = vec![stop];
+    let got = run(&mut m, &PROMPT, &p);
+    assert_eq!(got.tokens, full.tokens[..=first_stop].to_vec());
+    assert_eq!(m.cache_offset() as usize, PROMPT.len() + got.tokens.len() - 1);
+    for n in [1, 2, 5, 6] {
+        let got = run(&mut m, &PROMPT, &params(n));
+        assert_eq!(got.tokens, full.tokens[..n].to_vec(), "max_tokens {n}");
+        assert_eq!(m.cache_offset() as usize, PROMPT.len() + n - 1, "max_tokens {n}");
+    }
+}
+
+/// Chat-style prompt reuse with a drafter: turn 2 gives what a fresh run gives.
+#[test]
+fn prompt_reuse_with_drafter() {
+    let _g = mlx_lock();
+    let p = params(10);
+    let mut m = with_drafter(load("llama-tied-f32", CacheOptions::default()), "llama-bf16", 2);
+    let mut cache = PromptCache::default();
+    let (t1, _) = cache.generate(&mut m, &PROMPT, &p, |_| true).unwrap();
+    let mut turn2: Vec<u32> = PROMPT.to_vec();
+    turn2.extend(&t1.tokens);
+    turn2.extend([40, 41, 42]);
+    let (t2, prefilled) = cache.generate(&mut m, &turn2, &p, |_| true).unwrap();
+    assert_eq!(prefilled, 3 + 1, "only the new suffix (and the last reply token) is prefilled");
+    let fresh = run(&mut load("llama-tied-f32", CacheOptions::default()), &turn2, &p);
+    assert_eq!(t2.tokens, fresh.tokens);
+}
+
+/// A checkpoint of a family without a self-drafter gives none; bad depths
+/// and a missing draft folder are clear errors.
+#[test]
+fn drafter_errors() {
+    let _g = mlx_lock();
+    let m = load("llama-bf16", CacheOptions::default());
+    assert!(Drafter::from_target(&m).unwrap().is_none());
+    let e = Drafter::load(&fixture("no-such-draft"), &registry(), None, &m).err().unwrap();
+    assert!(format!("{e:#}").contains("no-such-draft"), "{e:#}");
+    for bad in [0, 9] {
+        let e = SpecParams { depth: bad, min_confidence: 0.0 }.validate().unwrap_err();
+        assert!(e.to_string().contains("--mtp-depth"), "{e}");
+    }
+}

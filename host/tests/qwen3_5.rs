@@ -176,11 +176,9 @@ fn scan_paths_agree_on_cpu() {
 /// Two chat turns on one conversation: turn 2 extends what the caches hold,
 /// so only the new suffix is prefilled (the recurrent slots advance, nothing
 /// is trimmed), and the result equals a fresh full prefill of the whole
-/// conversation: first-step logits within the parity tolerance (f32
-/// fixture; bf16 within the bounds below) and, on the f32 fixture, the same greedy reply token for token
-/// (in bf16 the different chunking moves roundings and greedy replies may
-/// part at a near-tie). A turn that rewrites history cannot rewind the
-/// recurrent state: it starts over.
+/// conversation: first-step logits within the fixture's parity tolerance
+/// and the same greedy reply token for token. A turn that rewrites history
+/// cannot rewind the recurrent state: it starts over.
 fn prompt_reuse(variant: &str) {
     let _g = mlx_lock();
     let exp = expected(variant);
@@ -198,8 +196,12 @@ fn prompt_reuse(variant: &str) {
     // Turn 2: the conversation so far (with the reply) plus a new message.
     let mut turn2 = turn1.clone();
     turn2.extend_from_slice(&s1.tokens);
-    turn2.extend_from_slice(&[511, 198, 510, 872, 198]);
+    // "<|im_end|>\n<|im_start|>user\n" in the fixture's own vocabulary (512
+    // ids; Qwen's real id for "user", 872, would index past the embedding).
+    turn2.extend_from_slice(&[511, 198, 510, 84, 82, 261, 198]);
     turn2.extend(ids(&prompts[1]["ids"]));
+    let vocab = m.plan.vocab_size;
+    assert!(turn2.iter().all(|&t| t < vocab), "turn 2 stays inside the {vocab}-token vocabulary");
     let cached = turn1.len() + s1.tokens.len() - 1; // the last reply token was never fed
     let snap = m.snapshot();
     let pc_before = pc.clone();
@@ -213,23 +215,10 @@ fn prompt_reuse(variant: &str) {
     let fresh = prefill(&mut m, &turn2, 16).unwrap();
     let f = |a: &Array| -> Vec<f32> { a.astype(Dtype::F32).unwrap().to_vec().unwrap() };
     let (ours, want) = (f(&reused), f(&fresh));
-    if f32_model {
-        check_logits(variant, "turn2", true, &ours, &want).unwrap();
-    } else {
-        // bf16: prefilling in other chunks (and 1-token decode steps) rounds
-        // differently. mlx-lm itself, run the same way on this fixture, gives
-        // reused-vs-fresh logits differing by up to 0.59 (mean 0.155); we
-        // measure 0.44 (mean 0.11). Allow 1.0 max and 0.25 mean, and require
-        // the same argmax.
-        let max = ours.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        let mean = ours.iter().zip(&want).map(|(a, b)| (a - b).abs()).sum::<f32>() / ours.len() as f32;
-        eprintln!("{variant}/turn2: reused vs fresh max |diff| {max:.3e}, mean {mean:.3e}");
-        assert!(max <= 1.0 && mean <= 0.25, "{variant}/turn2: max {max}, mean {mean}");
-        assert_eq!(
-            reused.argmax(-1, false).unwrap().item_i64().unwrap(),
-            fresh.argmax(-1, false).unwrap().item_i64().unwrap()
-        );
-    }
+    // The reused caches and the fresh prefill see the same chunk-aligned
+    // work on these lengths; measured: identical logits for every fixture.
+    // Hold them to the fixture's parity tolerance (f32 or bf16).
+    check_logits(variant, "turn2", f32_model, &ours, &want).unwrap();
 
     // The same through PromptCache::generate, from the state after turn 1.
     m.restore(&snap).unwrap();
@@ -238,9 +227,7 @@ fn prompt_reuse(variant: &str) {
     assert_eq!(fed2, turn2.len() - cached, "turn 2 prefills only what the caches lack");
     m.reset_caches().unwrap();
     let fresh2 = generate(&mut m, &turn2, &p, |_| true).unwrap();
-    if f32_model {
-        assert_eq!(s2.tokens, fresh2.tokens, "reused caches give the same reply as a full re-prefill");
-    }
+    assert_eq!(s2.tokens, fresh2.tokens, "reused caches give the same reply as a full re-prefill");
 
     // Edit history: the recurrent state cannot be trimmed, so it starts over.
     let mut pc = PromptCache::default();
@@ -260,12 +247,18 @@ fn prompt_reuse_bf16() {
     prompt_reuse("qwen3_5-bf16");
 }
 
-/// Ignored: on the MoE fixture a 63-token prefill in 16-token chunks gives
-/// run-to-run different logits (both the reused and the fresh run, so the
-/// reuse logic is not the cause; the 40-token parity runs are stable and
-/// mlx-lm is deterministic on the same shapes). Under investigation.
+/// f32 MoE: the reused and fresh runs must agree exactly enough for the f32
+/// tolerance and give the same greedy reply. (This was once ignored as
+/// "nondeterministic": turn 2 held token id 872, outside the fixture's
+/// 512-token vocabulary, and MLX's embedding gather does no bounds check,
+/// so each run read whatever heap memory lay past the table.)
 #[test]
-#[ignore = "MoE prefill of 63 tokens is nondeterministic run to run (open)"]
 fn prompt_reuse_moe_f32() {
     prompt_reuse("qwen3_5_moe-f32");
+}
+
+/// The same on the q4 MoE (bf16 activations, quantized experts).
+#[test]
+fn prompt_reuse_moe_q4() {
+    prompt_reuse("qwen3_5_moe-q4");
 }

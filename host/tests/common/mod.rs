@@ -17,7 +17,8 @@ pub const FIXTURES: [&str; 8] =
 pub const GEMMA4_FIXTURES: [&str; 4] = ["gemma4-hf-bf16", "gemma4-bf16", "gemma4-q4", "gemma4-e2b-bf16"];
 
 /// The qwen3_5 fixtures (fixtures/make_qwen3_5_fixtures.py), tested in tests/qwen3_5.rs.
-pub const QWEN3_5_FIXTURES: [&str; 4] = ["qwen3_5-hf-bf16", "qwen3_5-bf16", "qwen3_5-q4", "qwen3_5_moe-f32"];
+pub const QWEN3_5_FIXTURES: [&str; 5] =
+    ["qwen3_5-hf-bf16", "qwen3_5-bf16", "qwen3_5-q4", "qwen3_5_moe-f32", "qwen3_5_moe-q4"];
 
 /// `fixtures/<name>` in the repository.
 pub fn fixture(name: &str) -> PathBuf {

@@ -10,23 +10,40 @@
 //! Fixtures: `gemma4-hf-bf16` (multimodal `gemma4` checkpoint in Hugging Face
 //! naming, with vision tensors the plugin drops), `gemma4-bf16` and
 //! `gemma4-q4` (the same weights converted by mlx-lm), `gemma4-e2b-bf16`
-//! (`gemma4_text`, per-layer inputs, two KV-shared layers, double-wide MLP).
-//! mlx-lm cannot quantize gemma4's sliding caches, so there is no `--kv-bits`
-//! reference.
+//! (`gemma4_text`, per-layer inputs, two KV-shared layers, double-wide MLP),
+//! `gemma4-moe-hf-f32` (26B-A4B style MoE block, HF naming with fused
+//! experts, f32: MLX's CPU gather_mm runs only in f32) and `gemma4-moe-q4`
+//! (the same weights converted by mlx-lm to 4 bits, router at 8 bits, bf16
+//! activations).
+//!
+//! `--kv-bits 8`: mlx-lm 0.32.2 raises NotImplementedError for gemma4 (it
+//! calls `RotatingKVCache.to_quantized` on the sliding layers). famlx
+//! quantizes the full-attention caches and keeps the sliding windows dense;
+//! the reference is mlx-lm's own kv_bits loop with the sliding caches opted
+//! out (fixtures/make_gemma4_fixtures.py, `DenseSlidingCache`).
 
 mod common;
 
-use common::parity::{check_prompts, check_tokenizer};
+use common::parity::{check_greedy, check_prompts, check_tokenizer, first_tie, floats};
 use common::{expected, fixture, ids, mlx_lock, registry};
 use famlx::cache::CacheOptions;
+use famlx::generate::{generate, prefill, GenParams};
 use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
 use plugin_api::CacheKind;
 
 fn load(variant: &str) -> LoadedModel {
+    load_with(variant, CacheOptions::default())
+}
+
+fn load_with(variant: &str, opts: CacheOptions) -> LoadedModel {
     let reg = registry();
-    LoadedModel::load(&fixture(variant), &reg, None, CacheOptions::default())
-        .unwrap_or_else(|e| panic!("{variant}: load: {e:#}"))
+    LoadedModel::load(&fixture(variant), &reg, None, opts).unwrap_or_else(|e| panic!("{variant}: load: {e:#}"))
+}
+
+/// `--kv-bits 8 --kv-group-size 32`, quantized from the first token (as recorded).
+fn kv8() -> CacheOptions {
+    CacheOptions { k_bits: Some(8), v_bits: Some(8), kv_group_size: 32, quantized_kv_start: 0, ..Default::default() }
 }
 
 /// The plan's caches match what mlx-lm's `make_cache` gives (recorded in
@@ -64,7 +81,8 @@ fn parity(variant: &str) {
         "{variant}: media tensors kept"
     );
 
-    let mut errs = check_prompts(variant, &mut m, &exp, false);
+    let f32_model = exp["activation_dtype"].as_str() == Some("float32");
+    let mut errs = check_prompts(variant, &mut m, &exp, f32_model);
     errs.extend(check_tokenizer(variant, &m, &exp));
     assert!(errs.is_empty(), "{variant}: {} mismatches:\n{}", errs.len(), errs.join("\n"));
 }
@@ -84,6 +102,108 @@ fn gemma4_q4() {
 #[test]
 fn gemma4_e2b_bf16() {
     parity("gemma4-e2b-bf16");
+}
+#[test]
+fn gemma4_moe_hf_f32() {
+    parity("gemma4-moe-hf-f32");
+}
+#[test]
+fn gemma4_moe_q4() {
+    parity("gemma4-moe-q4");
+}
+
+/// The MoE fixtures load through both namings: HF's fused
+/// `experts.gate_up_proj` is split into mlx-lm's `switch_glu` gate and up.
+#[test]
+fn moe_weight_names() {
+    let _g = mlx_lock();
+    for variant in ["gemma4-moe-hf-f32", "gemma4-moe-q4"] {
+        let m = load(variant);
+        let names: Vec<&String> = m.weights.tensors.keys().collect();
+        let gate = "language_model.model.layers.0.experts.switch_glu.gate_proj.weight";
+        assert!(m.weights.tensors.contains_key(gate), "{variant}: no {gate}");
+        assert!(names.iter().all(|k| !k.ends_with("gate_up_proj")), "{variant}: fused experts kept");
+        let e = &m.weights.tensors[gate];
+        assert_eq!((e.dim(0), e.dim(1)), (8, 32), "{variant}: gate_proj shape {:?}", e.shape());
+    }
+    // The router stays at 8 bits in the q4 checkpoint, as mlx-lm writes it.
+    let m = load("gemma4-moe-q4");
+    let spec = m.weights.quant.spec_for("language_model.model.layers.0.router.proj", &[8, 16], &[8, 1]).unwrap();
+    assert_eq!((spec.bits, spec.group_size), (8, 64));
+}
+
+/// `--kv-bits 8` against mlx-lm's kv_bits loop (full-attention caches
+/// quantized, sliding windows dense): 24 greedy tokens per prompt with
+/// chunked prefill of 16, the tie rule as for the dense runs. E2B has no
+/// reference (mlx-lm's KV-shared layers reject quantized K/V); there the
+/// first-step logits of the 40-token prompt, whose second and third prefill
+/// chunks attend over 8-bit K/V, must stay close to the dense reference and
+/// greedy decoding must run.
+#[test]
+fn kv_bits_8() {
+    let _g = mlx_lock();
+    for variant in ["gemma4-bf16", "gemma4-q4", "gemma4-e2b-bf16", "gemma4-moe-hf-f32", "gemma4-moe-q4"] {
+        let exp = expected(variant);
+        assert_eq!(exp["kv_quant"]["kv_bits"][0].as_u64(), Some(8), "{variant}: kv_quant");
+        let mut m = load_with(variant, kv8());
+        let mut errs = Vec::new();
+        let mut quantized_differs = exp["prompts"][0]["greedy_kv8"].is_null();
+        for p in exp["prompts"].as_array().unwrap() {
+            let name = p["name"].as_str().unwrap();
+            let prompt = ids(&p["ids"]);
+            m.reset_caches().unwrap();
+            let params = GenParams { max_tokens: 24, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() };
+            let stats = generate(&mut m, &prompt, &params, |_| true)
+                .unwrap_or_else(|e| panic!("{variant}/{name}: kv8 generate: {e:#}"));
+            if p["greedy_kv8"].is_null() {
+                assert!(p["greedy_kv8_error"].is_string(), "{variant}/{name}: no kv8 reference and no reason");
+                assert_eq!(stats.tokens.len(), 24);
+                continue;
+            }
+            let (want, margins) = (ids(&p["greedy_kv8"]), floats(&p["greedy_kv8_margins"]));
+            quantized_differs |= want != ids(&p["greedy"]);
+            let same = stats.tokens.iter().zip(&want).take_while(|(a, b)| a == b).count();
+            eprintln!("{variant}/{name}: kv8 greedy identical for {same}/24 (first tie {:?})", first_tie(&margins));
+            errs.extend(check_greedy(variant, &format!("{name}/kv8"), &stats.tokens, &want, &margins).err());
+        }
+        if variant == "gemma4-e2b-bf16" {
+            let p = &exp["prompts"][2];
+            m.reset_caches().unwrap();
+            let prompt = ids(&p["ids"]);
+            let logits = prefill(&mut m, &prompt, 16).unwrap();
+            let ours: Vec<f32> = logits.astype(mlx::Dtype::F32).unwrap().to_vec().unwrap();
+            let want = floats(&p["logits"]);
+            let worst = ours.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            eprintln!("{variant}/len40: kv8 vs dense logits max |diff| {worst}");
+            assert!(worst < 0.5, "{variant}/len40: kv8 logits off the dense ones by {worst}");
+            assert!(ours.iter().zip(&want).any(|(a, b)| a != b), "{variant}: kv8 run was not quantized");
+        }
+        // The reference itself must show quantization somewhere.
+        assert!(quantized_differs, "{variant}: kv8 references all equal the dense ones");
+        assert!(errs.is_empty(), "{variant}: {} kv8 mismatches:\n{}", errs.len(), errs.join("\n"));
+    }
+}
+
+/// With `--kv-bits`, sliding-window layers keep dense rotating caches and
+/// full-attention layers quantize (mlx-lm cannot quantize rotating caches).
+#[test]
+fn kv_bits_quantize_only_full_layers() {
+    let _g = mlx_lock();
+    let mut m = load_with("gemma4-bf16", kv8());
+    let prompt = ids(&expected("gemma4-bf16")["prompts"][1]["ids"]);
+    prefill(&mut m, &prompt, 16).unwrap();
+    for (i, kind) in m.plan.caches.iter().enumerate() {
+        // A full cache turns into a packed one on its next use; until then
+        // it carries the quantization that is due.
+        let saved = m.caches[i].lock().save().unwrap().1;
+        let kind_name = saved["kind"].as_str().unwrap();
+        if matches!(kind, CacheKind::Full) {
+            assert!(kind_name == "quantized" || !saved["quant"].is_null(), "layer {i} ({kind:?}): {saved}");
+        } else {
+            assert_eq!(kind_name, "rotating", "layer {i} ({kind:?}): {saved}");
+            assert!(saved["quant"].is_null(), "layer {i}: sliding cache quantized: {saved}");
+        }
+    }
 }
 
 /// Raw and templated prompts both start with exactly one BOS.
@@ -112,17 +232,17 @@ fn one_bos() {
     }
 }
 
-/// The plugin refuses what it cannot run yet, naming it.
+/// A MoE config without its expert counts is refused, naming the fields.
 #[test]
-fn moe_is_refused_with_a_reason() {
+fn moe_config_without_experts_is_refused() {
     let _g = mlx_lock();
-    let s = common::fixture_copy("gemma4-bf16");
+    let s = common::fixture_copy("gemma4-moe-q4");
     let cfg_path = s.path().join("config.json");
     let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
-    cfg["text_config"]["enable_moe_block"] = serde_json::Value::Bool(true);
+    cfg["text_config"]["top_k_experts"] = serde_json::Value::Null;
     std::fs::write(&cfg_path, cfg.to_string()).unwrap();
     let reg = registry();
-    let err =
-        LoadedModel::load(s.path(), &reg, None, CacheOptions::default()).err().expect("MoE config must be refused");
-    assert!(format!("{err:#}").contains("enable_moe_block"), "{err:#}");
+    let err = LoadedModel::load(s.path(), &reg, None, CacheOptions::default()).err().expect("must be refused");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("top_k_experts") && msg.contains("config.json"), "{msg}");
 }

@@ -1,14 +1,16 @@
 //! Layers shared by every family: (quantized) linear and embedding, norms,
-//! rotary embeddings and the gated MLP. Families build these from a
+//! rotary embeddings, the gated MLP and the routed-expert (MoE) layers. Families build these from a
 //! [`Weights`] view and never re-implement them.
 
 mod linear;
 mod norm;
 mod rope;
+mod switch;
 
 pub use linear::{Embedding, Linear};
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Rope, RopeScaling};
+pub use switch::{GluActivation, SwitchGlu, SwitchLinear};
 
 use crate::quant::QuantSpec;
 use crate::{Array, Error, Result};

@@ -10,16 +10,16 @@
 //! embedding scaling, final-logit soft-capping and tied embeddings. The
 //! E2B/E4B variants add per-layer input embeddings and KV sharing: the last
 //! `num_kv_shared_layers` layers own no K/V (and no cache slot) and attend
-//! over the K/V of the last earlier layer of the same type.
-//!
-//! Not yet: the MoE block (`enable_moe_block`) and the assistant drafter.
+//! over the K/V of the last earlier layer of the same type. The 26B-A4B
+//! style MoE block (`enable_moe_block`) runs routed experts beside the dense
+//! MLP in every layer and sums the two branches.
 
 use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
-use mlx::nn::{gelu_approx, Embedding, Linear, RmsNorm, Rope, RopeScaling, Weights};
+use mlx::nn::{gelu_approx, Embedding, GluActivation, Linear, RmsNorm, Rope, RopeScaling, SwitchGlu, Weights};
 use mlx::{arange, Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::{eos_ids, field, field_or, lm_output};
-use plugin_api::{AttnOptions, CacheKind, ModelPlan};
+use plugin_api::{AttnOptions, CacheKind, ModelPlan, QuantClass, QuantSpec};
 use serde_json::{json, Value};
 
 /// Rope settings of one attention type (`rope_parameters` entry).
@@ -118,8 +118,12 @@ pub struct Config {
     pub final_logit_softcapping: Option<f32>,
     /// Doubled MLP on KV-shared layers.
     pub use_double_wide_mlp: bool,
-    /// Mixture-of-experts block (not supported yet).
+    /// Mixture-of-experts block beside the dense MLP.
     pub enable_moe_block: bool,
+    /// Routed experts (MoE only).
+    pub num_experts: i32,
+    /// Experts per token (MoE only).
+    pub top_k_experts: i32,
     /// Output head tied to the embedding.
     pub tie_word_embeddings: bool,
     /// Trained context.
@@ -184,6 +188,8 @@ impl Config {
             final_logit_softcapping: field_or(t, "final_logit_softcapping", Some(30.0))?,
             use_double_wide_mlp: field_or(t, "use_double_wide_mlp", true)?,
             enable_moe_block: field_or(t, "enable_moe_block", false)?,
+            num_experts: field_or::<Option<i32>>(t, "num_experts", None)?.unwrap_or(0),
+            top_k_experts: field_or::<Option<i32>>(t, "top_k_experts", None)?.unwrap_or(0),
             tie_word_embeddings: field_or(t, "tie_word_embeddings", field_or(c, "tie_word_embeddings", true)?)?,
             max_position_embeddings: field_or(t, "max_position_embeddings", 131072)?,
         };
@@ -192,6 +198,13 @@ impl Config {
         }
         if cfg.sliding_window < 1 {
             return Err(Error::msg("config: sliding_window must be positive"));
+        }
+        if cfg.enable_moe_block && (cfg.num_experts < 1 || cfg.top_k_experts < 1 || cfg.top_k_experts > cfg.num_experts)
+        {
+            return Err(Error(format!(
+                "config: enable_moe_block needs num_experts >= 1 and top_k_experts in 1..=num_experts (got {} and {})",
+                cfg.num_experts, cfg.top_k_experts
+            )));
         }
         Ok(cfg)
     }
@@ -251,9 +264,6 @@ impl FamilySpec for Gemma4Family {
 
     fn plan(&self, config: &Value) -> Result<ModelPlan> {
         let cfg = Config::parse(config)?;
-        if cfg.enable_moe_block {
-            return Err(Error::msg("gemma4: the mixture-of-experts block (enable_moe_block) is not supported yet"));
-        }
         cfg.kv_sources()?;
         let mut stored = config.clone();
         if let Some(o) = stored.as_object_mut() {
@@ -304,6 +314,18 @@ impl FamilySpec for Gemma4Family {
             Some(rest) => format!("language_model.model.{rest}"),
             None => name.to_string(),
         };
+        // Hugging Face keeps each layer's experts fused ([E, 2I, H] gate and
+        // up stacked, [E, H, I] down); mlx-lm's naming splits them.
+        if let Some(p) = name.strip_suffix(".experts.gate_up_proj") {
+            let parts = t.split_at(&[t.dim(-2) / 2], -2)?;
+            return Ok(vec![
+                (format!("{p}.experts.switch_glu.gate_proj.weight"), parts[0].clone()),
+                (format!("{p}.experts.switch_glu.up_proj.weight"), parts[1].clone()),
+            ]);
+        }
+        if let Some(p) = name.strip_suffix(".experts.down_proj") {
+            return Ok(vec![(format!("{p}.experts.switch_glu.down_proj.weight"), t)]);
+        }
         // KV-shared layers own no K/V: drop projections a checkpoint may carry.
         if [".self_attn.k_proj", ".self_attn.v_proj", ".self_attn.k_norm"].iter().any(|s| name.contains(s)) {
             if let Some(i) =
@@ -315,6 +337,18 @@ impl FamilySpec for Gemma4Family {
             }
         }
         Ok(vec![(name, t)])
+    }
+
+    fn quant_class(&self, _plan: &ModelPlan, name: &str) -> QuantClass {
+        if name.ends_with("router.proj.weight") {
+            // Routers stay at 8 bits, as mlx-lm's gemma4 quant_predicate keeps them.
+            return QuantClass::Pinned(QuantSpec { group_size: 64, bits: 8, mode: "affine".into() });
+        }
+        if name.ends_with(".weight") && !name.contains("norm") {
+            QuantClass::Body
+        } else {
+            QuantClass::Skip
+        }
     }
 
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
@@ -353,6 +387,73 @@ impl GegluMlp {
     /// Forward.
     pub fn forward(&self, x: &Array) -> Result<Array> {
         self.down.forward(&gelu_approx(&self.gate.forward(x)?)?.mul(&self.up.forward(x)?)?)
+    }
+}
+
+/// The expert router: a scale-carrying RMS norm of the residual, a linear
+/// score per expert, the top k by score, softmax over those k, times a
+/// learned per-expert scale.
+#[derive(Debug, Clone)]
+struct Router {
+    proj: Linear,
+    /// `scale * hidden^-0.5`, the norm's weight.
+    norm_weight: Array,
+    per_expert_scale: Array,
+    eps: f32,
+    top_k: i32,
+}
+
+impl Router {
+    fn load(w: &dyn Weights, prefix: &str, cfg: &Config) -> Result<Router> {
+        let scale = w.require(&format!("{prefix}.scale"))?;
+        let per_expert_scale = w.require(&format!("{prefix}.per_expert_scale"))?;
+        if per_expert_scale.shape() != [cfg.num_experts] {
+            return Err(Error(format!(
+                "{prefix}.per_expert_scale: shape {:?}, expected [{}] (num_experts)",
+                per_expert_scale.shape(),
+                cfg.num_experts
+            )));
+        }
+        Ok(Router {
+            proj: Linear::load(w, &format!("{prefix}.proj"))?,
+            // Rounded in the weight's dtype, as mlx-lm multiplies them.
+            norm_weight: scale.mul_s((cfg.hidden_size as f64).powf(-0.5))?,
+            per_expert_scale,
+            eps: cfg.rms_norm_eps,
+            top_k: cfg.top_k_experts,
+        })
+    }
+
+    /// `x` `[B, L, H]` → (expert ids `[B, L, k]` uint32, weights `[B, L, k]`).
+    fn forward(&self, x: &Array) -> Result<(Array, Array)> {
+        let scores = self.proj.forward(&rms_norm(x, Some(&self.norm_weight), self.eps)?)?;
+        let e = scores.dim(-1);
+        let idx = scores.argpartition(e - self.top_k, -1)?.slice_axis(-1, e - self.top_k, e)?;
+        let weights = scores.take_along_axis(&idx, -1)?.softmax(&[-1], false)?;
+        let weights = weights.mul(&self.per_expert_scale.take(&idx, 0)?)?;
+        Ok((idx.astype(Dtype::U32)?, weights))
+    }
+}
+
+/// The MoE branch of a layer: routed GeGLU experts between their own norms.
+#[derive(Debug, Clone)]
+struct MoeBlock {
+    router: Router,
+    experts: SwitchGlu,
+    pre_norm: RmsNorm,
+    /// Norm of the dense MLP's output before the sum.
+    post_norm_dense: RmsNorm,
+    /// Norm of the experts' output before the sum.
+    post_norm_experts: RmsNorm,
+}
+
+impl MoeBlock {
+    /// The experts' contribution for the residual `h` `[B, L, H]`.
+    fn experts(&self, h: &Array) -> Result<Array> {
+        let (idx, weights) = self.router.forward(h)?;
+        let y = self.experts.forward(&self.pre_norm.forward(h)?, &idx)?; // [B, L, k, H]
+        let y = y.mul(&weights.expand_dims(&[-1])?)?.sum(&[-2], false)?;
+        self.post_norm_experts.forward(&y)
     }
 }
 
@@ -475,6 +576,7 @@ pub struct Gemma4Layer {
     pre_ff_norm: RmsNorm,
     post_ff_norm: RmsNorm,
     per_layer: Option<PerLayerGate>,
+    moe: Option<MoeBlock>,
     scalar: Option<Array>,
     /// Cache slot (None: KV-shared).
     slot: Option<usize>,
@@ -554,8 +656,25 @@ impl Gemma4Text {
                         })
                     })
                     .transpose()?;
+                let moe = cfg
+                    .enable_moe_block
+                    .then(|| -> Result<MoeBlock> {
+                        Ok(MoeBlock {
+                            router: Router::load(w, &format!("{lp}.router"), cfg)?,
+                            experts: SwitchGlu::load_with(
+                                w,
+                                &format!("{lp}.experts.switch_glu"),
+                                GluActivation::GeluApprox,
+                            )?,
+                            pre_norm: RmsNorm::load(w, &format!("{lp}.pre_feedforward_layernorm_2"), eps)?,
+                            post_norm_dense: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm_1"), eps)?,
+                            post_norm_experts: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm_2"), eps)?,
+                        })
+                    })
+                    .transpose()?;
                 Ok(Gemma4Layer {
                     attn,
+                    moe,
                     mlp: GegluMlp::load(w, &format!("{lp}.mlp"))?,
                     input_norm: RmsNorm::load(w, &format!("{lp}.input_layernorm"), eps)?,
                     post_attn_norm: RmsNorm::load(w, &format!("{lp}.post_attention_layernorm"), eps)?,
@@ -614,8 +733,13 @@ impl Gemma4Layer {
     ) -> Result<(Array, Option<SharedKv>)> {
         let (a, kept) = self.attn.forward(&self.input_norm.forward(x)?, caches, self.slot, self.shared_out, shared)?;
         let h = x.add(&self.post_attn_norm.forward(&a)?)?;
-        let f = self.post_ff_norm.forward(&self.mlp.forward(&self.pre_ff_norm.forward(&h)?)?)?;
-        let mut h = h.add(&f)?;
+        let mut f = self.mlp.forward(&self.pre_ff_norm.forward(&h)?)?;
+        if let Some(moe) = &self.moe {
+            // Dense MLP and routed experts side by side, each normed, summed;
+            // the router and experts read the residual itself.
+            f = moe.post_norm_dense.forward(&f)?.add(&moe.experts(&h)?)?;
+        }
+        let mut h = h.add(&self.post_ff_norm.forward(&f)?)?;
         if let (Some(g), Some(pli)) = (&self.per_layer, per_layer_input) {
             let gate = gelu_approx(&g.gate.forward(&h)?)?.mul(pli)?;
             h = h.add(&g.norm.forward(&g.proj.forward(&gate)?)?)?;

@@ -1,0 +1,121 @@
+//! Routed-expert layers (mixture of experts): one projection per expert,
+//! stored stacked `[E, out, in]` and applied to each token's chosen experts
+//! through `gather_mm` / `gather_qmm`, and the gated expert MLP built from
+//! three of them. Families add their own router and combination rule.
+
+use super::{gelu_approx, swiglu, Weights};
+use crate::quant::{gather_mm, gather_qmm, QuantSpec, Quantized};
+use crate::{Array, Dtype, Error, Result};
+
+/// Tokens x top-k at or above which tokens are sorted by expert first (as mlx-lm does).
+const SORT_THRESHOLD: usize = 64;
+
+/// One projection of every expert: weight `[E, out, in]`, dense or quantized.
+#[derive(Debug, Clone)]
+pub enum SwitchLinear {
+    /// Dense, kept transposed as `[E, in, out]`.
+    Dense(Array),
+    /// Quantized.
+    Quant(Quantized, QuantSpec),
+}
+
+impl SwitchLinear {
+    /// Loads `{prefix}.weight` (+ scales/biases).
+    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
+        let weight = w.require(&format!("{prefix}.weight"))?;
+        if weight.ndim() != 3 {
+            return Err(Error(format!("{prefix}.weight: expected [experts, out, in], got {:?}", weight.shape())));
+        }
+        match (w.get(&format!("{prefix}.scales")), w.quant(prefix)) {
+            (Some(scales), Some(spec)) => Ok(SwitchLinear::Quant(
+                Quantized { w: weight, scales, biases: w.get(&format!("{prefix}.biases")) },
+                spec,
+            )),
+            (Some(_), None) => Err(Error(format!("{prefix} has scales but no quantization is declared for it"))),
+            (None, _) => {
+                let mut wt = weight.swapaxes(-1, -2)?.contiguous()?;
+                // MLX's CPU gather_mm runs only in f32: keep an f32 copy there
+                // (forward computes in f32 and rounds back) rather than fail
+                // at eval time.
+                if crate::device::backend() == crate::device::Backend::Cpu && wt.dtype() != Dtype::F32 {
+                    wt = wt.astype(Dtype::F32)?;
+                }
+                Ok(SwitchLinear::Dense(wt))
+            }
+        }
+    }
+
+    /// `x` `[..., 1, in]` through the experts `idx` → `[..., 1, out]`.
+    pub fn forward(&self, x: &Array, idx: &Array, sorted: bool) -> Result<Array> {
+        match self {
+            SwitchLinear::Dense(wt) if wt.dtype() == Dtype::F32 && x.dtype() != Dtype::F32 => {
+                gather_mm(&x.astype(Dtype::F32)?, wt, None, Some(idx), sorted)?.astype(x.dtype())
+            }
+            SwitchLinear::Dense(wt) => gather_mm(x, wt, None, Some(idx), sorted),
+            SwitchLinear::Quant(q, spec) => gather_qmm(x, q, spec, None, Some(idx), true, sorted),
+        }
+    }
+}
+
+/// The activation joining the gate and up projections of a [`SwitchGlu`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GluActivation {
+    /// `silu(gate) * up` (Qwen, Llama-style MoE).
+    Silu,
+    /// `gelu_tanh(gate) * up` (Gemma).
+    GeluApprox,
+}
+
+impl GluActivation {
+    fn apply(self, gate: &Array, up: &Array) -> Result<Array> {
+        match self {
+            GluActivation::Silu => swiglu(gate, up),
+            GluActivation::GeluApprox => gelu_approx(gate)?.mul(up),
+        }
+    }
+}
+
+/// The routed-expert gated MLP: `down(act(gate(x)) * up(x))` per chosen expert.
+#[derive(Debug, Clone)]
+pub struct SwitchGlu {
+    gate: SwitchLinear,
+    up: SwitchLinear,
+    down: SwitchLinear,
+    act: GluActivation,
+}
+
+impl SwitchGlu {
+    /// Loads `{prefix}.{gate,up,down}_proj` with the SwiGLU activation.
+    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
+        Self::load_with(w, prefix, GluActivation::Silu)
+    }
+
+    /// Loads `{prefix}.{gate,up,down}_proj` with the activation `act`.
+    pub fn load_with(w: &dyn Weights, prefix: &str, act: GluActivation) -> Result<Self> {
+        let l = |n: &str| SwitchLinear::load(w, &format!("{prefix}.{n}"));
+        Ok(SwitchGlu { gate: l("gate_proj")?, up: l("up_proj")?, down: l("down_proj")?, act })
+    }
+
+    /// `x` `[B, L, H]`, `inds` `[B, L, k]` (uint32) → `[B, L, k, H]`.
+    pub fn forward(&self, x: &Array, inds: &Array) -> Result<Array> {
+        let x = x.expand_dims(&[-2, -3])?; // [B, L, 1, 1, H]
+        let shape = inds.shape().to_vec();
+        let k = *shape.last().ok_or_else(|| Error::msg("switch_glu: expert indices have no k axis"))?;
+        if inds.size() >= SORT_THRESHOLD {
+            // Sort the (token, slot) pairs by expert so each expert's rows are contiguous.
+            let flat = inds.flatten(0, -1)?;
+            let order = flat.argsort(0)?;
+            let inv = order.argsort(0)?;
+            let rows = order.floor_divide(&Array::scalar_i(k as i64, order.dtype())?)?;
+            let xs = x.flatten(0, -3)?.take(&rows, 0)?; // [N*k, 1, H]
+            let idx = flat.take(&order, 0)?;
+            let h = self.act.apply(&self.gate.forward(&xs, &idx, true)?, &self.up.forward(&xs, &idx, true)?)?;
+            let y = self.down.forward(&h, &idx, true)?.take(&inv, 0)?; // [N*k, 1, H]
+            let mut out_shape = shape.clone();
+            out_shape.push(y.dim(-1));
+            return y.reshape(&out_shape);
+        }
+        let h = self.act.apply(&self.gate.forward(&x, inds, false)?, &self.up.forward(&x, inds, false)?)?;
+        self.down.forward(&h, inds, false)?.squeeze(&[-2])
+    }
+}

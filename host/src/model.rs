@@ -127,6 +127,17 @@ pub struct LoadedModel {
     pub spec: SpecParams,
 }
 
+/// The model's BOS convention (`plan.add_bos`, from its family) where the
+/// tokenizer is silent: a checkpoint whose tokenizer_config has no
+/// `add_bos_token` and whose tokenizer.json inserts no BOS still gets BOS if
+/// its family is trained with one (Gemma). A tokenizer that says either way
+/// wins; [`Tokenizer::encode`]'s rule still prevents a second BOS.
+pub fn apply_bos_convention(tok: &mut Tokenizer, plan: &ModelPlan) {
+    if let (false, Some(on)) = (tok.add_bos_declared(), plan.add_bos.into_option()) {
+        tok.set_add_bos(on);
+    }
+}
+
 fn plugin_err(family: &str, what: &str, e: RString) -> anyhow::Error {
     anyhow!("{family} plugin: {what}: {e}")
 }
@@ -145,13 +156,17 @@ impl LoadedModel {
         let (plan, weights, model) = assemble(&fam, &source)?;
         let caches = make_caches(&plan.caches, &cache_opts)?;
         let cache_boxes = caches.iter().map(SharedCache::boxed).collect();
+        let mut tokenizer = ck.tokenizer;
+        if let Some(t) = tokenizer.as_mut() {
+            apply_bos_convention(t, &plan);
+        }
         Ok(LoadedModel {
             family: fam,
             plan,
             weights,
             source,
             model,
-            tokenizer: ck.tokenizer,
+            tokenizer,
             tokenizer_error: ck.tokenizer_error,
             caches,
             cache_boxes,
@@ -172,6 +187,9 @@ impl LoadedModel {
         self.plan = plan;
         self.weights = weights;
         self.model = model;
+        if let Some(t) = self.tokenizer.as_mut() {
+            apply_bos_convention(t, &self.plan);
+        }
         if !same {
             self.reset_caches()?;
         }

@@ -232,6 +232,90 @@ fn one_bos() {
     }
 }
 
+/// A scratch copy of `variant` whose tokenizer says nothing about BOS: no
+/// `add_bos_token` in tokenizer_config.json, no BOS-inserting
+/// post-processor in tokenizer.json (as transformers-5 conversions of
+/// SentencePiece tokenizers often are).
+fn silent_tokenizer_copy(variant: &str) -> common::Scratch {
+    let s = common::fixture_copy(variant);
+    let edit = |file: &str, f: &dyn Fn(&mut serde_json::Value)| {
+        let p = s.path().join(file);
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(&p, v.to_string()).unwrap();
+    };
+    edit("tokenizer_config.json", &|v| {
+        v.as_object_mut().unwrap().remove("add_bos_token");
+    });
+    edit("tokenizer.json", &|v| {
+        let procs = v["post_processor"]["processors"].as_array_mut().unwrap();
+        procs.retain(|p| p["type"] != "TemplateProcessing");
+    });
+    s
+}
+
+/// The host applies the model's BOS convention (`plan.add_bos`) when the
+/// tokenizer is silent: raw prompts, templated prompts and prompts that
+/// already start with BOS all get exactly one, through the library and
+/// through `famlx generate`; a family without a convention adds none.
+#[test]
+fn bos_when_the_tokenizer_is_silent() {
+    let _g = mlx_lock();
+    let s = silent_tokenizer_copy("gemma4-bf16");
+    let reg = registry();
+    let m = LoadedModel::load(s.path(), &reg, None, CacheOptions::default()).unwrap();
+    let tok = m.tokenizer().unwrap();
+    assert!(!tok.add_bos_declared(), "the edited tokenizer still declares BOS");
+    assert!(tok.add_bos(), "gemma4's plan.add_bos was not applied");
+    let (bos_text, bos) = tok.bos_token().unwrap();
+    let one = |what: &str, ids: &[u32]| {
+        assert_eq!(ids.first(), Some(&bos), "{what}: {ids:?}");
+        assert_eq!(ids.iter().filter(|&&i| i == bos).count(), 1, "{what}: {ids:?}");
+    };
+    let text = "The river ran past the old mill.";
+    let raw = tok.encode(text, true).unwrap();
+    one("raw", &raw);
+    assert_eq!(&raw[1..], &tok.encode(text, false).unwrap()[..]);
+    one("raw starting with BOS", &tok.encode(&format!("{bos_text}{text}"), true).unwrap());
+    let templ = chat_ids(tok, &[Message::new("user", "What is the capital of France?")], &Default::default()).unwrap();
+    one("templated", &templ);
+    assert_eq!(templ, ids(&expected("gemma4-bf16")["tokenizer"]["chat"]["ids"]), "chat ids");
+
+    // The CLI's raw and templated prompts.
+    let dir = s.path().to_str().unwrap();
+    let n = |extra: &[&str]| {
+        let mut args = vec!["generate", "--model", dir, "--max-tokens", "1", "--json"];
+        args.extend_from_slice(extra);
+        common::json_of(&common::run(&args))["prompt_tokens"].as_u64().unwrap() as usize
+    };
+    assert_eq!(n(&["--raw", "--prompt", text]), raw.len(), "famlx generate --raw");
+    assert_eq!(n(&["--raw", "--prompt", &format!("{bos_text}{text}")]), raw.len(), "--raw with BOS text");
+    assert_eq!(n(&["--prompt", "What is the capital of France?"]), templ.len(), "templated");
+
+    // llama has no BOS convention of its own: a silent tokenizer adds none.
+    let s = silent_tokenizer_copy("llama-bf16");
+    let m = LoadedModel::load(s.path(), &reg, None, CacheOptions::default()).unwrap();
+    assert_eq!(m.plan.add_bos.into_option(), None);
+    let tok = m.tokenizer().unwrap();
+    assert!(!tok.add_bos());
+    assert_ne!(tok.encode(text, true).unwrap().first(), Some(&bos));
+}
+
+/// A tokenizer that declares `add_bos_token: false` wins over the family's
+/// convention (the checkpoint's author decided).
+#[test]
+fn declared_no_bos_wins() {
+    let _g = mlx_lock();
+    let s = common::fixture_copy("gemma4-bf16");
+    let p = s.path().join("tokenizer_config.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    v["add_bos_token"] = serde_json::Value::Bool(false);
+    std::fs::write(&p, v.to_string()).unwrap();
+    let m = LoadedModel::load(s.path(), &registry(), None, CacheOptions::default()).unwrap();
+    let tok = m.tokenizer().unwrap();
+    assert!(tok.add_bos_declared() && !tok.add_bos());
+}
+
 /// A MoE config without its expert counts is refused, naming the fields.
 #[test]
 fn moe_config_without_experts_is_refused() {

@@ -279,6 +279,8 @@ pub(crate) struct GgufTokenizer {
     pub bos: Option<(String, u32)>,
     pub eos_ids: Vec<u32>,
     pub add_bos: bool,
+    /// Whether the metadata has `tokenizer.ggml.add_bos_token` (else `add_bos` is a default).
+    pub add_bos_declared: bool,
     pub chat_template: Option<String>,
 }
 
@@ -377,7 +379,8 @@ pub(crate) fn build(meta: &HashMap<String, MetaValue>) -> Result<GgufTokenizer> 
     let inner = tokenizers::Tokenizer::from_bytes(serde_json::to_vec(&json_tok).expect("JSON values serialize"))
         .map_err(|e| Error::new(format!("GGUF metadata tokenizer.ggml.*: cannot build the tokenizer: {e}")))?;
 
-    let add_bos = m.bool("tokenizer.ggml.add_bos_token")?.unwrap_or(default_add_bos);
+    let declared = m.bool("tokenizer.ggml.add_bos_token")?;
+    let add_bos = declared.unwrap_or(default_add_bos);
     let mut eos_ids = Vec::new();
     for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
         if let Some(id) = m.id(key, n)? {
@@ -394,6 +397,7 @@ pub(crate) fn build(meta: &HashMap<String, MetaValue>) -> Result<GgufTokenizer> 
         bos: bos_id.map(|i| (tokens[i as usize].clone(), i)),
         eos_ids,
         add_bos,
+        add_bos_declared: declared.is_some(),
         chat_template: m.str("tokenizer.chat_template")?.map(str::to_string),
     })
 }

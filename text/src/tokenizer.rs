@@ -39,6 +39,9 @@ pub struct Tokenizer {
     eos_token: Option<String>,
     eos_ids: Vec<u32>,
     add_bos: bool,
+    /// Whether `add_bos` came from the tokenizer itself (a config flag or a
+    /// post-processor that inserts BOS) rather than a default.
+    add_bos_declared: bool,
     chat_template: Option<String>,
     named_templates: Vec<(String, String)>,
     /// Sorted ids of special added tokens.
@@ -155,6 +158,7 @@ impl Tokenizer {
         let eos_token = pick("eos_token")?;
 
         let pp_bos = head.post_processor.as_ref().and_then(post_processor_bos);
+        let add_bos_declared = matches!(cfg.get("add_bos_token"), Some(Value::Bool(_))) || pp_bos.is_some();
         let add_bos = match cfg.get("add_bos_token") {
             Some(Value::Bool(b)) => *b,
             None | Some(Value::Null) => pp_bos.is_some(),
@@ -276,6 +280,7 @@ impl Tokenizer {
             eos_token,
             eos_ids,
             add_bos,
+            add_bos_declared,
             chat_template,
             named_templates,
             origin: tok_path.display().to_string(),
@@ -319,6 +324,7 @@ impl Tokenizer {
             eos_token,
             eos_ids: g.eos_ids,
             add_bos: g.add_bos,
+            add_bos_declared: g.add_bos_declared,
             chat_template: g.chat_template,
             named_templates: Vec::new(),
             origin: "GGUF tokenizer".to_string(),
@@ -385,6 +391,21 @@ impl Tokenizer {
     /// `add_bos_token`, GGUF `add_bos_token`, or a post-processor that inserts it) and has one.
     pub fn add_bos(&self) -> bool {
         self.add_bos && self.bos.is_some()
+    }
+
+    /// Whether the tokenizer itself says whether to add BOS (tokenizer_config's
+    /// `add_bos_token`, a post-processor that inserts BOS, GGUF
+    /// `add_bos_token`); false when [`Tokenizer::add_bos`] is only a default.
+    pub fn add_bos_declared(&self) -> bool {
+        self.add_bos_declared
+    }
+
+    /// Sets whether [`Tokenizer::encode`] adds BOS: for the runtime to apply
+    /// the model's own convention when the tokenizer is silent
+    /// ([`Tokenizer::add_bos_declared`] is false). The BOS rule is unchanged
+    /// (never a second BOS), and nothing is added without a BOS token.
+    pub fn set_add_bos(&mut self, on: bool) {
+        self.add_bos = on;
     }
 
     /// The default chat template source, if the checkpoint has one.

@@ -18,8 +18,15 @@ pub const GEMMA4_FIXTURES: [&str; 6] =
     ["gemma4-hf-bf16", "gemma4-bf16", "gemma4-q4", "gemma4-e2b-bf16", "gemma4-moe-hf-f32", "gemma4-moe-q4"];
 
 /// The qwen3_5 fixtures (fixtures/make_qwen3_5_fixtures.py), tested in tests/qwen3_5.rs.
-pub const QWEN3_5_FIXTURES: [&str; 5] =
-    ["qwen3_5-hf-bf16", "qwen3_5-bf16", "qwen3_5-q4", "qwen3_5_moe-f32", "qwen3_5_moe-q4"];
+pub const QWEN3_5_FIXTURES: [&str; 7] = [
+    "qwen3_5-hf-bf16",
+    "qwen3_5-bf16",
+    "qwen3_5-q4",
+    "qwen3_5_moe-f32",
+    "qwen3_5_moe-q4",
+    "qwen3_5-mtp-hf-bf16",
+    "qwen3_5_moe-mtp-hf-f32",
+];
 
 /// `fixtures/<name>` in the repository.
 pub fn fixture(name: &str) -> PathBuf {

@@ -8,17 +8,20 @@
 //! of converted checkpoints match. Hugging Face checkpoints
 //! (`model.language_model.*`, or `model.*` for text-only ones) are renamed,
 //! their conv weights moved to MLX's layout and their zero-centred RMSNorm
-//! weights shifted by one; vision-tower and MTP tensors are dropped.
+//! weights shifted by one; vision-tower tensors are dropped. The
+//! multi-token-prediction head (`mtp.*`) is kept under `language_model.mtp.*`
+//! and becomes the family's speculative-decoding drafter ([`mtp`]).
 
 pub mod gdn;
 pub mod moe;
+pub mod mtp;
 
 use gdn::{GatedDeltaNet, GdnDims};
 use mlx::fast::RopeOffset;
 use mlx::nn::{Embedding, GatedMlp, Linear, RmsNorm, Rope, Weights};
 use mlx::{Array, Error, Result};
 use moe::SparseMoe;
-use plugin_api::family::{Caches, FamilySpec, Input, ModelForward, Output};
+use plugin_api::family::{Caches, DraftForward, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::{eos_ids, field, field_or, lm_output, rope_scaling};
 use plugin_api::{AttnOptions, CacheKind, ModelPlan, QuantClass, QuantSpec};
 use serde_json::{json, Value};
@@ -58,6 +61,9 @@ pub struct Config {
     pub linear: Vec<bool>,
     pub gdn: GdnDims,
     pub moe: Option<MoeConfig>,
+    /// Decoder layers of the MTP head (`mtp_num_hidden_layers`, default 1;
+    /// only read when the checkpoint carries MTP weights).
+    pub mtp_layers: i32,
 }
 
 /// The text part of a config: `text_config` when present, else the whole config.
@@ -136,6 +142,7 @@ impl Config {
                 conv_kernel: field_or(c, "linear_conv_kernel_dim", 4)?,
             },
             moe,
+            mtp_layers: field_or(c, "mtp_num_hidden_layers", 1)?,
         })
     }
 
@@ -232,6 +239,30 @@ pub struct Layer {
 }
 
 impl Layer {
+    /// Loads the layer under `p` (`{p}.linear_attn` or `{p}.self_attn`,
+    /// `{p}.mlp`, the two norms): linear attention or gated full attention,
+    /// a sparse MoE block or a dense MLP.
+    pub fn load(w: &dyn Weights, p: &str, cfg: &Config, linear: bool, sparse: bool, rope: &Rope) -> Result<Self> {
+        let eps = cfg.rms_norm_eps;
+        let mixer = if linear {
+            Mixer::Linear(Box::new(GatedDeltaNet::load(w, &format!("{p}.linear_attn"), cfg.gdn, eps)?))
+        } else {
+            Mixer::Full(Box::new(GatedAttention::load(w, &format!("{p}.self_attn"), cfg, rope.clone())?))
+        };
+        let mlp = match &cfg.moe {
+            Some(m) if sparse => {
+                Mlp::Sparse(Box::new(SparseMoe::load(w, &format!("{p}.mlp"), m.top_k, m.norm_topk_prob)?))
+            }
+            _ => Mlp::Dense(Box::new(GatedMlp::load(w, &format!("{p}.mlp"))?)),
+        };
+        Ok(Layer {
+            mixer,
+            mlp,
+            input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), eps)?,
+            post_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), eps)?,
+        })
+    }
+
     fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize) -> Result<Array> {
         let n = self.input_norm.forward(x)?;
         let r = match &self.mixer {
@@ -266,23 +297,7 @@ impl Qwen3_5 {
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| {
                 let p = format!("{PREFIX}layers.{i}");
-                let mixer = if cfg.linear[i as usize] {
-                    Mixer::Linear(Box::new(GatedDeltaNet::load(w, &format!("{p}.linear_attn"), cfg.gdn, eps)?))
-                } else {
-                    Mixer::Full(Box::new(GatedAttention::load(w, &format!("{p}.self_attn"), cfg, rope.clone())?))
-                };
-                let mlp = match &cfg.moe {
-                    Some(m) if cfg.is_sparse(i) => {
-                        Mlp::Sparse(Box::new(SparseMoe::load(w, &format!("{p}.mlp"), m.top_k, m.norm_topk_prob)?))
-                    }
-                    _ => Mlp::Dense(Box::new(GatedMlp::load(w, &format!("{p}.mlp"))?)),
-                };
-                Ok(Layer {
-                    mixer,
-                    mlp,
-                    input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), eps)?,
-                    post_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), eps)?,
-                })
+                Layer::load(w, &p, cfg, cfg.linear[i as usize], cfg.is_sparse(i), &rope)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Qwen3_5 {
@@ -325,12 +340,15 @@ pub const PREFIX: &str = "language_model.model.";
 
 /// RMSNorm weights that Hugging Face Qwen3.5 checkpoints store zero-centred
 /// (the model multiplies by `1 + w`); the gated norm of the delta net is not one.
-const OFFSET_NORMS: [&str; 5] = [
+const OFFSET_NORMS: [&str; 8] = [
     ".input_layernorm.weight",
     ".post_attention_layernorm.weight",
     ".q_norm.weight",
     ".k_norm.weight",
     "model.norm.weight",
+    "mtp.norm.weight",
+    "mtp.pre_fc_norm_embedding.weight",
+    "mtp.pre_fc_norm_hidden.weight",
 ];
 
 /// Maps a checkpoint name to mlx-lm's; `None` drops it. The flag says the
@@ -339,9 +357,11 @@ fn canonical_name(name: &str) -> Option<(String, bool)> {
     if name.starts_with("model.visual") || name.starts_with("vision_tower") || name.starts_with("visual.") {
         return None;
     }
-    // Multi-token-prediction head: not used by this build (no drafter yet).
-    if name.starts_with("mtp.") || name.contains(".mtp.") {
-        return None;
+    // The multi-token-prediction head: Hugging Face keeps it at the top
+    // level (zero-centred norms); a converted checkpoint already holds it
+    // under our name (norms shifted).
+    if let Some(rest) = name.strip_prefix("mtp.") {
+        return Some((format!("{}{rest}", mtp::MTP_PREFIX), true));
     }
     if name.starts_with("language_model.") {
         return Some((name.to_string(), false));
@@ -356,6 +376,12 @@ fn canonical_name(name: &str) -> Option<(String, bool)> {
         return Some((format!("{PREFIX}{rest}"), true));
     }
     None
+}
+
+/// The parsed config a plan carries.
+fn plan_config(plan: &ModelPlan) -> Result<Config> {
+    let c: Value = serde_json::from_str(plan.config.as_str()).map_err(|e| Error(format!("plan config: {e}")))?;
+    Config::parse(&c)
 }
 
 /// The family registration.
@@ -452,9 +478,33 @@ impl FamilySpec for Qwen3_5Family {
     }
 
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        let c: Value = serde_json::from_str(plan.config.as_str()).map_err(|e| Error(format!("plan config: {e}")))?;
-        let cfg = Config::parse(&c)?;
-        Ok(Box::new(Qwen3_5::load(&cfg, w)?))
+        Ok(Box::new(Qwen3_5::load(&plan_config(plan)?, w)?))
+    }
+
+    /// The MTP head of the target's own checkpoint, when it carries one.
+    fn build_drafter(
+        &self,
+        plan: &ModelPlan,
+        w: &dyn Weights,
+        target_plan: &ModelPlan,
+        target: &dyn Weights,
+    ) -> Result<Option<Box<dyn DraftForward>>> {
+        // The host hands the target's own plan twice when it asks for a self-drafter.
+        if !std::ptr::eq(plan, target_plan) {
+            // A separate Qwen3.5 checkpoint cannot be a small-LM drafter: its
+            // linear-attention state cannot be trimmed back after a rejected draft.
+            return Err(Error(
+                "a qwen3_5 checkpoint cannot draft for another model (its recurrent state cannot roll back); \
+                 Qwen3.5 drafts with its own MTP head (drop --draft-model)"
+                    .into(),
+            ));
+        }
+        if !mtp::has_mtp(w) {
+            return Ok(None);
+        }
+        let cfg = plan_config(plan)?;
+        let tcfg = plan_config(target_plan)?;
+        Ok(Some(Box::new(mtp::MtpDrafter::load(&cfg, w, &tcfg, target)?)))
     }
 }
 

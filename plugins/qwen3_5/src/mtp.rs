@@ -1,0 +1,145 @@
+//! Qwen3.5's multi-token-prediction head as a speculative-decoding drafter.
+//!
+//! One draft step, for `L` positions with the target's hidden states `h`
+//! and, for each, the token `t` that follows it:
+//!
+//! ```text
+//! x = fc(concat(norm_e(embed(t)), norm_h(h)))       # [B, L, 2H] -> [B, L, H]
+//! x = layer_i(x) for each MTP layer                 # gated full attention over the drafter's own KV slot i
+//! y = norm(x)[:, -1:]                               # hidden chained into the next step
+//! logits = lm_head(y)                               # the target's head (or tied embedding)
+//! ```
+//!
+//! `h` is what the target's `forward` returns with `want_hidden`: the last
+//! decoder layer's output **after** the final RMSNorm (mlx-vlm 0.7.10's
+//! Qwen3.5 MTP runs on that too: its verify pass returns `model.norm(hidden)`
+//! and feeds it to the drafter unchanged). The embedding and output head are
+//! the target's own tensors; the MTP layers keep their KV in the drafter's
+//! cache slots, so rope positions are those slots' offsets (consecutive by
+//! the drafter protocol, starting at 0 with the prompt's first position).
+
+use crate::{Config, Layer, PREFIX};
+use mlx::nn::{Embedding, Linear, RmsNorm, Rope, Weights};
+use mlx::{Array, Error, Result};
+use plugin_api::family::{Caches, DraftForward};
+use plugin_api::CacheKind;
+
+/// Where the MTP head's tensors are held (Hugging Face's `mtp.*`, renamed
+/// next to the text model's `language_model.model.*`).
+pub const MTP_PREFIX: &str = "language_model.mtp.";
+
+/// True when `w` carries an MTP head (its input projection).
+pub fn has_mtp(w: &dyn Weights) -> bool {
+    w.get(&format!("{MTP_PREFIX}fc.weight")).is_some()
+}
+
+/// The MTP drafter.
+#[derive(Debug, Clone)]
+pub struct MtpDrafter {
+    embed: Embedding,
+    lm_head: Option<Linear>,
+    fc: Linear,
+    norm_embed: RmsNorm,
+    norm_hidden: RmsNorm,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    hidden_size: i32,
+}
+
+impl MtpDrafter {
+    /// Builds the head from `w` (MTP tensors, config `cfg`) beside the target
+    /// model whose embedding and output head are in `target` (config `tcfg`).
+    pub fn load(cfg: &Config, w: &dyn Weights, tcfg: &Config, target: &dyn Weights) -> Result<Self> {
+        if cfg.hidden_size != tcfg.hidden_size || cfg.vocab_size != tcfg.vocab_size {
+            return Err(Error(format!(
+                "MTP head: hidden size {} / vocabulary {} differ from the target's {} / {}",
+                cfg.hidden_size, cfg.vocab_size, tcfg.hidden_size, tcfg.vocab_size
+            )));
+        }
+        let n = cfg.mtp_layers;
+        if n < 1 {
+            return Err(Error(format!(
+                "config: mtp_num_hidden_layers is {n} but the checkpoint has MTP weights ({MTP_PREFIX}fc.weight)"
+            )));
+        }
+        let eps = cfg.rms_norm_eps;
+        let rope = Rope::new(cfg.rope_dims, cfg.rope_theta, false, &cfg.rope_scaling)?;
+        // mlx-vlm builds every MTP layer as a full-attention decoder layer,
+        // with the MoE block whenever the text model is an MoE.
+        let layers = (0..n)
+            .map(|i| Layer::load(w, &format!("{MTP_PREFIX}layers.{i}"), cfg, false, cfg.moe.is_some(), &rope))
+            .collect::<Result<Vec<_>>>()?;
+        let h = cfg.hidden_size;
+        let fc_name = format!("{MTP_PREFIX}fc.weight");
+        let fc_w = w.require(&fc_name)?;
+        // Packed (quantized) weights only keep the output rows comparable.
+        let dense = w.get(&format!("{MTP_PREFIX}fc.scales")).is_none();
+        if fc_w.ndim() != 2 || fc_w.dim(0) != h || (dense && fc_w.dim(1) != 2 * h) {
+            return Err(Error(format!("{fc_name}: shape {:?}, expected [{h}, {}]", fc_w.shape(), 2 * h)));
+        }
+        let fc = Linear::load(w, &format!("{MTP_PREFIX}fc"))?;
+        Ok(MtpDrafter {
+            embed: Embedding::load(target, &format!("{PREFIX}embed_tokens"))?,
+            lm_head: if tcfg.tie_word_embeddings {
+                None
+            } else {
+                Some(Linear::load(target, "language_model.lm_head")?)
+            },
+            fc,
+            norm_embed: RmsNorm::load(w, &format!("{MTP_PREFIX}pre_fc_norm_embedding"), eps)?,
+            norm_hidden: RmsNorm::load(w, &format!("{MTP_PREFIX}pre_fc_norm_hidden"), eps)?,
+            layers,
+            norm: RmsNorm::load(w, &format!("{MTP_PREFIX}norm"), eps)?,
+            hidden_size: h,
+        })
+    }
+
+    fn head(&self, x: &Array) -> Result<Array> {
+        match &self.lm_head {
+            Some(l) => l.forward(x),
+            None => self.embed.as_linear(x),
+        }
+    }
+}
+
+impl DraftForward for MtpDrafter {
+    fn cache_kinds(&self) -> Vec<CacheKind> {
+        vec![CacheKind::Full; self.layers.len()]
+    }
+
+    fn step(
+        &mut self,
+        hidden: &Array,
+        tokens: &Array,
+        _target: &mut Caches<'_>,
+        own: &mut Caches<'_>,
+    ) -> Result<(Array, Array)> {
+        if hidden.ndim() != 3 || hidden.dim(-1) != self.hidden_size {
+            return Err(Error(format!(
+                "MTP step: hidden state of shape {:?}, expected [B, L, {}]",
+                hidden.shape(),
+                self.hidden_size
+            )));
+        }
+        if tokens.ndim() != 2 || tokens.dim(0) != hidden.dim(0) || tokens.dim(1) != hidden.dim(1) {
+            return Err(Error(format!(
+                "MTP step: tokens of shape {:?} for a hidden state of shape {:?} (want [B, L])",
+                tokens.shape(),
+                hidden.shape()
+            )));
+        }
+        if own.len() < self.layers.len() {
+            return Err(Error(format!("MTP step: {} cache slots given, {} needed", own.len(), self.layers.len())));
+        }
+        let e = self.embed.forward(tokens)?;
+        let x = mlx::concatenate(&[&self.norm_embed.forward(&e)?, &self.norm_hidden.forward(hidden)?], -1)?;
+        let mut h = self.fc.forward(&x)?;
+        for (i, l) in self.layers.iter().enumerate() {
+            h = l.forward(&h, own, i)?;
+        }
+        // Only the last position is read out (the norm is per position).
+        let l = h.dim(1);
+        let y = self.norm.forward(&h.slice_axis(1, l - 1, l)?)?;
+        Ok((self.head(&y)?, y))
+    }
+}

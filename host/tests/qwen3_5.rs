@@ -179,6 +179,70 @@ fn scan_paths_agree_on_cpu() {
     }
 }
 
+/// The custom scan kernel (CUDA / Metal source) against the ops scan.
+///
+/// With a GPU build of MLX (CUDA or Metal) and a GPU default device: the
+/// kernel runs and agrees with the ops scan within
+/// `scan_kernel::tolerance` for f32 and bf16 inputs, and `Auto` picks a
+/// fused path (the kernel on CUDA). On CPU-only MLX (CI): `Auto` resolves
+/// to the ops scan and gives exactly its results, and the kernel path
+/// refuses with a clear error instead of running. Either way the test
+/// asserts something about the path that was taken; it never skips.
+#[test]
+fn scan_kernel_vs_ops() {
+    use famlx_plugin_qwen3_5::gdn::auto_path;
+    use famlx_plugin_qwen3_5::scan_kernel::{available, tolerance};
+    use mlx::device::{backend, default_device, Backend, DeviceType};
+    let _g = mlx_lock();
+    let on_gpu = matches!(default_device(), Ok((DeviceType::Gpu, _))) && backend() != Backend::Cpu;
+    eprintln!("backend {}, GPU default device: {on_gpu}", backend());
+    // T = 1 (decode) and T = 9 (prefill); Hv = 2 Hk (grouped heads); Dk = 48
+    // exercises a partly filled last lane group; Dv = 6 leaves the last
+    // 4-row block half empty.
+    for (b, t, hk, hv, dk, dv) in [(1, 1, 2, 4, 32, 16), (2, 9, 1, 2, 48, 6)] {
+        for dtype in [Dtype::F32, Dtype::BF16] {
+            let unit = |a: Array| {
+                let n = a.astype(Dtype::F32).unwrap().square().unwrap().sum(&[-1], true).unwrap().sqrt().unwrap();
+                a.astype(Dtype::F32).unwrap().div(&n).unwrap().astype(dtype).unwrap()
+            };
+            let q = unit(rand(&[b, t, hk, dk], 11, 1.0, Dtype::F32));
+            let k = unit(rand(&[b, t, hk, dk], 12, 1.0, Dtype::F32));
+            let v = rand(&[b, t, hv, dv], 13, 1.0, dtype);
+            let g = rand(&[b, t, hv], 14, 0.2, Dtype::F32).add_s(0.75).unwrap();
+            let beta = rand(&[b, t, hv], 15, 0.4, dtype).add_s(0.5).unwrap();
+            let s0 = rand(&[b, hv, dv, dk], 16, 0.5, Dtype::F32);
+            let (y_ops, s_ops) = scan(ScanPath::Ops, &q, &k, &v, &g, &beta, &s0).unwrap();
+            let case = format!("{dtype:?} B{b} T{t} Hk{hk} Hv{hv} Dk{dk} Dv{dv}");
+            if on_gpu {
+                assert!(available(), "{case}: a GPU backend has a kernel source");
+                assert_ne!(auto_path(), ScanPath::Ops, "{case}: Auto takes a fused path on the GPU");
+                if backend() == Backend::Cuda {
+                    assert_eq!(auto_path(), ScanPath::Kernel);
+                }
+                let (y, s) = scan(ScanPath::Kernel, &q, &k, &v, &g, &beta, &s0).unwrap();
+                assert_eq!((y.shape(), y.dtype()), (y_ops.shape(), dtype), "{case}");
+                assert_eq!((s.shape(), s.dtype()), (s_ops.shape(), Dtype::F32), "{case}: the state stays f32");
+                let ymax = y_ops.astype(Dtype::F32).unwrap().abs().unwrap().max_all().unwrap().item_f32().unwrap();
+                let smax = s_ops.abs().unwrap().max_all().unwrap().item_f32().unwrap();
+                let (dy, ds) = (max_diff(&y, &y_ops), max_diff(&s, &s_ops));
+                eprintln!("{case}: kernel vs ops max |y diff| {dy:.3e}, |state diff| {ds:.3e}");
+                assert!(dy <= tolerance(dtype, ymax), "{case}: y differs by {dy}");
+                assert!(ds <= tolerance(Dtype::F32, smax), "{case}: state differs by {ds}");
+            } else {
+                assert_eq!(auto_path(), ScanPath::Ops, "{case}: on the CPU, Auto is the ops scan");
+                let (y, s) = scan(ScanPath::Auto, &q, &k, &v, &g, &beta, &s0).unwrap();
+                assert_eq!(max_diff(&y, &y_ops), 0.0, "{case}");
+                assert_eq!(max_diff(&s, &s_ops), 0.0, "{case}");
+                if backend() == Backend::Cpu {
+                    assert!(!available());
+                    let e = scan(ScanPath::Kernel, &q, &k, &v, &g, &beta, &s0).unwrap_err();
+                    assert!(e.0.contains("CPU-only"), "{case}: {e}");
+                }
+            }
+        }
+    }
+}
+
 /// Two chat turns on one conversation: turn 2 extends what the caches hold,
 /// so only the new suffix is prefilled (the recurrent slots advance, nothing
 /// is trimmed), and the result equals a fresh full prefill of the whole

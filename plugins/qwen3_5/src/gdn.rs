@@ -10,19 +10,48 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// Which implementation of the delta-rule scan to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScanPath {
-    /// On a GPU: MLX's fused `fast::gated_delta_update`, falling back to
-    /// [`ScanPath::Ops`] when the backend does not implement it (CUDA in MLX
-    /// 0.32.4). On the CPU: the ops scan, which is what mlx-lm runs there
-    /// (MLX's fused CPU op rounds bf16 inputs differently, ~1e-3).
+    /// Chosen per call from the backend MLX reports ([`auto_path`]).
     Auto,
     /// Plain MLX ops, a loop over time: works on every backend.
     Ops,
     /// MLX's fused op only (errors where the backend lacks it).
     Fast,
+    /// This crate's custom kernel ([`crate::scan_kernel`]): CUDA or Metal
+    /// source, whichever the backend is (errors on CPU-only MLX).
+    Kernel,
 }
 
 // 0 = not yet known, 1 = the fused op works, 2 = it does not.
 static FAST_WORKS: AtomicU8 = AtomicU8::new(0);
+
+/// What [`ScanPath::Auto`] runs now: with a GPU default device, the custom
+/// kernel on CUDA (MLX 0.32.4's CUDA backend has no `gated_delta_update`)
+/// and MLX's own fused op on Metal (our Metal kernel where that op fails);
+/// on the CPU the ops scan, which is what mlx-lm runs there (MLX's fused
+/// CPU op rounds bf16 inputs differently, ~1e-3). `FAMLX_GDN_SCAN=ops|fast|kernel`
+/// overrides the choice (for A/B runs on a GPU).
+pub fn auto_path() -> ScanPath {
+    use mlx::device::{backend, default_device, Backend, DeviceType};
+    static FORCED: std::sync::OnceLock<Option<ScanPath>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var("FAMLX_GDN_SCAN").as_deref() {
+        Ok("ops") => Some(ScanPath::Ops),
+        Ok("fast") => Some(ScanPath::Fast),
+        Ok("kernel") => Some(ScanPath::Kernel),
+        _ => None,
+    });
+    if let Some(p) = forced {
+        return *p;
+    }
+    if !matches!(default_device(), Ok((DeviceType::Gpu, _))) {
+        return ScanPath::Ops;
+    }
+    match backend() {
+        Backend::Cuda => ScanPath::Kernel,
+        Backend::Metal if FAST_WORKS.load(Ordering::Relaxed) == 2 => ScanPath::Kernel,
+        Backend::Metal => ScanPath::Fast,
+        Backend::Cpu => ScanPath::Ops,
+    }
+}
 
 /// One step of the delta rule on `[B, H, ...]` slices (q, k already repeated to H heads).
 fn step(q: &Array, k: &Array, v: &Array, g: &Array, beta: &Array, state: &Array) -> Result<(Array, Array)> {
@@ -67,21 +96,24 @@ pub fn scan(
     match path {
         ScanPath::Ops => scan_ops(q, k, v, g, beta, state),
         ScanPath::Fast => mlx::fast::gated_delta_update(q, k, v, g, beta, Some(state), None),
-        ScanPath::Auto => {
-            let on_gpu = matches!(mlx::device::default_device(), Ok((mlx::device::DeviceType::Gpu, _)));
-            if on_gpu && FAST_WORKS.load(Ordering::Relaxed) != 2 {
-                match mlx::fast::gated_delta_update(q, k, v, g, beta, Some(state), None) {
-                    Ok(r) => {
-                        FAST_WORKS.store(1, Ordering::Relaxed);
-                        return Ok(r);
-                    }
-                    // Only "not implemented here" is remembered; shape errors
-                    // would come back from the ops path too.
-                    Err(_) => FAST_WORKS.store(2, Ordering::Relaxed),
+        ScanPath::Kernel => crate::scan_kernel::scan_kernel(q, k, v, g, beta, state),
+        ScanPath::Auto => match auto_path() {
+            ScanPath::Fast => match mlx::fast::gated_delta_update(q, k, v, g, beta, Some(state), None) {
+                Ok(r) => {
+                    FAST_WORKS.store(1, Ordering::Relaxed);
+                    Ok(r)
                 }
-            }
-            scan_ops(q, k, v, g, beta, state)
-        }
+                // "Not implemented here" is remembered (later calls go
+                // straight to the kernel); shape errors would come back
+                // from the kernel too.
+                Err(_) => {
+                    FAST_WORKS.store(2, Ordering::Relaxed);
+                    crate::scan_kernel::scan_kernel(q, k, v, g, beta, state)
+                }
+            },
+            ScanPath::Kernel => crate::scan_kernel::scan_kernel(q, k, v, g, beta, state),
+            _ => scan_ops(q, k, v, g, beta, state),
+        },
     }
 }
 

@@ -15,6 +15,7 @@
 pub mod gdn;
 pub mod moe;
 pub mod mtp;
+pub mod scan_kernel;
 
 use gdn::{GatedDeltaNet, GdnDims};
 use mlx::fast::RopeOffset;

@@ -12,7 +12,8 @@ use anyhow::{anyhow, Context, Result};
 use famlx_text::Tokenizer;
 use mlx::Array;
 use plugin_api::{
-    ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan, QuantSpec, WeightStore, WeightStore_TO,
+    ArrayHandle, CacheBox, ForwardInput, Fusion, LogitsWanted, ModelBox, ModelPlan, QuantSpec, WeightStore,
+    WeightStore_TO,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -95,8 +96,60 @@ pub(crate) fn plan_and_rewrite(fam: &FamilyEntry, src: &Source) -> Result<(Model
             tensors.insert(p.0.into_string(), p.1.into_array());
         }
     }
-    let weights = Rc::new(HostWeights { tensors, quant: src.quant.clone() });
-    Ok((plan, weights))
+    let mut weights = HostWeights { tensors, quant: src.quant.clone() };
+    for f in fam.family.fusions(&plan) {
+        weights.fuse(&f)?;
+    }
+    Ok((plan, Rc::new(weights)))
+}
+
+/// Tensor suffixes a fused module concatenates.
+const FUSED_SUFFIXES: [&str; 4] = ["weight", "scales", "biases", "bias"];
+
+impl HostWeights {
+    /// Applies one [`Fusion`]: concatenates the parts' tensors along axis 0
+    /// under the fused name and drops the parts (so the host holds the
+    /// weights once). Leaves everything as it is when the parts are stored
+    /// differently or any is missing.
+    fn fuse(&mut self, f: &Fusion) -> Result<()> {
+        let parts: Vec<&str> = f.parts.iter().map(|p| p.as_str()).collect();
+        if parts.len() < 2 || self.tensors.contains_key(&format!("{}.weight", f.into)) {
+            return Ok(());
+        }
+        let mut spec = None;
+        for (i, p) in parts.iter().enumerate() {
+            let Some(w) = self.tensors.get(&format!("{p}.weight")) else { return Ok(()) };
+            let s = self.tensors.get(&format!("{p}.scales")).and_then(|s| self.quant.spec_for(p, w.shape(), s.shape()));
+            if i > 0 && s != spec {
+                return Ok(());
+            }
+            spec = s;
+        }
+        let mut fused = Vec::new();
+        for suffix in FUSED_SUFFIXES {
+            let names: Vec<String> = parts.iter().map(|p| format!("{p}.{suffix}")).collect();
+            let found: Vec<&Array> = names.iter().filter_map(|n| self.tensors.get(n)).collect();
+            if found.is_empty() {
+                continue;
+            }
+            let dt = found[0].dtype();
+            if found.len() != parts.len() || found.iter().any(|a| a.dtype() != dt || a.ndim() != found[0].ndim()) {
+                return Ok(());
+            }
+            let cat = mlx::concatenate(&found, 0).map_err(|e| anyhow!("fusing {}.{suffix}: {}", f.into, e.0))?;
+            fused.push((format!("{}.{suffix}", f.into), names, cat));
+        }
+        for (name, parts, cat) in fused {
+            for p in parts {
+                self.tensors.remove(&p);
+            }
+            self.tensors.insert(name, cat);
+        }
+        if let Some(s) = spec {
+            self.quant.overrides.insert(f.into.to_string(), Some(s));
+        }
+        Ok(())
+    }
 }
 
 /// A model ready to run.

@@ -29,6 +29,11 @@ pub trait FamilySpec: Send + Sync + 'static {
             QuantClass::Skip
         }
     }
+    /// Tensors the host should concatenate at load (e.g. q/k/v into one
+    /// matmul); none by default.
+    fn fusions(&self, _plan: &ModelPlan) -> Vec<Fusion> {
+        Vec::new()
+    }
     /// Builds the model.
     fn build(&self, plan: &ModelPlan, weights: &dyn mlx::nn::Weights) -> Result<Box<dyn ModelForward>>;
     /// Builds a drafter from `weights` (see [`crate::Family::build_drafter`]
@@ -213,6 +218,9 @@ impl<F: FamilySpec> Family for FamilyAdapter<F> {
     }
     fn quant_class(&self, plan: &ModelPlan, name: RStr<'_>) -> QuantClass {
         catch_unwind(AssertUnwindSafe(|| self.0.quant_class(plan, name.as_str()))).unwrap_or(QuantClass::Skip)
+    }
+    fn fusions(&self, plan: &ModelPlan) -> RVec<Fusion> {
+        catch_unwind(AssertUnwindSafe(|| self.0.fusions(plan).into_iter().collect())).unwrap_or_default()
     }
     fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString> {
         guard(self.0.name(), || {

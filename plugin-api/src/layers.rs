@@ -12,12 +12,8 @@ use serde_json::Value;
 /// q/k RMS norms (Qwen3, Gemma), attending through a host cache slot.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    /// q projection
-    pub q: Linear,
-    /// k projection
-    pub k: Linear,
-    /// v projection
-    pub v: Linear,
+    /// q, k and v projections
+    pub proj: Qkv,
     /// output projection
     pub o: Linear,
     /// per-head norm of queries
@@ -32,13 +28,42 @@ pub struct Attention {
     pub scale: f32,
     /// rotary embedding
     pub rope: Rope,
-    /// q, k and v stacked: one matmul instead of three
-    pub qkv: Option<Linear>,
+}
+
+/// The input projections of an [`Attention`]: three matrices, or one whose
+/// output is q, k and v side by side (one matmul instead of three).
+#[derive(Debug, Clone)]
+pub enum Qkv {
+    /// `q_proj`, `k_proj`, `v_proj`.
+    Split {
+        /// q projection
+        q: Linear,
+        /// k projection
+        k: Linear,
+        /// v projection
+        v: Linear,
+    },
+    /// `qkv_proj` (fused by the host at load, see [`qkv_fusion`]).
+    Fused(Linear),
+}
+
+/// The [`crate::Fusion`] that stacks `{prefix}.{q,k,v}_proj` into `{prefix}.qkv_proj`.
+pub fn qkv_fusion(prefix: &str) -> crate::Fusion {
+    fusion(&format!("{prefix}.qkv_proj"), &["q_proj", "k_proj", "v_proj"].map(|p| format!("{prefix}.{p}")))
+}
+
+/// The [`crate::Fusion`] that stacks `{prefix}.{gate,up}_proj` into `{prefix}.gate_up_proj`.
+pub fn gate_up_fusion(prefix: &str) -> crate::Fusion {
+    fusion(&format!("{prefix}.gate_up_proj"), &["gate_proj", "up_proj"].map(|p| format!("{prefix}.{p}")))
+}
+
+fn fusion(into: &str, parts: &[String]) -> crate::Fusion {
+    crate::Fusion { into: into.into(), parts: parts.iter().map(|p| p.as_str().into()).collect() }
 }
 
 impl Attention {
-    /// Loads `{prefix}.{q,k,v,o}_proj` and, when `qk_norm_eps` is given,
-    /// `{prefix}.{q,k}_norm`.
+    /// Loads `{prefix}.qkv_proj` (or `{q,k,v}_proj`), `o_proj` and, when
+    /// `qk_norm_eps` is given, `{prefix}.{q,k}_norm`.
     pub fn load(
         w: &dyn Weights,
         prefix: &str,
@@ -49,16 +74,15 @@ impl Attention {
         qk_norm_eps: Option<f32>,
     ) -> Result<Self> {
         let norm = |n: &str| qk_norm_eps.map(|eps| RmsNorm::load(w, &format!("{prefix}.{n}"), eps)).transpose();
-        let q = Linear::load(w, &format!("{prefix}.q_proj"))?;
-        let k = Linear::load(w, &format!("{prefix}.k_proj"))?;
-        let v = Linear::load(w, &format!("{prefix}.v_proj"))?;
-        let qkv = Linear::concat(&[&q, &k, &v])?;
+        let lin = |n: &str| Linear::load(w, &format!("{prefix}.{n}"));
+        let proj = if w.get(&format!("{prefix}.qkv_proj.weight")).is_some() {
+            Qkv::Fused(lin("qkv_proj")?)
+        } else {
+            Qkv::Split { q: lin("q_proj")?, k: lin("k_proj")?, v: lin("v_proj")? }
+        };
         Ok(Attention {
-            q,
-            k,
-            v,
-            qkv,
-            o: Linear::load(w, &format!("{prefix}.o_proj"))?,
+            proj,
+            o: lin("o_proj")?,
             q_norm: norm("q_norm")?,
             k_norm: norm("k_norm")?,
             n_heads,
@@ -80,22 +104,33 @@ impl Attention {
     /// `x` is `[B, L, hidden]`; attends through cache `slot`.
     pub fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
-        let (q, k, v) = match &self.qkv {
-            Some(qkv) => {
-                let (nq, nk) = (self.q.out_features(), self.k.out_features());
-                let mut p = qkv.forward(x)?.split_at(&[nq, nq + nk], -1)?;
-                let v = p.pop().expect("3 parts");
-                let k = p.pop().expect("3 parts");
-                (p.pop().expect("3 parts"), k, v)
+        let off = RopeOffset::Int(caches.offset(slot)? as i32);
+        let (hq, hkv) = (self.n_heads, self.n_kv_heads);
+        let (q, k, v) = match &self.proj {
+            Qkv::Fused(p) if self.q_norm.is_none() && self.k_norm.is_none() => {
+                // Heads of q and k side by side: one rope call for both.
+                let y = p.forward(x)?.reshape(&[b, l, hq + 2 * hkv, -1])?.transpose(&[0, 2, 1, 3])?;
+                let qk = self.rope.forward(&y.slice_axis(1, 0, hq + hkv)?, off)?;
+                let mut qk = qk.split_at(&[hq], 1)?;
+                let k = qk.pop().expect("2 parts");
+                (qk.pop().expect("2 parts"), k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?)
             }
-            None => (self.q.forward(x)?, self.k.forward(x)?, self.v.forward(x)?),
+            proj => {
+                let (q, k, v) = match proj {
+                    Qkv::Fused(p) => {
+                        let d = p.out_features() / (hq + 2 * hkv);
+                        let mut p = p.forward(x)?.split_at(&[hq * d, (hq + hkv) * d], -1)?;
+                        let v = p.pop().expect("3 parts");
+                        let k = p.pop().expect("3 parts");
+                        (p.pop().expect("3 parts"), k, v)
+                    }
+                    Qkv::Split { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?),
+                };
+                let q = self.rope.forward(&Self::heads(q, b, l, hq, &self.q_norm)?, off)?;
+                let k = self.rope.forward(&Self::heads(k, b, l, hkv, &self.k_norm)?, off)?;
+                (q, k, Self::heads(v, b, l, hkv, &None)?)
+            }
         };
-        let q = Self::heads(q, b, l, self.n_heads, &self.q_norm)?;
-        let k = Self::heads(k, b, l, self.n_kv_heads, &self.k_norm)?;
-        let v = Self::heads(v, b, l, self.n_kv_heads, &None)?;
-        let off = caches.offset(slot)? as i32;
-        let q = self.rope.forward(&q, RopeOffset::Int(off))?;
-        let k = self.rope.forward(&k, RopeOffset::Int(off))?;
         let o = caches.attend(slot, q, k, v, AttnOptions::causal(self.scale))?;
         self.o.forward(&o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?)
     }

@@ -78,6 +78,8 @@ pub trait Family: Send + Sync {
     ) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, RString>;
     /// How the converter should quantize a (rewritten) tensor.
     fn quant_class(&self, plan: &ModelPlan, name: RStr<'_>) -> QuantClass;
+    /// Tensors to concatenate at load (see [`Fusion`]).
+    fn fusions(&self, plan: &ModelPlan) -> RVec<Fusion>;
     /// Builds the model from host-held weights.
     fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString>;
     /// Builds a drafter for speculative decoding from `plan`/`weights`, to

@@ -162,3 +162,19 @@ pub struct DraftOutput {
     /// Hidden state to feed the next step, `[B, 1, H]`.
     pub hidden: ArrayHandle,
 }
+
+/// Tensors the host concatenates into one when it loads a checkpoint, so a
+/// family runs one matmul where the checkpoint has several (q/k/v, or
+/// gate/up). For each of `weight`, `scales`, `biases` and `bias` present
+/// in every part, `{part}.{suffix}` are concatenated along axis 0 into
+/// `{into}.{suffix}` and the parts are dropped. The host skips a fusion
+/// whose parts are stored differently (dtype, quantization), leaving them
+/// as they are: a family must accept both forms.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct Fusion {
+    /// Module path of the fused tensor (e.g. `model.layers.0.self_attn.qkv_proj`).
+    pub into: RString,
+    /// Module paths of the parts, in output order.
+    pub parts: RVec<RString>,
+}

@@ -66,35 +66,59 @@ pub fn gelu_approx(x: &Array) -> Result<Array> {
 /// The gated MLP of Llama-style models: `down(act(gate(x)) * up(x))`.
 #[derive(Debug, Clone)]
 pub struct GatedMlp {
-    /// gate projection
-    pub gate: Linear,
-    /// up projection
-    pub up: Linear,
+    /// gate and up projections
+    pub proj: GateUp,
     /// down projection
     pub down: Linear,
-    /// gate and up stacked into one matrix: one matmul instead of two
-    pub gate_up: Option<Linear>,
+}
+
+/// The gate and up projections of a [`GatedMlp`]: two matrices, or one
+/// whose output is both side by side (one matmul instead of two).
+#[derive(Debug, Clone)]
+pub enum GateUp {
+    /// `gate_proj` and `up_proj`.
+    Split {
+        /// gate projection
+        gate: Linear,
+        /// up projection
+        up: Linear,
+    },
+    /// `gate_up_proj`: gate rows first, then up rows.
+    Fused {
+        /// the stacked projection
+        gate_up: Linear,
+        /// output features of the gate half
+        gate_out: i32,
+    },
 }
 
 impl GatedMlp {
-    /// Loads `{prefix}.gate_proj`, `up_proj`, `down_proj`.
+    /// Loads `{prefix}.gate_up_proj` (fused by the host at load) or
+    /// `{prefix}.gate_proj` + `up_proj`, and `down_proj`.
     pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
-        let gate = Linear::load(w, &format!("{prefix}.gate_proj"))?;
-        let up = Linear::load(w, &format!("{prefix}.up_proj"))?;
-        let gate_up = Linear::concat(&[&gate, &up])?;
-        Ok(GatedMlp { gate, up, down: Linear::load(w, &format!("{prefix}.down_proj"))?, gate_up })
+        let down = Linear::load(w, &format!("{prefix}.down_proj"))?;
+        let fused = format!("{prefix}.gate_up_proj");
+        let proj = if w.get(&format!("{fused}.weight")).is_some() {
+            let gate_up = Linear::load(w, &fused)?;
+            let gate_out = gate_up.out_features() / 2;
+            GateUp::Fused { gate_up, gate_out }
+        } else {
+            GateUp::Split {
+                gate: Linear::load(w, &format!("{prefix}.gate_proj"))?,
+                up: Linear::load(w, &format!("{prefix}.up_proj"))?,
+            }
+        };
+        Ok(GatedMlp { proj, down })
     }
 
     /// SwiGLU forward.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let h = match &self.gate_up {
-            Some(gu) => {
-                let y = gu.forward(x)?;
-                let n = self.gate.out_features();
-                let parts = y.split_at(&[n], -1)?;
+        let h = match &self.proj {
+            GateUp::Fused { gate_up, gate_out } => {
+                let parts = gate_up.forward(x)?.split_at(&[*gate_out], -1)?;
                 swiglu(&parts[0], &parts[1])?
             }
-            None => swiglu(&self.gate.forward(x)?, &self.up.forward(x)?)?,
+            GateUp::Split { gate, up } => swiglu(&gate.forward(x)?, &up.forward(x)?)?,
         };
         self.down.forward(&h)
     }

@@ -15,6 +15,7 @@ it the folder holds no tokenizer and only loaders that skip the tokenizer
 
     python scripts/make_bench_models.py OUT                       # llama3.2-1b and qwen3-0.6b, bf16 q8 q4
     python scripts/make_bench_models.py OUT --shape tiny --dtype bf16 q4
+    python scripts/make_bench_models.py OUT --shape qwen3.5-0.8b qwen3.5-4b --dtype bf16 q4
 
 Folders are named OUT/<shape>-<dtype>, e.g. OUT/llama3.2-1b-q4.
 """
@@ -77,6 +78,75 @@ SHAPES = {
         "bos_token_id": 151643,
         "eos_token_id": 151645,
     },
+    # Qwen3.5-0.8B as best known (no hub access here to check): 24 layers in
+    # the 3 linear : 1 full pattern, gated delta net with 16 key / 16 value
+    # heads of 128, gated full attention 8 heads / 2 KV heads of 256 with
+    # rope over a quarter of each head, tied embeddings, vocab 248320.
+    # Written in mlx-lm's flat text layout (model_type qwen3_5).
+    "qwen3.5-0.8b": {
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "full_attention_interval": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "intermediate_size": 3584,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 16,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "vocab_size": 248320,
+        "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000000,
+            "partial_rotary_factor": 0.25,
+            "mrope_interleaved": True,
+            "mrope_section": [11, 11, 10],
+        },
+        "max_position_embeddings": 262144,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "bos_token_id": 248044,
+        "eos_token_id": 248046,
+    },
+    # Qwen3.5-4B as best known: 32 layers (3:1), delta net 16 key / 32 value
+    # heads of 128, attention 16 heads / 4 KV heads of 256, tied embeddings.
+    "qwen3.5-4b": {
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "hidden_size": 2560,
+        "num_hidden_layers": 32,
+        "full_attention_interval": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "intermediate_size": 9216,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "vocab_size": 248320,
+        "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000000,
+            "partial_rotary_factor": 0.25,
+            "mrope_interleaved": True,
+            "mrope_section": [11, 11, 10],
+        },
+        "max_position_embeddings": 262144,
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "bos_token_id": 248044,
+        "eos_token_id": 248046,
+    },
     # A small llama for CPU runs (untied lm_head, plain rope).
     "tiny": {
         "architectures": ["LlamaForCausalLM"],
@@ -129,7 +199,7 @@ def write_tokenizer(out: Path, vocab_size: int) -> bool:
     return True
 
 
-def make(shape: str, dtype: str, out_root: Path, seed: int, tokenizer: bool) -> Path:
+def make(shape: str, dtype: str, out_root: Path, seed: int, tokenizer: bool, layers=None) -> Path:
     import mlx.core as mx
     import mlx.nn as nn
     from mlx.utils import tree_flatten
@@ -137,11 +207,20 @@ def make(shape: str, dtype: str, out_root: Path, seed: int, tokenizer: bool) -> 
 
     config = dict(SHAPES[shape])
     config["torch_dtype"] = "bfloat16"
+    if layers is not None:
+        # Smoke runs: fewer layers (a multiple of the full-attention interval
+        # keeps the hybrid pattern).
+        config["num_hidden_layers"] = layers
     mx.random.seed(seed)
     model_class, args_class = _get_classes(config)
     model = model_class(args_class.from_dict(config))
     # mlx's default initialisers give random weights; store them as bf16.
     model.set_dtype(mx.bfloat16)
+    # Qwen3.5 checkpoints keep the delta net's A_log in float32 (mlx-lm's
+    # cast_predicate skips it when converting); do the same.
+    for name, mod in model.named_modules():
+        if "A_log" in mod and isinstance(mod["A_log"], mx.array):
+            mod["A_log"] = mod["A_log"].astype(mx.float32)
     mx.eval(model.parameters())
     bits = QUANT[dtype]
     if bits is not None:
@@ -170,10 +249,13 @@ def main():
     ap.add_argument("--dtype", nargs="+", default=["bf16", "q8", "q4"], choices=list(QUANT))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-tokenizer", action="store_true", help="do not write tokenizer.json")
+    ap.add_argument("--layers", type=int, help="override num_hidden_layers (smoke runs)")
     a = ap.parse_args()
     for shape in a.shape:
         for dtype in a.dtype:
-            make(shape, dtype, a.out, a.seed, not a.no_tokenizer)
+            # Reduced-layer smoke checkpoints go to their own subfolder.
+            root = a.out if a.layers is None else a.out / f"smoke-L{a.layers}"
+            make(shape, dtype, root, a.seed, not a.no_tokenizer, a.layers)
     return 0
 
 

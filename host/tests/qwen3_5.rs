@@ -469,3 +469,50 @@ fn mtp_greedy_output_unchanged() {
         }
     }
 }
+
+/// Bad MTP weights give one clear error naming the tensor, never a panic;
+/// asking a qwen3_5 checkpoint to draft for another model is refused.
+#[test]
+fn mtp_bad_weights_are_clear_errors() {
+    use famlx::speculative::Drafter;
+    let _g = mlx_lock();
+    let src = fixture("qwen3_5-mtp-hf-bf16");
+    let (tensors, meta) = mlx::io::load_safetensors(&src.join("model.safetensors")).unwrap();
+    let meta: Vec<(&str, &str)> = meta.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let cases: [(&str, Box<dyn Fn(&str, &Array) -> Option<Array>>, &str); 2] = [
+        (
+            "missing",
+            Box::new(|k: &str, a: &Array| (k != "mtp.layers.0.self_attn.q_proj.weight").then(|| a.clone())),
+            "language_model.mtp.layers.0.self_attn.q_proj.weight",
+        ),
+        (
+            "fc shape",
+            Box::new(|k: &str, a: &Array| {
+                Some(if k == "mtp.fc.weight" { a.slice_axis(1, 0, 64).unwrap() } else { a.clone() })
+            }),
+            "language_model.mtp.fc.weight",
+        ),
+    ];
+    for (what, edit, needle) in cases {
+        let dir = common::Scratch::new("qwen3_5-mtp-bad");
+        for f in std::fs::read_dir(&src).unwrap() {
+            let p = f.unwrap().path();
+            if p.file_name().unwrap() != "model.safetensors" {
+                std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
+            }
+        }
+        let kept: Vec<(String, Array)> =
+            tensors.iter().filter_map(|(k, a)| edit(k, a).map(|a| (k.clone(), a))).collect();
+        let refs: Vec<(&str, &Array)> = kept.iter().map(|(k, a)| (k.as_str(), a)).collect();
+        mlx::io::save_safetensors(&dir.path().join("model.safetensors"), &refs, &meta).unwrap();
+        // The target itself still loads: only the drafter is affected.
+        let m = LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()).unwrap();
+        let e = Drafter::from_target(&m).err().unwrap_or_else(|| panic!("{what}: no error"));
+        let msg = format!("{e:#}");
+        assert!(msg.contains(needle) && !msg.contains('\n'), "{what}: {msg}");
+    }
+
+    let target = load("qwen3_5_moe-mtp-hf-f32");
+    let e = Drafter::load(&fixture("qwen3_5-mtp-hf-bf16"), &registry(), None, &target).err().unwrap();
+    assert!(format!("{e:#}").contains("cannot draft for another model"), "{e:#}");
+}

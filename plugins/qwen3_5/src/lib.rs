@@ -328,6 +328,8 @@ impl ModelForward for Qwen3_5 {
         for (i, l) in self.layers.iter().enumerate() {
             h = l.forward(&h, caches, i)?;
         }
+        // The hidden state returned with `want_hidden` is taken after the
+        // final norm: what the MTP head (mtp.rs) is defined on.
         let h = self.norm.forward(&h)?;
         lm_output(h, input.logits, input.want_hidden, |x| match &self.lm_head {
             Some(l) => l.forward(x),

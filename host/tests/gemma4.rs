@@ -24,13 +24,21 @@
 
 mod common;
 
-use common::parity::{check_greedy, check_prompts, check_tokenizer, first_tie, floats};
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RStr, RVec};
+use common::parity::{check_greedy, check_logits, check_prompts, check_tokenizer, first_tie, floats};
 use common::{expected, fixture, ids, mlx_lock, registry};
 use famlx::cache::CacheOptions;
+use famlx::checkpoint::Checkpoint;
 use famlx::generate::{generate, prefill, GenParams};
+use famlx::model::HostWeights;
 use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
+use famlx::speculative::{Drafter, SpecParams};
+use mlx::Array;
 use plugin_api::CacheKind;
+use plugin_api::{CacheBox, DrafterBox, LogitsWanted, WeightStore_TO};
+use std::collections::HashMap;
 
 fn load(variant: &str) -> LoadedModel {
     load_with(variant, CacheOptions::default())
@@ -314,6 +322,144 @@ fn declared_no_bos_wins() {
     let m = LoadedModel::load(s.path(), &registry(), None, CacheOptions::default()).unwrap();
     let tok = m.tokenizer().unwrap();
     assert!(tok.add_bos_declared() && !tok.add_bos());
+}
+
+/// Builds the assistant drafter in `dir` for target `m` the way the host's
+/// `--draft-model` does (plan, rewrite, build_drafter with both pairs).
+fn assistant_drafter(dir: &std::path::Path, m: &LoadedModel) -> (std::rc::Rc<HostWeights>, DrafterBox) {
+    let ck = Checkpoint::open(dir).unwrap();
+    let fam = &m.family.family;
+    let plan = fam.plan(RStr::from(ck.config.to_string().as_str())).into_result().unwrap();
+    assert_eq!(plan.model_type.as_str(), "gemma4_assistant");
+    assert!(plan.caches.is_empty(), "an assistant owns no caches");
+    let mut tensors = HashMap::new();
+    for (name, t) in &ck.tensors {
+        for p in fam.rewrite(&plan, RStr::from(name.as_str()), t.clone().into()).into_result().unwrap() {
+            tensors.insert(p.0.into_string(), p.1.into_array());
+        }
+    }
+    let w = std::rc::Rc::new(HostWeights { tensors, quant: ck.quant.clone() });
+    let d = fam
+        .build_drafter(
+            &plan,
+            WeightStore_TO::from_ptr(&*w, TD_Opaque),
+            &m.plan,
+            WeightStore_TO::from_ptr(&*m.weights, TD_Opaque),
+        )
+        .into_result()
+        .unwrap_or_else(|e| panic!("{}: build_drafter: {e}", dir.display()))
+        .into_option()
+        .expect("gemma4 builds a drafter from a gemma4_assistant checkpoint");
+    (w, d)
+}
+
+/// Draft steps against mlx-vlm's Gemma4AssistantDraftModel: the target
+/// (famlx) prefills the prompt in one forward; the drafter's first step
+/// reads the target's hidden states of every prompt position (using the
+/// last) and the target's greedy token, the second chains the first's
+/// hidden state and the reference's drafted token. Logits and chained hidden
+/// states within the bf16 tolerance of tests/common/parity.rs. The 6-token
+/// prompt fits the sliding window.
+#[test]
+fn assistant_draft_steps_match_mlx_vlm() {
+    let _g = mlx_lock();
+    for variant in ["gemma4-assistant-bf16", "gemma4-assistant-ordered-bf16"] {
+        let exp = expected(variant);
+        let mut m = load(exp["target"].as_str().unwrap());
+        let (_w, mut d) = assistant_drafter(&fixture(variant), &m);
+        assert!(d.cache_kinds().is_empty());
+        let mut errs = Vec::new();
+        for p in exp["prompts"].as_array().unwrap() {
+            let name = p["name"].as_str().unwrap();
+            // Past the window (len40) mlx-vlm's sliding mask hides the
+            // oldest cached position (the query at p sees (p - W, p)); the
+            // host's rotating attend_cached does not mask yet, so only the
+            // in-window prompt is compared (see the gemma4 plugin docs).
+            if name != "len6" {
+                continue;
+            }
+            let prompt = ids(&p["ids"]);
+            m.reset_caches().unwrap();
+            let x = Array::from_slice(&prompt.iter().map(|&t| t as i32).collect::<Vec<_>>(), &[1, prompt.len() as i32])
+                .unwrap();
+            let (logits, hidden) = m.forward_io(&x, LogitsWanted::Last, true).unwrap();
+            let tok = logits.unwrap().argmax(-1, false).unwrap().item_i64().unwrap() as i32;
+            let steps = p["steps"].as_array().unwrap();
+            assert_eq!(tok as u64, steps[0]["token"].as_u64().unwrap(), "{variant}/{name}: target token");
+            let mut boxes: RVec<CacheBox> = m.caches.iter().map(|c| c.boxed()).collect();
+            let offset_before = m.cache_offset();
+            let mut next: Vec<i32> = prompt[1..].iter().map(|&t| t as i32).collect();
+            next.push(tok);
+            let mut h = hidden.unwrap();
+            let mut toks = Array::from_slice(&next, &[1, next.len() as i32]).unwrap();
+            for (i, s) in steps.iter().enumerate() {
+                let out = d
+                    .step(h.clone().into(), toks.clone().into(), &mut boxes, &mut RVec::new())
+                    .into_result()
+                    .unwrap_or_else(|e| panic!("{variant}/{name}: step {i}: {e}"));
+                let (lg, nh) = (out.logits.into_array(), out.hidden.into_array());
+                assert_eq!(lg.shape(), &[1, 1, 512], "{variant}/{name}: step {i} logits");
+                assert_eq!(nh.shape(), &[1, 1, 64], "{variant}/{name}: step {i} hidden");
+                let f = |a: &Array| -> Vec<f32> {
+                    a.astype(mlx::Dtype::F32).unwrap().reshape(&[-1]).unwrap().to_vec().unwrap()
+                };
+                let what = format!("{name}/step{i}");
+                errs.extend(check_logits(variant, &what, false, &f(&lg), &floats(&s["logits"])).err());
+                errs.extend(
+                    check_logits(variant, &format!("{what}/hidden"), false, &f(&nh), &floats(&s["hidden"])).err(),
+                );
+                if let Some(n) = steps.get(i + 1) {
+                    toks = Array::from_slice(&[n["token"].as_u64().unwrap() as i32], &[1, 1]).unwrap();
+                }
+                h = nh;
+            }
+            assert_eq!(m.cache_offset(), offset_before, "{variant}: the drafter changed the target's caches");
+        }
+        assert!(errs.is_empty(), "{variant}: {} mismatches:\n{}", errs.len(), errs.join("\n"));
+    }
+}
+
+/// An assistant checkpoint is not a model to run: plan() accepts it (a plan
+/// without caches), building it as a model says what to do instead.
+#[test]
+fn assistant_is_refused_as_a_model() {
+    let _g = mlx_lock();
+    let err = LoadedModel::load(&fixture("gemma4-assistant-bf16"), &registry(), None, CacheOptions::default())
+        .err()
+        .expect("an assistant is not a model");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("gemma4_assistant is a draft model: pass it with --draft-model"), "{msg}");
+}
+
+/// Greedy output with the assistant drafter equals greedy output without
+/// it, token for token, at several depths, with both prompts (inside and
+/// past the sliding window); the drafter proposes tokens each round.
+#[test]
+fn assistant_greedy_unchanged() {
+    let _g = mlx_lock();
+    for (variant, target) in
+        [("gemma4-assistant-bf16", "gemma4-bf16"), ("gemma4-assistant-ordered-bf16", "gemma4-e2b-bf16")]
+    {
+        let exp = expected(target);
+        for p in exp["prompts"].as_array().unwrap().iter().skip(1) {
+            let prompt = ids(&p["ids"]);
+            let params = GenParams { max_tokens: 16, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() };
+            let mut plain = load(target);
+            let want = generate(&mut plain, &prompt, &params, |_| true).unwrap().tokens;
+            for depth in [1, 3] {
+                let mut m = load(target);
+                m.drafter = Some(
+                    Drafter::load(&fixture(variant), &registry(), None, &m)
+                        .unwrap_or_else(|e| panic!("{variant}: {e:#}")),
+                );
+                m.spec = SpecParams { depth, min_confidence: 0.0 };
+                let got = generate(&mut m, &prompt, &params, |_| true).unwrap_or_else(|e| panic!("{variant}: {e:#}"));
+                assert_eq!(got.tokens, want, "{variant}/{}/depth {depth}", p["name"]);
+                let st = got.draft.expect("draft stats");
+                assert!(st.proposed > 0 && st.rounds > 0, "{variant}: {st:?}");
+            }
+        }
+    }
 }
 
 /// A MoE config without its expert counts is refused, naming the fields.

@@ -13,9 +13,18 @@ use std::sync::{Mutex, MutexGuard};
 pub const FIXTURES: [&str; 8] =
     ["llama-bf16", "llama-q4", "llama-q8", "llama-tied-f32", "llama-hf-bf16", "qwen3-bf16", "qwen3-q4", "qwen3-q8"];
 
-/// The gemma4 fixtures (host/tests/gemma4.rs; fixtures/make_gemma4_fixtures.py).
-pub const GEMMA4_FIXTURES: [&str; 6] =
-    ["gemma4-hf-bf16", "gemma4-bf16", "gemma4-q4", "gemma4-e2b-bf16", "gemma4-moe-hf-f32", "gemma4-moe-q4"];
+/// The gemma4 fixtures (host/tests/gemma4.rs; fixtures/make_gemma4_fixtures.py),
+/// the two assistant drafters last.
+pub const GEMMA4_FIXTURES: [&str; 8] = [
+    "gemma4-hf-bf16",
+    "gemma4-bf16",
+    "gemma4-q4",
+    "gemma4-e2b-bf16",
+    "gemma4-moe-hf-f32",
+    "gemma4-moe-q4",
+    "gemma4-assistant-bf16",
+    "gemma4-assistant-ordered-bf16",
+];
 
 /// The qwen3_5 fixtures (fixtures/make_qwen3_5_fixtures.py), tested in tests/qwen3_5.rs.
 pub const QWEN3_5_FIXTURES: [&str; 7] = [

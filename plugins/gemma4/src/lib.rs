@@ -12,14 +12,18 @@
 //! `num_kv_shared_layers` layers own no K/V (and no cache slot) and attend
 //! over the K/V of the last earlier layer of the same type. The 26B-A4B
 //! style MoE block (`enable_moe_block`) runs routed experts beside the dense
-//! MLP in every layer and sums the two branches.
+//! MLP in every layer and sums the two branches. `gemma4_assistant`
+//! checkpoints are drafters for speculative decoding ([`assistant`]).
 
+use abi_stable::std_types::ROption;
 use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
 use mlx::nn::{gelu_approx, Embedding, GluActivation, Linear, RmsNorm, Rope, RopeScaling, SwitchGlu, Weights};
 use mlx::{arange, Array, Dtype, Error, Result};
-use plugin_api::family::{Caches, FamilySpec, Input, ModelForward, Output};
+use plugin_api::family::{Caches, DraftForward, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::{eos_ids, field, field_or, lm_output};
-use plugin_api::{AttnOptions, CacheKind, ModelPlan, QuantClass, QuantSpec};
+use plugin_api::{AttnMask, AttnOptions, CacheKind, ModelPlan, QuantClass, QuantSpec};
+
+pub mod assistant;
 use serde_json::{json, Value};
 
 /// Rope settings of one attention type (`rope_parameters` entry).
@@ -259,10 +263,13 @@ impl FamilySpec for Gemma4Family {
     }
 
     fn model_types(&self) -> &'static [&'static str] {
-        &["gemma4", "gemma4_text"]
+        &["gemma4", "gemma4_text", assistant::MODEL_TYPE]
     }
 
     fn plan(&self, config: &Value) -> Result<ModelPlan> {
+        if config.get("model_type").and_then(Value::as_str) == Some(assistant::MODEL_TYPE) {
+            return assistant::plan(config);
+        }
         let cfg = Config::parse(config)?;
         cfg.kv_sources()?;
         let mut stored = config.clone();
@@ -303,6 +310,9 @@ impl FamilySpec for Gemma4Family {
     }
 
     fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        if plan.model_type.as_str() == assistant::MODEL_TYPE {
+            return assistant::rewrite(plan, name, t);
+        }
         let cfg = Config::from_plan(plan)?;
         let bare = name.strip_prefix("model.").unwrap_or(name);
         if MEDIA_PREFIXES.iter().any(|p| bare.starts_with(p)) || DROPPED.iter().any(|d| name.contains(d)) {
@@ -352,7 +362,23 @@ impl FamilySpec for Gemma4Family {
     }
 
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+        if plan.model_type.as_str() == assistant::MODEL_TYPE {
+            return Err(Error::msg("gemma4_assistant is a draft model: pass it with --draft-model"));
+        }
         Ok(Box::new(Gemma4Text::load(&Config::from_plan(plan)?, w)?))
+    }
+
+    fn build_drafter(
+        &self,
+        plan: &ModelPlan,
+        w: &dyn Weights,
+        target_plan: &ModelPlan,
+        target_w: &dyn Weights,
+    ) -> Result<Option<Box<dyn DraftForward>>> {
+        if plan.model_type.as_str() != assistant::MODEL_TYPE {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(assistant::Gemma4Assistant::load(plan, w, target_plan, target_w)?)))
     }
 }
 
@@ -558,6 +584,29 @@ impl Gemma4Attention {
     }
 }
 
+impl Gemma4Attention {
+    /// Attends over K/V another model cached (an assistant reading the
+    /// target's caches read-only): queries roped at `offset`, `mask` as the
+    /// cache call takes it.
+    fn forward_cached(
+        &self,
+        x: &Array,
+        target: &Caches<'_>,
+        slot: usize,
+        offset: i32,
+        mask: AttnMask,
+    ) -> Result<Array> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let q = self
+            .q_norm
+            .forward(&Self::heads(&self.q.forward(x)?, b, l, self.n_heads, self.head_dim)?)?
+            .transpose(&[0, 2, 1, 3])?;
+        let q = self.rope.forward(&q, RopeOffset::Int(offset))?;
+        let o = target.attend_cached(slot, q, AttnOptions { scale: 1.0, mask, sinks: ROption::RNone })?;
+        self.o.forward(&o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?)
+    }
+}
+
 /// Per-layer input gating of the E2B/E4B models.
 #[derive(Debug, Clone)]
 struct PerLayerGate {
@@ -584,6 +633,80 @@ pub struct Gemma4Layer {
     source: usize,
     /// Whether later layers read this one's K/V.
     shared_out: bool,
+}
+
+/// Loads decoder layer `i` from `{lp}.*`. A layer without K/V (`has_kv`
+/// false: KV-shared, or an assistant layer reading the target's K/V) has no
+/// k/v projections and no cache slot.
+fn load_layer(
+    cfg: &Config,
+    w: &dyn Weights,
+    lp: &str,
+    i: usize,
+    has_kv: bool,
+    source: usize,
+    shared_out: bool,
+) -> Result<Gemma4Layer> {
+    let eps = cfg.rms_norm_eps;
+    let pl = cfg.hidden_size_per_layer_input;
+    let full = cfg.full[i];
+    let head_dim = if full && cfg.global_head_dim > 0 { cfg.global_head_dim } else { cfg.head_dim };
+    let k_eq_v = cfg.attention_k_eq_v && full;
+    let n_kv_heads = match (k_eq_v, cfg.num_global_key_value_heads) {
+        (true, Some(h)) => h,
+        _ => cfg.num_key_value_heads,
+    };
+    let a = format!("{lp}.self_attn");
+    let rope = if full { &cfg.rope_full } else { &cfg.rope_sliding }.rope(head_dim, cfg.rope_traditional)?;
+    let attn = Gemma4Attention {
+        q: Linear::load(w, &format!("{a}.q_proj"))?,
+        k: has_kv.then(|| Linear::load(w, &format!("{a}.k_proj"))).transpose()?,
+        v: (has_kv && !k_eq_v).then(|| Linear::load(w, &format!("{a}.v_proj"))).transpose()?,
+        o: Linear::load(w, &format!("{a}.o_proj"))?,
+        q_norm: RmsNorm::load(w, &format!("{a}.q_norm"), eps)?,
+        k_norm: has_kv.then(|| RmsNorm::load(w, &format!("{a}.k_norm"), eps)).transpose()?,
+        eps,
+        n_heads: cfg.num_attention_heads,
+        n_kv_heads,
+        head_dim,
+        rope,
+        window: (!full).then_some(cfg.sliding_window),
+    };
+    let per_layer = (pl > 0)
+        .then(|| -> Result<PerLayerGate> {
+            Ok(PerLayerGate {
+                gate: Linear::load(w, &format!("{lp}.per_layer_input_gate"))?,
+                proj: Linear::load(w, &format!("{lp}.per_layer_projection"))?,
+                norm: RmsNorm::load(w, &format!("{lp}.post_per_layer_input_norm"), eps)?,
+            })
+        })
+        .transpose()?;
+    let moe = cfg
+        .enable_moe_block
+        .then(|| -> Result<MoeBlock> {
+            Ok(MoeBlock {
+                router: Router::load(w, &format!("{lp}.router"), cfg)?,
+                experts: SwitchGlu::load_with(w, &format!("{lp}.experts.switch_glu"), GluActivation::GeluApprox)?,
+                pre_norm: RmsNorm::load(w, &format!("{lp}.pre_feedforward_layernorm_2"), eps)?,
+                post_norm_dense: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm_1"), eps)?,
+                post_norm_experts: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm_2"), eps)?,
+            })
+        })
+        .transpose()?;
+    Ok(Gemma4Layer {
+        attn,
+        moe,
+        mlp: GegluMlp::load(w, &format!("{lp}.mlp"))?,
+        input_norm: RmsNorm::load(w, &format!("{lp}.input_layernorm"), eps)?,
+        post_attn_norm: RmsNorm::load(w, &format!("{lp}.post_attention_layernorm"), eps)?,
+        pre_ff_norm: RmsNorm::load(w, &format!("{lp}.pre_feedforward_layernorm"), eps)?,
+        post_ff_norm: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm"), eps)?,
+        per_layer,
+        scalar: w.get(&format!("{lp}.layer_scalar")),
+        slot: has_kv.then_some(i),
+        source,
+        shared_out,
+    })
 }
 
 /// Per-layer input embeddings (E2B/E4B).
@@ -621,71 +744,8 @@ impl Gemma4Text {
         let pl = cfg.hidden_size_per_layer_input;
         let layers = (0..n)
             .map(|i| {
-                let lp = format!("{p}.layers.{i}");
-                let full = cfg.full[i];
-                let head_dim = if full && cfg.global_head_dim > 0 { cfg.global_head_dim } else { cfg.head_dim };
-                let k_eq_v = cfg.attention_k_eq_v && full;
-                let n_kv_heads = match (k_eq_v, cfg.num_global_key_value_heads) {
-                    (true, Some(h)) => h,
-                    _ => cfg.num_key_value_heads,
-                };
                 let has_kv = i < m;
-                let a = format!("{lp}.self_attn");
-                let rope =
-                    if full { &cfg.rope_full } else { &cfg.rope_sliding }.rope(head_dim, cfg.rope_traditional)?;
-                let attn = Gemma4Attention {
-                    q: Linear::load(w, &format!("{a}.q_proj"))?,
-                    k: has_kv.then(|| Linear::load(w, &format!("{a}.k_proj"))).transpose()?,
-                    v: (has_kv && !k_eq_v).then(|| Linear::load(w, &format!("{a}.v_proj"))).transpose()?,
-                    o: Linear::load(w, &format!("{a}.o_proj"))?,
-                    q_norm: RmsNorm::load(w, &format!("{a}.q_norm"), eps)?,
-                    k_norm: has_kv.then(|| RmsNorm::load(w, &format!("{a}.k_norm"), eps)).transpose()?,
-                    eps,
-                    n_heads: cfg.num_attention_heads,
-                    n_kv_heads,
-                    head_dim,
-                    rope,
-                    window: (!full).then_some(cfg.sliding_window),
-                };
-                let per_layer = (pl > 0)
-                    .then(|| -> Result<PerLayerGate> {
-                        Ok(PerLayerGate {
-                            gate: Linear::load(w, &format!("{lp}.per_layer_input_gate"))?,
-                            proj: Linear::load(w, &format!("{lp}.per_layer_projection"))?,
-                            norm: RmsNorm::load(w, &format!("{lp}.post_per_layer_input_norm"), eps)?,
-                        })
-                    })
-                    .transpose()?;
-                let moe = cfg
-                    .enable_moe_block
-                    .then(|| -> Result<MoeBlock> {
-                        Ok(MoeBlock {
-                            router: Router::load(w, &format!("{lp}.router"), cfg)?,
-                            experts: SwitchGlu::load_with(
-                                w,
-                                &format!("{lp}.experts.switch_glu"),
-                                GluActivation::GeluApprox,
-                            )?,
-                            pre_norm: RmsNorm::load(w, &format!("{lp}.pre_feedforward_layernorm_2"), eps)?,
-                            post_norm_dense: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm_1"), eps)?,
-                            post_norm_experts: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm_2"), eps)?,
-                        })
-                    })
-                    .transpose()?;
-                Ok(Gemma4Layer {
-                    attn,
-                    moe,
-                    mlp: GegluMlp::load(w, &format!("{lp}.mlp"))?,
-                    input_norm: RmsNorm::load(w, &format!("{lp}.input_layernorm"), eps)?,
-                    post_attn_norm: RmsNorm::load(w, &format!("{lp}.post_attention_layernorm"), eps)?,
-                    pre_ff_norm: RmsNorm::load(w, &format!("{lp}.pre_feedforward_layernorm"), eps)?,
-                    post_ff_norm: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm"), eps)?,
-                    per_layer,
-                    scalar: w.get(&format!("{lp}.layer_scalar")),
-                    slot: has_kv.then_some(i),
-                    source: sources[i],
-                    shared_out: sources[m..].contains(&i),
-                })
+                load_layer(cfg, w, &format!("{p}.layers.{i}"), i, has_kv, sources[i], sources[m..].contains(&i))
             })
             .collect::<Result<Vec<_>>>()?;
         let per_layer = (pl > 0)
@@ -732,7 +792,13 @@ impl Gemma4Layer {
         per_layer_input: Option<&Array>,
     ) -> Result<(Array, Option<SharedKv>)> {
         let (a, kept) = self.attn.forward(&self.input_norm.forward(x)?, caches, self.slot, self.shared_out, shared)?;
-        let h = x.add(&self.post_attn_norm.forward(&a)?)?;
+        Ok((self.finish(x, &a, per_layer_input)?, kept))
+    }
+
+    /// The rest of the layer after its attention output `a`: residuals,
+    /// MLP (and MoE), per-layer input gate, layer scalar.
+    fn finish(&self, x: &Array, a: &Array, per_layer_input: Option<&Array>) -> Result<Array> {
+        let h = x.add(&self.post_attn_norm.forward(a)?)?;
         let mut f = self.mlp.forward(&self.pre_ff_norm.forward(&h)?)?;
         if let Some(moe) = &self.moe {
             // Dense MLP and routed experts side by side, each normed, summed;
@@ -747,7 +813,7 @@ impl Gemma4Layer {
         if let Some(s) = &self.scalar {
             h = h.mul(s)?;
         }
-        Ok((h, kept))
+        Ok(h)
     }
 }
 

@@ -516,3 +516,70 @@ fn mtp_bad_weights_are_clear_errors() {
     let e = Drafter::load(&fixture("qwen3_5-mtp-hf-bf16"), &registry(), None, &target).err().unwrap();
     assert!(format!("{e:#}").contains("cannot draft for another model"), "{e:#}");
 }
+
+/// An MoE MTP head stored per expert (`mtp.layers.0.mlp.experts.{i}.
+/// {gate,up,down}_proj.weight`, as some Hugging Face checkpoints do) loads
+/// stacked and drafts exactly as the fused layout does.
+#[test]
+fn mtp_per_expert_layout() {
+    let _g = mlx_lock();
+    let variant = "qwen3_5_moe-mtp-hf-f32";
+    let src = fixture(variant);
+    let (tensors, meta) = mlx::io::load_safetensors(&src.join("model.safetensors")).unwrap();
+    let meta: Vec<(&str, &str)> = meta.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let p = "mtp.layers.0.mlp.experts";
+    let mut out: Vec<(String, Array)> = Vec::new();
+    for (k, a) in &tensors {
+        if k == &format!("{p}.gate_up_proj") {
+            let half = a.dim(1) / 2;
+            for e in 0..a.dim(0) {
+                let x = a.slice_axis(0, e, e + 1).unwrap().squeeze(&[0]).unwrap();
+                out.push((format!("{p}.{e}.gate_proj.weight"), x.slice_axis(0, 0, half).unwrap()));
+                out.push((format!("{p}.{e}.up_proj.weight"), x.slice_axis(0, half, 2 * half).unwrap()));
+            }
+        } else if k == &format!("{p}.down_proj") {
+            for e in 0..a.dim(0) {
+                out.push((
+                    format!("{p}.{e}.down_proj.weight"),
+                    a.slice_axis(0, e, e + 1).unwrap().squeeze(&[0]).unwrap(),
+                ));
+            }
+        } else {
+            out.push((k.clone(), a.clone()));
+        }
+    }
+    assert!(out.iter().any(|(k, _)| k == "mtp.layers.0.mlp.experts.3.down_proj.weight"));
+    let dir = common::Scratch::new("qwen3_5-mtp-per-expert");
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap().path();
+        if f.file_name().unwrap() != "model.safetensors" {
+            std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    let refs: Vec<(&str, &Array)> = out.iter().map(|(k, a)| (k.as_str(), a)).collect();
+    mlx::io::save_safetensors(&dir.path().join("model.safetensors"), &refs, &meta).unwrap();
+
+    let exp = expected(variant);
+    let case = &exp["mtp"]["cases"][0];
+    let l = ids(&case["ids"]).len() as i32;
+    let hid = Array::from_slice(&floats_of(&case["target_hidden"]), &[1, l, 32]).unwrap();
+    let toks: Vec<i32> = ids(&case["steps"][0]["tokens"]).iter().map(|&t| t as i32).collect();
+    let mut logits = Vec::new();
+    for m in [load(variant), LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()).unwrap()] {
+        let mut d = mtp_drafter(&m);
+        let kinds: Vec<_> = d.cache_kinds().into_iter().collect();
+        let caches = famlx::cache::make_caches(&kinds, &CacheOptions::default()).unwrap();
+        let mut own: abi_stable::std_types::RVec<_> = caches.iter().map(|c| c.boxed()).collect();
+        let out = d
+            .step(
+                hid.clone().into(),
+                Array::from_slice(&toks, &[1, l]).unwrap().into(),
+                &mut abi_stable::std_types::RVec::new(),
+                &mut own,
+            )
+            .into_result()
+            .unwrap();
+        logits.push(out.logits.into_array());
+    }
+    assert_eq!(max_diff(&logits[0], &logits[1]), 0.0, "per-expert and fused MTP experts draft the same");
+}

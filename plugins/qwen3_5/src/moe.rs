@@ -2,7 +2,9 @@
 //! run through `gather_mm` / `gather_qmm`, plus a sigmoid-gated shared expert.
 
 use mlx::nn::{GatedMlp, Linear, Weights};
-use mlx::{Array, Dtype, Result};
+use mlx::quant::QuantSpec;
+use mlx::{Array, Dtype, Error, Result};
+use std::collections::HashMap;
 
 // The expert layers live in mlx::nn (shared with gemma4); re-exported so
 // this module's public items stay as they were.
@@ -24,7 +26,14 @@ impl SparseMoe {
     pub fn load(w: &dyn Weights, prefix: &str, top_k: i32, norm_topk: bool) -> Result<Self> {
         Ok(SparseMoe {
             router: Linear::load(w, &format!("{prefix}.gate"))?,
-            experts: SwitchGlu::load(w, &format!("{prefix}.switch_mlp"))?,
+            experts: {
+                let stacked = StackedExperts::new(w, prefix)?;
+                let w: &dyn Weights = match &stacked {
+                    Some(s) => s,
+                    None => w,
+                };
+                SwitchGlu::load(w, &format!("{prefix}.switch_mlp"))?
+            },
             shared: GatedMlp::load(w, &format!("{prefix}.shared_expert"))?,
             shared_gate: Linear::load(w, &format!("{prefix}.shared_expert_gate"))?,
             top_k,
@@ -47,5 +56,55 @@ impl SparseMoe {
         let y = y.mul(&scores.expand_dims(&[-1])?)?.sum(&[-2], false)?;
         let shared = self.shared.forward(x)?.mul(&self.shared_gate.forward(x)?.sigmoid()?)?;
         y.add(&shared)
+    }
+}
+
+/// Weights with per-expert tensors `{prefix}.experts.{i}.{proj}.{weight,
+/// scales,biases}` (how some Hugging Face MTP heads store their experts)
+/// stacked over `i = 0, 1, ...` and offered as `{prefix}.switch_mlp.{proj}.*`.
+struct StackedExperts<'a> {
+    inner: &'a dyn Weights,
+    extra: HashMap<String, Array>,
+    quant: HashMap<String, QuantSpec>,
+}
+
+impl<'a> StackedExperts<'a> {
+    /// `None` when `w` already has stacked experts or no per-expert ones.
+    fn new(w: &'a dyn Weights, prefix: &str) -> Result<Option<Self>> {
+        if w.get(&format!("{prefix}.switch_mlp.gate_proj.weight")).is_some()
+            || w.get(&format!("{prefix}.experts.0.gate_proj.weight")).is_none()
+        {
+            return Ok(None);
+        }
+        let mut extra = HashMap::new();
+        let mut quant = HashMap::new();
+        for proj in ["gate_proj", "up_proj", "down_proj"] {
+            let to = format!("{prefix}.switch_mlp.{proj}");
+            for part in ["weight", "scales", "biases"] {
+                let mut parts = Vec::new();
+                while let Some(a) = w.get(&format!("{prefix}.experts.{}.{proj}.{part}", parts.len())) {
+                    parts.push(a);
+                }
+                if part == "weight" && parts.is_empty() {
+                    return Err(Error(format!("missing weight {prefix}.experts.0.{proj}.weight")));
+                }
+                if !parts.is_empty() {
+                    extra.insert(format!("{to}.{part}"), mlx::stack(&parts.iter().collect::<Vec<_>>(), 0)?);
+                }
+            }
+            if let Some(q) = w.quant(&format!("{prefix}.experts.0.{proj}")) {
+                quant.insert(to, q);
+            }
+        }
+        Ok(Some(StackedExperts { inner: w, extra, quant }))
+    }
+}
+
+impl Weights for StackedExperts<'_> {
+    fn get(&self, name: &str) -> Option<Array> {
+        self.extra.get(name).cloned().or_else(|| self.inner.get(name))
+    }
+    fn quant(&self, prefix: &str) -> Option<QuantSpec> {
+        self.quant.get(prefix).cloned().or_else(|| self.inner.quant(prefix))
     }
 }

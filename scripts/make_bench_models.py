@@ -16,6 +16,8 @@ it the folder holds no tokenizer and only loaders that skip the tokenizer
     python scripts/make_bench_models.py OUT                       # llama3.2-1b and qwen3-0.6b, bf16 q8 q4
     python scripts/make_bench_models.py OUT --shape tiny --dtype bf16 q4
     python scripts/make_bench_models.py OUT --shape qwen3.5-0.8b qwen3.5-4b --dtype bf16 q4
+    python scripts/make_bench_models.py OUT --shape gemma4-e2b gemma4-26b-a4b --dtype bf16 q4
+    python scripts/make_bench_models.py OUT --shape gemma4-26b-a4b --layers 6   # 26B-A4B is ~52 GB in bf16
 
 Folders are named OUT/<shape>-<dtype>, e.g. OUT/llama3.2-1b-q4.
 """
@@ -148,6 +150,69 @@ SHAPES = {
         "eos_token_id": 248046,
     },
     # A small llama for CPU runs (untied lm_head, plain rope).
+    # Gemma-4-E2B as best known (mlx-lm's gemma4_text defaults are this
+    # model): 35 layers, 4 sliding (window 512) : 1 full, 8 heads / 1 KV
+    # head, head_dim 256 (global 512, proportional rope over a quarter),
+    # per-layer input embeddings of 256, the last 20 layers KV-shared with a
+    # double-wide MLP, soft-capping 30, tied embeddings, vocab 262144.
+    # Written as mlx-lm's flat gemma4_text layout.
+    "gemma4-e2b": {
+        "architectures": ["Gemma4ForCausalLM"],
+        "model_type": "gemma4_text",
+        "hidden_size": 1536,
+        "num_hidden_layers": 35,
+        "intermediate_size": 6144,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "sliding_window": 512,
+        "sliding_window_pattern": 5,
+        "num_kv_shared_layers": 20,
+        "hidden_size_per_layer_input": 256,
+        "vocab_size_per_layer_input": 262144,
+        "use_double_wide_mlp": True,
+        "final_logit_softcapping": 30.0,
+        "vocab_size": 262144,
+        "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 131072,
+        "bos_token_id": 2,
+        "eos_token_id": [1, 106],
+    },
+    # Gemma-4-26B-A4B as best known: 30 layers, 5 sliding (window 1024) : 1
+    # full, 16 heads / 8 KV heads of 256; full layers K=V with 2 KV heads of
+    # 512; every layer a GeGLU MLP of 2112 beside 128 routed experts (top 8)
+    # of 704; no per-layer inputs or KV sharing; tied embeddings, vocab 262144.
+    "gemma4-26b-a4b": {
+        "architectures": ["Gemma4ForCausalLM"],
+        "model_type": "gemma4_text",
+        "hidden_size": 2816,
+        "num_hidden_layers": 30,
+        "intermediate_size": 2112,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "num_global_key_value_heads": 2,
+        "attention_k_eq_v": True,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+        "num_kv_shared_layers": 0,
+        "hidden_size_per_layer_input": 0,
+        "use_double_wide_mlp": False,
+        "enable_moe_block": True,
+        "num_experts": 128,
+        "top_k_experts": 8,
+        "moe_intermediate_size": 704,
+        "final_logit_softcapping": 30.0,
+        "vocab_size": 262144,
+        "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 262144,
+        "bos_token_id": 2,
+        "eos_token_id": [1, 106],
+    },
     "tiny": {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -210,7 +275,14 @@ def make(shape: str, dtype: str, out_root: Path, seed: int, tokenizer: bool, lay
     if layers is not None:
         # Smoke runs: fewer layers (a multiple of the full-attention interval
         # keeps the hybrid pattern).
+        orig = config["num_hidden_layers"]
         config["num_hidden_layers"] = layers
+        if config.get("num_kv_shared_layers"):
+            # Gemma 4: keep the shared fraction, but leave one full pattern
+            # of layers that own K/V for the shared ones to read.
+            pattern = config.get("sliding_window_pattern", 5)
+            shared = config["num_kv_shared_layers"] * layers // orig
+            config["num_kv_shared_layers"] = max(0, min(shared, layers - pattern))
     mx.random.seed(seed)
     model_class, args_class = _get_classes(config)
     model = model_class(args_class.from_dict(config))

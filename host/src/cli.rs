@@ -275,6 +275,8 @@ fn registry(dirs: &[PathBuf], fresh: bool) -> Registry {
 }
 
 pub(crate) fn load(m: &ModelArgs, s: &SamplingArgs, watch: bool) -> Result<LoadedModel> {
+    let spec = SpecParams { depth: s.spec.depth, min_confidence: s.spec.min_confidence };
+    spec.validate()?;
     let path = default_model::resolve(m.model.as_deref())?;
     let reg = registry(&m.plugin_dirs, watch);
     let opts = s.cache_options()?;
@@ -290,8 +292,9 @@ pub(crate) fn load(m: &ModelArgs, s: &SamplingArgs, watch: bool) -> Result<Loade
         b.finish_and_clear();
     }
     let mut model = model.map_err(crate::memory::explain)?;
-    let spec = SpecParams { depth: s.spec.depth, min_confidence: s.spec.min_confidence };
-    spec.validate()?;
+    if !watch {
+        model.release_source();
+    }
     model.spec = spec;
     model.drafter = match &s.spec.draft_model {
         Some(dir) => Some(Drafter::load(dir, &reg, None, &model).map_err(crate::memory::explain)?),

@@ -67,12 +67,23 @@ pub(crate) fn ids_array(ids: &[u32]) -> Result<Array> {
     Array::from_slice(&v, &[1, v.len() as i32]).map_err(merr)
 }
 
+/// Refuses token ids outside the model's vocabulary: MLX's embedding
+/// gather does no bounds check and would read whatever memory follows.
+pub(crate) fn check_ids(m: &LoadedModel, ids: &[u32]) -> Result<()> {
+    let v = m.plan.vocab_size;
+    match ids.iter().find(|&&i| i >= v) {
+        Some(bad) => bail!("token id {bad} is outside the vocabulary of {v} tokens"),
+        None => Ok(()),
+    }
+}
+
 /// Feeds `prompt` through the model in chunks; returns the last position's
 /// logits `[1, V]`.
 pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array> {
     if prompt.is_empty() {
         bail!("the prompt is empty: nothing to generate from");
     }
+    check_ids(m, prompt)?;
     let step = step.max(1);
     let mut rest = prompt;
     while rest.len() > step {
@@ -113,6 +124,7 @@ pub(crate) fn prefill_chunks(
     let Some((_, head)) = prompt.split_last() else {
         bail!("the prompt is empty: nothing to generate from");
     };
+    check_ids(m, prompt)?;
     for chunk in head.chunks(step.max(1)) {
         let (_, h) = m.forward_io(&ids_array(chunk)?, LogitsWanted::None, want_hidden)?;
         m.eval_caches()?;

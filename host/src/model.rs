@@ -229,11 +229,35 @@ impl LoadedModel {
         })
     }
 
+    /// Forgets the checkpoint's tensors as read from disk, which only a hot
+    /// reload needs: tensors the family fused or transformed at load would
+    /// otherwise stay in memory twice. A later [`LoadedModel::swap_family`]
+    /// then fails with a message saying to start with `--watch`.
+    pub fn release_source(&mut self) {
+        if self.source.tensors.is_empty() {
+            return;
+        }
+        let s = &self.source;
+        self.source = Rc::new(Source {
+            model_type: s.model_type.clone(),
+            config_text: s.config_text.clone(),
+            config_path: s.config_path.clone(),
+            tensors: HashMap::new(),
+            quant: s.quant.clone(),
+        });
+    }
+
     /// Swaps in another build of the serving family (hot reload), rebuilding
     /// the model from the tensors already in memory. Caches survive when the
     /// new plan asks for the same cache layout; returns whether they did.
     /// On error the current family keeps serving.
     pub fn swap_family(&mut self, fam: Arc<FamilyEntry>) -> Result<bool> {
+        if self.source.tensors.is_empty() {
+            return Err(anyhow!(
+                "{}: the checkpoint's tensors were not kept in memory; start with --watch to hot-reload plugins",
+                self.source.config_path
+            ));
+        }
         let (plan, weights, model) = assemble(&fam, &self.source)?;
         let same = plan.caches == self.plan.caches;
         self.family = fam;

@@ -163,3 +163,26 @@ fn bad_flag_values() {
     expect_error(&["generate", "--model", &m, "--prompt-ids", "1,x"], &["--prompt-ids", "x"]);
     expect_error(&["generate", "--model", &m, "--prompt-ids", "1,99999"], &["99999", "vocabulary"]);
 }
+
+/// Through the library too (not only the CLI), ids outside the vocabulary
+/// are refused before they reach MLX's unchecked embedding gather; a model
+/// whose source tensors were released refuses a hot reload with the flag
+/// that keeps them; speculative flags out of range name the flag.
+#[test]
+fn library_refuses_bad_ids_and_reload_without_source() {
+    let _g = common::mlx_lock();
+    let reg = famlx::plugins::Registry::discover(&famlx::plugins::search_dirs(&[]));
+    let opts = famlx::cache::CacheOptions::default();
+    let mut m = famlx::model::LoadedModel::load(&fixture("llama-bf16"), &reg, None, opts).unwrap();
+    let p = famlx::generate::GenParams { max_tokens: 2, ..Default::default() };
+    let e = famlx::generate::generate(&mut m, &[1, 2, 512], &p, |_| true).unwrap_err();
+    assert!(format!("{e:#}").contains("token id 512 is outside the vocabulary of 512"), "{e:#}");
+    m.release_source();
+    assert_eq!(famlx::generate::generate(&mut m, &[1, 2, 3], &p, |_| true).unwrap().tokens.len(), 2);
+    let fam = m.family.clone();
+    let e = m.swap_family(fam).unwrap_err();
+    assert!(format!("{e:#}").contains("--watch"), "{e:#}");
+    let mut a = gen_ids(&fixture("llama-bf16"));
+    a.extend(["--mtp-depth".to_string(), "0".to_string()]);
+    expect_error(&args(&a), &["--mtp-depth"]);
+}

@@ -227,7 +227,18 @@ impl CacheImpl for RotatingKvCache {
 
     fn attend_cached(&self, q: Array, args: &AttnArgs) -> Result<Array> {
         let kv = self.held()?.ok_or_else(|| Error::msg("attend_cached: the cache is empty"))?;
-        attend(&q, &kv.k, &kv.v, args, MaskChoice::None)
+        // A query at the next position (a drafter reading this cache) sees
+        // the window it would see as a new token, minus itself: once the
+        // ring is full that excludes the oldest unpinned slot (the one the
+        // next token would overwrite).
+        let auto = if q.dim(2) == 1 && self.len == self.max_size {
+            let oldest = if self.idx >= self.max_size { self.keep } else { self.idx };
+            let slots = mlx::arange(0.0, self.len as f64, 1.0, mlx::Dtype::I32)?;
+            MaskChoice::Array(slots.ne(&Array::i32(oldest))?.reshape(&[1, self.len])?)
+        } else {
+            MaskChoice::None
+        };
+        attend(&q, &kv.k, &kv.v, args, auto)
     }
 
     fn fetch(&self) -> Result<Option<(Array, Array)>> {

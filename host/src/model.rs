@@ -132,8 +132,11 @@ impl HostWeights {
             if found.is_empty() {
                 continue;
             }
-            let dt = found[0].dtype();
-            if found.len() != parts.len() || found.iter().any(|a| a.dtype() != dt || a.ndim() != found[0].ndim()) {
+            // Stacking needs one dtype and equal trailing dims.
+            let (dt, tail) = (found[0].dtype(), &found[0].shape()[1..]);
+            if found.len() != parts.len()
+                || found.iter().any(|a| a.dtype() != dt || a.ndim() == 0 || &a.shape()[1..] != tail)
+            {
                 return Ok(());
             }
             let cat = mlx::concatenate(&found, 0).map_err(|e| anyhow!("fusing {}.{suffix}: {}", f.into, e.0))?;
@@ -264,6 +267,16 @@ impl LoadedModel {
         self.plan = plan;
         self.weights = weights;
         self.model = model;
+        // The target's own draft head comes from the new build too.
+        if self.drafter.as_ref().is_some_and(|d| d.source == "mtp") {
+            self.drafter = match Drafter::from_target(self) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("famlx: warning: speculative decoding off after the reload: {e:#}");
+                    None
+                }
+            };
+        }
         if let Some(t) = self.tokenizer.as_mut() {
             apply_bos_convention(t, &self.plan);
         }

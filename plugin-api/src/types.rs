@@ -165,11 +165,12 @@ pub struct DraftOutput {
 
 /// Tensors the host concatenates into one when it loads a checkpoint, so a
 /// family runs one matmul where the checkpoint has several (q/k/v, or
-/// gate/up). For each of `weight`, `scales`, `biases` and `bias` present
-/// in every part, `{part}.{suffix}` are concatenated along axis 0 into
-/// `{into}.{suffix}` and the parts are dropped. The host skips a fusion
-/// whose parts are stored differently (dtype, quantization), leaving them
-/// as they are: a family must accept both forms.
+/// gate/up). For each of `weight`, `scales`, `biases` and `bias` the parts
+/// have, `{part}.{suffix}` are concatenated along axis 0 into
+/// `{into}.{suffix}` and the parts are dropped. The host skips the whole
+/// fusion, leaving the parts as they are, when they are stored differently
+/// (dtype, quantization, trailing dims, a tensor only some parts have): a
+/// family must accept both forms.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq)]
 pub struct Fusion {

@@ -22,10 +22,8 @@
 //! layers ask the cache for its causal window (`AttnMask::Causal`); mlx-vlm's
 //! reference mask lets the query at position p see the target's sliding K/V
 //! at (p - W, p), i.e. the newest W - 1 positions once the window is full.
-//! The host's rotating cache does not yet hide the oldest of its W slots in
-//! `attend_cached`, so past the window the drafts differ from mlx-vlm's (the
-//! verified output does not: drafts only change acceptance). Only the cache
-//! knows its ring order, so that mask belongs to the host.
+//! The host's rotating cache applies exactly that in `attend_cached` (only
+//! the cache knows its ring order, so the mask belongs to the host).
 
 use super::{load_layer, Config, Gemma4Layer};
 use mlx::nn::{Embedding, Linear, RmsNorm, Weights};

@@ -37,7 +37,13 @@ pub fn auto_path() -> ScanPath {
         Ok("ops") => Some(ScanPath::Ops),
         Ok("fast") => Some(ScanPath::Fast),
         Ok("kernel") => Some(ScanPath::Kernel),
-        _ => None,
+        Ok("") | Ok("auto") | Err(_) => None,
+        Ok(other) => {
+            eprintln!(
+                "famlx: warning: FAMLX_GDN_SCAN={other:?} is not one of ops, fast, kernel, auto; choosing by backend"
+            );
+            None
+        }
     });
     if let Some(p) = forced {
         return *p;

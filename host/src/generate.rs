@@ -214,18 +214,31 @@ fn generate_inner(
             c.lock().trim(1);
         }
     }
-    let t_first = t_first.unwrap_or(t_end);
-    let first = t_first.duration_since(t0).as_secs_f64();
-    let rest = t_end.duration_since(t_first).as_secs_f64();
-    Ok(GenStats {
-        prompt_tokens: prompt.len(),
-        prompt_tps: if first > 0.0 { prompt.len() as f64 / first } else { 0.0 },
-        generation_tps: if rest > 0.0 && tokens.len() > 1 { (tokens.len() - 1) as f64 / rest } else { 0.0 },
-        peak_memory_bytes: mlx::memory::peak(),
-        tokens,
-        finish,
-        draft: None,
-    })
+    Ok(GenStats::timed(prompt.len(), tokens, finish, [t0, t_first.unwrap_or(t_end), t_end], None))
+}
+
+impl GenStats {
+    /// Stats from the generated tokens and the start, first-token and end
+    /// instants (mlx_lm.benchmark's definitions; peak memory read now).
+    pub(crate) fn timed(
+        prompt_tokens: usize,
+        tokens: Vec<u32>,
+        finish: Finish,
+        [t0, t_first, t_end]: [Instant; 3],
+        draft: Option<crate::speculative::DraftStats>,
+    ) -> GenStats {
+        let first = t_first.duration_since(t0).as_secs_f64();
+        let rest = t_end.duration_since(t_first).as_secs_f64();
+        GenStats {
+            prompt_tokens,
+            prompt_tps: if first > 0.0 { prompt_tokens as f64 / first } else { 0.0 },
+            generation_tps: if rest > 0.0 && tokens.len() > 1 { (tokens.len() - 1) as f64 / rest } else { 0.0 },
+            peak_memory_bytes: mlx::memory::peak(),
+            tokens,
+            finish,
+            draft,
+        }
+    }
 }
 
 /// The dtype used for token id inputs.

@@ -346,18 +346,7 @@ pub fn generate_speculative(
         let (snap, fed, kept) = last_round.as_ref().ok_or_else(|| anyhow!("internal: no verify round to rewind"))?;
         rewind(m, snap.as_ref(), *kept, kept - extra, fed)?;
     }
-    let t_first = t_first.unwrap_or(t_end);
-    let first = t_first.duration_since(t0).as_secs_f64();
-    let rest = t_end.duration_since(t_first).as_secs_f64();
-    Ok(GenStats {
-        prompt_tokens: prompt.len(),
-        prompt_tps: if first > 0.0 { prompt.len() as f64 / first } else { 0.0 },
-        generation_tps: if rest > 0.0 && tokens.len() > 1 { (tokens.len() - 1) as f64 / rest } else { 0.0 },
-        peak_memory_bytes: mlx::memory::peak(),
-        tokens,
-        finish,
-        draft: Some(stats),
-    })
+    Ok(GenStats::timed(prompt.len(), tokens, finish, [t0, t_first.unwrap_or(t_end), t_end], Some(stats)))
 }
 
 /// Whether the drafter is confident enough to draft another token.

@@ -479,7 +479,8 @@ fn mtp_bad_weights_are_clear_errors() {
     let src = fixture("qwen3_5-mtp-hf-bf16");
     let (tensors, meta) = mlx::io::load_safetensors(&src.join("model.safetensors")).unwrap();
     let meta: Vec<(&str, &str)> = meta.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let cases: [(&str, Box<dyn Fn(&str, &Array) -> Option<Array>>, &str); 2] = [
+    type Edit = Box<dyn Fn(&str, &Array) -> Option<Array>>;
+    let cases: [(&str, Edit, &str); 2] = [
         (
             "missing",
             Box::new(|k: &str, a: &Array| (k != "mtp.layers.0.self_attn.q_proj.weight").then(|| a.clone())),

@@ -81,16 +81,7 @@ impl FamilySpec for Qwen3Family {
 
     /// One matmul for q/k/v and one for gate/up per layer.
     fn fusions(&self, plan: &ModelPlan) -> Vec<plugin_api::Fusion> {
-        // One cache slot per layer.
-        (0..plan.caches.len())
-            .flat_map(|i| {
-                let p = format!("model.layers.{i}");
-                [
-                    plugin_api::layers::qkv_fusion(&format!("{p}.self_attn")),
-                    plugin_api::layers::gate_up_fusion(&format!("{p}.mlp")),
-                ]
-            })
-            .collect()
+        plugin_api::layers::decoder_fusions(plan)
     }
 
     /// A separate checkpoint of this family drafts as a small LM (`--draft-model`).

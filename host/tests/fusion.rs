@@ -45,3 +45,24 @@ fn qkv_and_gate_up_are_fused_once() {
         }
     }
 }
+
+/// gemma4 and qwen3_5 fuse gate/up in their dense MLPs, shared experts and
+/// MTP layers; no unfused gate_proj is left where a fusion applied (routed
+/// experts, `switch_mlp` / `switch_glu`, are stacked per expert instead).
+#[test]
+fn gate_up_fused_in_gemma4_and_qwen3_5() {
+    let _g = mlx_lock();
+    for (variant, suffix) in [
+        ("gemma4-bf16", "mlp.gate_up_proj.weight"),
+        ("gemma4-moe-q4", "mlp.gate_up_proj.weight"),
+        ("qwen3_5-q4", "mlp.gate_up_proj.weight"),
+        ("qwen3_5_moe-q4", "shared_expert.gate_up_proj.weight"),
+        ("qwen3_5-mtp-hf-bf16", "mtp.layers.0.mlp.gate_up_proj.weight"),
+    ] {
+        let m = load(variant);
+        let names: Vec<&String> = m.weights.tensors.keys().collect();
+        assert!(names.iter().any(|n| n.ends_with(suffix)), "{variant}: no *{suffix}");
+        let left: Vec<_> = names.iter().filter(|n| n.ends_with("gate_proj.weight") && !n.contains("switch_")).collect();
+        assert!(left.is_empty(), "{variant}: unfused {left:?}");
+    }
+}

@@ -29,25 +29,37 @@ pub trait Weights {
     }
 }
 
-/// `silu(gate) * up`, the SwiGLU activation, compiled once (shapeless) so it
-/// runs as one fused kernel instead of three (as mlx-lm does).
+/// Runs `f` compiled once per thread (shapeless, so one trace serves every
+/// shape), falling back to the plain ops if MLX cannot compile it.
+macro_rules! compiled {
+    ($f:expr, $args:expr) => {{
+        // Leaked on purpose: dropping a compiled function during process exit
+        // can run after MLX's own compile cache is gone.
+        thread_local! {
+            static FUSED: &'static Option<crate::compile::Compiled> =
+                Box::leak(Box::new(crate::compile::Compiled::new($f, true).ok()));
+        }
+        let args: &[&Array] = $args;
+        match FUSED.with(|f| f.as_ref().map(|c| c.call(args))) {
+            Some(Ok(mut v)) if v.len() == 1 => Ok(v.remove(0)),
+            _ => {
+                let owned: Vec<Array> = args.iter().map(|a| (*a).clone()).collect();
+                ($f)(&owned).map(|mut v| v.remove(0))
+            }
+        }
+    }};
+}
+
+/// `silu(gate) * up`, the SwiGLU activation, compiled so it runs as one
+/// fused kernel instead of three.
 pub fn swiglu(gate: &Array, up: &Array) -> Result<Array> {
-    // Leaked on purpose: dropping a compiled function during process exit can
-    // run after MLX's own compile cache is gone.
-    thread_local! {
-        static FUSED: &'static Option<crate::compile::Compiled> = Box::leak(Box::new(
-            crate::compile::Compiled::new(
-                |a: &[Array]| Ok(vec![a[0].mul(&a[0].sigmoid()?)?.mul(&a[1])?]),
-                true,
-            )
-            .ok(),
-        ));
-    }
-    let fused = FUSED.with(|f| f.as_ref().map(|c| c.call(&[gate, up])));
-    match fused {
-        Some(Ok(mut v)) if v.len() == 1 => Ok(v.remove(0)),
-        _ => gate.mul(&gate.sigmoid()?)?.mul(up),
-    }
+    compiled!(|a: &[Array]| Ok(vec![a[0].mul(&a[0].sigmoid()?)?.mul(&a[1])?]), &[gate, up])
+}
+
+/// `gelu_approx(gate) * up`, Gemma's GeGLU, compiled into one kernel
+/// (the plain ops are nine).
+pub fn geglu(gate: &Array, up: &Array) -> Result<Array> {
+    compiled!(|a: &[Array]| Ok(vec![gelu_approx_ops(&a[0])?.mul(&a[1])?]), &[gate, up])
 }
 
 /// `x * sigmoid(x)`.
@@ -55,8 +67,13 @@ pub fn silu(x: &Array) -> Result<Array> {
     x.mul(&x.sigmoid()?)
 }
 
-/// The tanh approximation of GELU (`gelu_pytorch_tanh`).
+/// The tanh approximation of GELU (`gelu_pytorch_tanh`), compiled into one
+/// kernel as MLX's own `nn.gelu_approx` is.
 pub fn gelu_approx(x: &Array) -> Result<Array> {
+    compiled!(|a: &[Array]| Ok(vec![gelu_approx_ops(&a[0])?]), &[x])
+}
+
+fn gelu_approx_ops(x: &Array) -> Result<Array> {
     // 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))
     let c = (2.0f64 / std::f64::consts::PI).sqrt();
     let inner = x.add(&x.pow_s(3.0)?.mul_s(0.044715)?)?.mul_s(c)?;
@@ -92,13 +109,12 @@ pub enum GateUp {
     },
 }
 
-impl GatedMlp {
+impl GateUp {
     /// Loads `{prefix}.gate_up_proj` (fused by the host at load) or
-    /// `{prefix}.gate_proj` + `up_proj`, and `down_proj`.
+    /// `{prefix}.gate_proj` + `up_proj`.
     pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
-        let down = Linear::load(w, &format!("{prefix}.down_proj"))?;
         let fused = format!("{prefix}.gate_up_proj");
-        let proj = if w.get(&format!("{fused}.weight")).is_some() {
+        Ok(if w.get(&format!("{fused}.weight")).is_some() {
             let gate_up = Linear::load(w, &fused)?;
             let gate_out = gate_up.out_features() / 2;
             GateUp::Fused { gate_up, gate_out }
@@ -107,19 +123,31 @@ impl GatedMlp {
                 gate: Linear::load(w, &format!("{prefix}.gate_proj"))?,
                 up: Linear::load(w, &format!("{prefix}.up_proj"))?,
             }
-        };
-        Ok(GatedMlp { proj, down })
+        })
+    }
+
+    /// (gate(x), up(x)).
+    pub fn forward(&self, x: &Array) -> Result<(Array, Array)> {
+        match self {
+            GateUp::Fused { gate_up, gate_out } => {
+                let mut parts = gate_up.forward(x)?.split_at(&[*gate_out], -1)?;
+                let up = parts.pop().expect("2 parts");
+                Ok((parts.pop().expect("2 parts"), up))
+            }
+            GateUp::Split { gate, up } => Ok((gate.forward(x)?, up.forward(x)?)),
+        }
+    }
+}
+
+impl GatedMlp {
+    /// Loads the gate/up projections (see [`GateUp::load`]) and `down_proj`.
+    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
+        Ok(GatedMlp { proj: GateUp::load(w, prefix)?, down: Linear::load(w, &format!("{prefix}.down_proj"))? })
     }
 
     /// SwiGLU forward.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let h = match &self.proj {
-            GateUp::Fused { gate_up, gate_out } => {
-                let parts = gate_up.forward(x)?.split_at(&[*gate_out], -1)?;
-                swiglu(&parts[0], &parts[1])?
-            }
-            GateUp::Split { gate, up } => swiglu(&gate.forward(x)?, &up.forward(x)?)?,
-        };
-        self.down.forward(&h)
+        let (gate, up) = self.proj.forward(x)?;
+        self.down.forward(&swiglu(&gate, &up)?)
     }
 }

@@ -3,7 +3,7 @@
 //! through `gather_mm` / `gather_qmm`, and the gated expert MLP built from
 //! three of them. Families add their own router and combination rule.
 
-use super::{gelu_approx, swiglu, Weights};
+use super::{geglu, swiglu, Weights};
 use crate::quant::{gather_mm, gather_qmm, QuantSpec, Quantized};
 use crate::{Array, Dtype, Error, Result};
 
@@ -70,7 +70,7 @@ impl GluActivation {
     fn apply(self, gate: &Array, up: &Array) -> Result<Array> {
         match self {
             GluActivation::Silu => swiglu(gate, up),
-            GluActivation::GeluApprox => gelu_approx(gate)?.mul(up),
+            GluActivation::GeluApprox => geglu(gate, up),
         }
     }
 }

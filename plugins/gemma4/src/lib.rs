@@ -17,7 +17,7 @@
 
 use abi_stable::std_types::ROption;
 use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
-use mlx::nn::{gelu_approx, Embedding, GluActivation, Linear, RmsNorm, Rope, RopeScaling, SwitchGlu, Weights};
+use mlx::nn::{geglu, Embedding, GateUp, GluActivation, Linear, RmsNorm, Rope, RopeScaling, SwitchGlu, Weights};
 use mlx::{arange, Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, DraftForward, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::{eos_ids, field, field_or, lm_output};
@@ -361,6 +361,13 @@ impl FamilySpec for Gemma4Family {
         }
     }
 
+    /// One matmul for gate/up in every layer's dense MLP.
+    fn fusions(&self, plan: &ModelPlan) -> Vec<plugin_api::Fusion> {
+        let Ok(cfg) = Config::from_plan(plan) else { return Vec::new() };
+        let p = format!("{}model", cfg.prefix());
+        (0..cfg.num_hidden_layers).map(|i| plugin_api::layers::gate_up_fusion(&format!("{p}.layers.{i}.mlp"))).collect()
+    }
+
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         if plan.model_type.as_str() == assistant::MODEL_TYPE {
             return Err(Error::msg("gemma4_assistant is a draft model: pass it with --draft-model"));
@@ -393,26 +400,22 @@ impl Config {
 /// The GeGLU MLP: `down(gelu_tanh(gate(x)) * up(x))`.
 #[derive(Debug, Clone)]
 pub struct GegluMlp {
-    /// gate projection
-    pub gate: Linear,
-    /// up projection
-    pub up: Linear,
+    /// gate and up projections (fused at load when the host could)
+    pub proj: GateUp,
     /// down projection
     pub down: Linear,
 }
 
 impl GegluMlp {
-    /// Loads `{prefix}.{gate,up,down}_proj`.
+    /// Loads `{prefix}.gate_up_proj` (fused by the host) or
+    /// `{prefix}.{gate,up}_proj`, and `down_proj`.
     pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
-        Ok(GegluMlp {
-            gate: Linear::load(w, &format!("{prefix}.gate_proj"))?,
-            up: Linear::load(w, &format!("{prefix}.up_proj"))?,
-            down: Linear::load(w, &format!("{prefix}.down_proj"))?,
-        })
+        Ok(GegluMlp { proj: GateUp::load(w, prefix)?, down: Linear::load(w, &format!("{prefix}.down_proj"))? })
     }
     /// Forward.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        self.down.forward(&gelu_approx(&self.gate.forward(x)?)?.mul(&self.up.forward(x)?)?)
+        let (gate, up) = self.proj.forward(x)?;
+        self.down.forward(&geglu(&gate, &up)?)
     }
 }
 
@@ -807,7 +810,7 @@ impl Gemma4Layer {
         }
         let mut h = h.add(&self.post_ff_norm.forward(&f)?)?;
         if let (Some(g), Some(pli)) = (&self.per_layer, per_layer_input) {
-            let gate = gelu_approx(&g.gate.forward(&h)?)?.mul(pli)?;
+            let gate = geglu(&g.gate.forward(&h)?, pli)?;
             h = h.add(&g.norm.forward(&g.proj.forward(&gate)?)?)?;
         }
         if let Some(s) = &self.scalar {

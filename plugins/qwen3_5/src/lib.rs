@@ -480,6 +480,19 @@ impl FamilySpec for Qwen3_5Family {
         }
     }
 
+    /// One matmul for gate/up in the dense MLPs, the shared experts and the
+    /// MTP layers (the host skips the names a checkpoint lacks).
+    fn fusions(&self, plan: &ModelPlan) -> Vec<plugin_api::Fusion> {
+        let Ok(cfg) = plan_config(plan) else { return Vec::new() };
+        let layers = (0..cfg.num_hidden_layers).map(|i| format!("{PREFIX}layers.{i}"));
+        let mtp = (0..cfg.mtp_layers).map(|i| format!("{}layers.{i}", mtp::MTP_PREFIX));
+        layers
+            .chain(mtp)
+            .flat_map(|l| [format!("{l}.mlp"), format!("{l}.mlp.shared_expert")])
+            .map(|m| plugin_api::layers::gate_up_fusion(&m))
+            .collect()
+    }
+
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         Ok(Box::new(Qwen3_5::load(&plan_config(plan)?, w)?))
     }

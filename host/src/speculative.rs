@@ -287,7 +287,7 @@ pub fn generate_speculative(
                 qs.push(probs(&lg, &p.sampler).map_err(merr)?);
             }
             drafts.push(t.clone());
-            if i + 1 == depth || !confident(&lg, sp.min_confidence)? {
+            if i + 1 == depth || !confident(&lg, &p.sampler, sp.min_confidence)? {
                 break;
             }
             (lg, dh) = d.step(m, &dh, &t)?;
@@ -349,13 +349,19 @@ pub fn generate_speculative(
     Ok(GenStats::timed(prompt.len(), tokens, finish, [t0, t_first.unwrap_or(t_end), t_end], Some(stats)))
 }
 
-/// Whether the drafter is confident enough to draft another token.
-fn confident(logits: &Array, min: f32) -> Result<bool> {
+/// Whether the drafter is confident enough to draft another token: the top
+/// probability of the distribution it drafts from (the sampler's, or the
+/// plain softmax when greedy).
+fn confident(logits: &Array, sampler: &crate::sample::SamplerParams, min: f32) -> Result<bool> {
     if min <= 0.0 {
         return Ok(true);
     }
-    let top = logits.astype(Dtype::F32).map_err(merr)?.softmax(&[-1], true).map_err(merr)?;
-    Ok(top.max_all().map_err(merr)?.item_f32().map_err(merr)? >= min)
+    let p = if sampler.temperature > 0.0 {
+        probs(logits, sampler).map_err(merr)?
+    } else {
+        logits.astype(Dtype::F32).map_err(merr)?.softmax(&[-1], true).map_err(merr)?
+    };
+    Ok(p.max_all().map_err(merr)?.item_f32().map_err(merr)? >= min)
 }
 
 /// `[1, n + 1]` ids: `ids` then the (device) token `y`.

@@ -161,3 +161,19 @@ fn drafter_errors() {
         assert!(e.to_string().contains("--mtp-depth"), "{e}");
     }
 }
+
+/// The confidence gate cuts drafts short (fewer tokens proposed per verify
+/// step) without changing the output.
+#[test]
+fn confidence_gate_shortens_drafts() {
+    let _g = mlx_lock();
+    let p = params(16);
+    let want = run(&mut load("llama-tied-f32", CacheOptions::default()), &PROMPT, &p);
+    let mut m = with_drafter(load("llama-tied-f32", CacheOptions::default()), "llama-bf16", 4);
+    let open = run(&mut m, &PROMPT, &p).draft.unwrap();
+    m.spec.min_confidence = 0.999;
+    let got = run(&mut m, &PROMPT, &p);
+    assert_eq!(got.tokens, want.tokens);
+    let gated = got.draft.unwrap();
+    assert!(gated.proposed * open.rounds < open.proposed * gated.rounds, "gated {gated:?} vs open {open:?}");
+}

@@ -142,14 +142,18 @@ impl Drafter {
         Ok(())
     }
 
-    fn trim_to(&mut self, offset: i64) {
+    /// Trims the drafter's caches to `offset` tokens; false when some cache
+    /// could not rewind exactly (the caller starts them over).
+    fn trim_to(&mut self, offset: i64) -> bool {
+        let mut exact = true;
         for c in &self.caches {
             let mut c = c.lock();
             let n = c.offset() - offset;
-            if n > 0 {
-                c.trim(n);
+            if n > 0 && c.trim(n) != n {
+                exact = false;
             }
         }
+        exact
     }
 
     fn eval_caches(&self) -> Result<()> {
@@ -220,9 +224,11 @@ pub fn generate_speculative(
     mlx::memory::reset_peak();
     let t0 = Instant::now();
     let greedy = p.sampler.temperature <= 0.0;
-    // The drafter's caches must not run ahead of the target's (a new
-    // conversation, or a turn that rewound): start them over.
-    if d.offset() > m.cache_offset() {
+    // The drafter's caches must not run ahead of the target's (a turn that
+    // rewound to a shorter common prefix): trim them back, or start them
+    // over when they cannot rewind.
+    let target_at = m.cache_offset();
+    if d.offset() > target_at && !d.trim_to(target_at) {
         d.reset()?;
     }
 
@@ -316,7 +322,9 @@ pub fn generate_speculative(
         stats.rounds += 1;
         // Keep [y, d1..da]; the bonus token is next round's y.
         rewind(m, snap.as_ref(), k + 1, accepted + 1, &fed)?;
-        d.trim_to(own_keep);
+        if !d.trim_to(own_keep) {
+            d.reset()?;
+        }
         hid = vh.slice_axis(1, 0, accepted as i32 + 1).map_err(merr)?;
         let next: Vec<u32> = dv[..accepted].iter().map(|&t| t as u32).chain([bonus as u32]).collect();
         pend_tokens = ids_array(&next)?;

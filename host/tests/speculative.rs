@@ -190,7 +190,7 @@ fn rejection_sampling_keeps_the_target_distribution() {
     let mut p = params(2);
     p.sampler = SamplerParams { temperature: 0.7, top_k: 3, ..Default::default() };
     let n = 300;
-    let mut draw = |m: &mut LoadedModel, seed0: u64| -> HashMap<(u32, u32), f64> {
+    let draw = |m: &mut LoadedModel, seed0: u64| -> HashMap<(u32, u32), f64> {
         let mut h = HashMap::new();
         for i in 0..n {
             mlx::random::seed(seed0 + i).unwrap();

@@ -345,6 +345,7 @@ pub(crate) fn params(s: &SamplingArgs, model: &LoadedModel) -> Result<GenParams>
         sampler: SamplerParams { temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, min_p: s.min_p },
         prefill_step: s.prefill_step_size,
         stop_ids: stop,
+        checkpoint_prompt: false,
     })
 }
 

@@ -1,6 +1,7 @@
 //! The generation loop: chunked prefill, then a pipelined decode in which the
 //! next step's graph is queued (async_eval) before the current token is read.
 
+use crate::cache::Checkpoint;
 use crate::model::LoadedModel;
 use crate::sample::{sample, SamplerParams};
 use anyhow::{anyhow, bail, Result};
@@ -19,12 +20,27 @@ pub struct GenParams {
     pub prefill_step: usize,
     /// Token ids that end generation (not emitted... but reported).
     pub stop_ids: Vec<u32>,
+    /// Keep a [`Checkpoint`] of the caches right after the prompt is
+    /// prefilled (in [`LoadedModel::prompt_checkpoint`]), for a conversation
+    /// whose next turn cannot rewind by trimming.
+    pub checkpoint_prompt: bool,
 }
 
 impl Default for GenParams {
     fn default() -> Self {
-        GenParams { max_tokens: 256, sampler: SamplerParams::default(), prefill_step: 2048, stop_ids: Vec::new() }
+        GenParams {
+            max_tokens: 256,
+            sampler: SamplerParams::default(),
+            prefill_step: 2048,
+            stop_ids: Vec::new(),
+            checkpoint_prompt: false,
+        }
     }
+}
+
+/// After a prompt's prefill: keeps the checkpoint `p` asks for.
+pub(crate) fn checkpoint_prompt(m: &mut LoadedModel, p: &GenParams) {
+    m.prompt_checkpoint = if p.checkpoint_prompt { Checkpoint::take_for_any(&m.caches) } else { None };
 }
 
 /// Why generation ended.
@@ -167,6 +183,7 @@ fn generate_inner(
     mlx::memory::reset_peak();
     let t0 = Instant::now();
     let logits = prefill_last_alone(m, prompt, p.prefill_step)?;
+    checkpoint_prompt(m, p);
     let mut y = sample(&logits, &p.sampler).map_err(merr)?;
     mlx::async_eval(&[&y]).map_err(merr)?;
     let mut tokens = Vec::new();

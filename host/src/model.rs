@@ -181,6 +181,9 @@ pub struct LoadedModel {
     pub drafter: Option<Drafter>,
     /// Speculative decoding settings.
     pub spec: SpecParams,
+    /// The caches as they were after the last prompt's prefill, when
+    /// [`crate::generate::GenParams::checkpoint_prompt`] asked for it.
+    pub prompt_checkpoint: Option<crate::cache::Checkpoint>,
 }
 
 /// The model's BOS convention (`plan.add_bos`, from its family) where the
@@ -229,6 +232,7 @@ impl LoadedModel {
             cache_opts,
             drafter: None,
             spec: SpecParams::default(),
+            prompt_checkpoint: None,
         })
     }
 
@@ -295,6 +299,7 @@ impl LoadedModel {
 
     /// Replaces the caches with empty ones.
     pub fn reset_caches(&mut self) -> Result<()> {
+        self.prompt_checkpoint = None;
         self.caches = make_caches(&self.plan.caches, &self.cache_opts)?;
         self.cache_boxes = self.caches.iter().map(SharedCache::boxed).collect();
         Ok(())

@@ -13,7 +13,7 @@
 //! state, a window that has slid) are restored from a snapshot taken before
 //! the verify forward and the accepted tokens are fed again.
 
-use crate::cache::{make_caches, CacheImpl, CacheOptions, SharedCache};
+use crate::cache::{make_caches, CacheOptions, Checkpoint, SharedCache};
 use crate::generate::{ids_array, prefill_chunks, Finish, GenParams, GenStats};
 use crate::model::{plan_and_rewrite, HostWeights, LoadedModel, Source};
 use crate::plugins::Registry;
@@ -193,46 +193,15 @@ pub struct DraftStats {
     pub rounds: usize,
 }
 
-/// Copies of the caches that cannot rewind by trimming, taken before a
-/// verify forward. Caches that can are left out: a copy would keep their
-/// buffers referenced, so the forward's in-place writes would copy them.
-struct RoundSnapshot {
-    saved: Vec<Option<Box<dyn CacheImpl>>>,
-}
-
-impl RoundSnapshot {
-    /// `None` when every cache can trim `n` of the `added` tokens to come.
-    fn take(m: &LoadedModel, added: i64, n: i64) -> Option<RoundSnapshot> {
-        let saved: Vec<_> = m
-            .caches
-            .iter()
-            .map(|c| {
-                let c = c.lock();
-                (!c.can_trim_after(added, n)).then(|| c.snapshot())
-            })
-            .collect();
-        saved.iter().any(Option::is_some).then_some(RoundSnapshot { saved })
-    }
-}
-
 /// Rewinds the target's caches so they hold `keep` of the `fed` tokens
-/// the last forward appended: trims when every cache can; else puts the
-/// snapshotted caches back, trims the others to before the forward, and
-/// feeds `tokens[..keep]` again. The snapshot stays usable.
-fn rewind(m: &mut LoadedModel, snap: Option<&RoundSnapshot>, fed: usize, keep: usize, tokens: &Array) -> Result<()> {
+/// the last forward appended: trims when every cache can, else goes back to
+/// `cp` (taken before that forward) and feeds `tokens[..keep]` again.
+fn rewind(m: &mut LoadedModel, cp: Option<&Checkpoint>, fed: usize, keep: usize, tokens: &Array) -> Result<()> {
     if keep == fed || m.trim(fed - keep) {
         return Ok(());
     }
-    let snap = snap.ok_or_else(|| anyhow!("internal: a cache cannot rewind and no snapshot was taken"))?;
-    for (c, s) in m.caches.iter().zip(&snap.saved) {
-        let mut c = c.lock();
-        match s {
-            Some(s) => *c = s.snapshot(),
-            None => {
-                c.trim(fed as i64);
-            }
-        }
-    }
+    let cp = cp.ok_or_else(|| anyhow!("internal: a cache cannot rewind and no checkpoint was taken"))?;
+    cp.restore_into(&m.caches).map_err(merr)?;
     if keep > 0 {
         m.forward(&tokens.slice_axis(1, 0, keep as i32).map_err(merr)?, LogitsWanted::None)?;
         m.eval_caches()?;
@@ -280,6 +249,7 @@ pub fn generate_speculative(
         Ok(())
     })?;
     let logits = logits.ok_or_else(|| anyhow!("the model returned no logits"))?;
+    crate::generate::checkpoint_prompt(m, p);
     let (mut hid, first_toks) = pending.take().ok_or_else(|| anyhow!("the prompt is empty"))?;
     let mut y = sample(&logits, &p.sampler).map_err(merr)?.reshape(&[1, 1]).map_err(merr)?;
     let mut pend_tokens = concat_ids(&first_toks, &y)?;
@@ -291,7 +261,7 @@ pub fn generate_speculative(
     // Entries of the last round kept in the caches past the
     // second-to-last emitted token, to give back at the end.
     let mut extra: usize;
-    let mut last_round: Option<(Option<RoundSnapshot>, Array, usize)> = None;
+    let mut last_round: Option<(Option<Checkpoint>, Array, usize)> = None;
     'outer: loop {
         // Emit y (decided last round; not in the target's caches yet).
         let tok = y.item_i64().map_err(merr)? as u32;
@@ -332,7 +302,7 @@ pub fn generate_speculative(
         let k = drafts.len() - 1;
         // Verify [y, d1..dk] in one forward.
         let fed = mlx::concatenate(&drafts.iter().collect::<Vec<_>>(), 1).map_err(merr)?;
-        let snap = RoundSnapshot::take(m, k as i64 + 1, k as i64);
+        let snap = Checkpoint::take(&m.caches, k as i64 + 1, k as i64);
         let (vl, vh) = m.forward_io(&fed, LogitsWanted::All, true)?;
         let (vl, vh) = (vl.ok_or_else(|| anyhow!("no logits"))?, vh.ok_or_else(|| anyhow!("no hidden state"))?);
         let vl = vl.reshape(&[k as i32 + 1, -1]).map_err(merr)?;

@@ -66,8 +66,11 @@ fn round_trip(what: &str, kind: &str, opts: CacheOptions, prompt: &[u32], suffix
     b.restore(&sb).unwrap();
 
     let full: Vec<u32> = prompt.iter().chain(suffix).copied().collect();
-    let (ta, pa) = PromptCache { cached: prompt.to_vec() }.generate(&mut a, &full, &params(), |_| true).unwrap();
-    let (tb, pb) = PromptCache { cached: got }.generate(&mut b, &full, &params(), |_| true).unwrap();
+    let (ta, pa) = PromptCache { cached: prompt.to_vec(), ..Default::default() }
+        .generate(&mut a, &full, &params(), |_| true)
+        .unwrap();
+    let (tb, pb) =
+        PromptCache { cached: got, ..Default::default() }.generate(&mut b, &full, &params(), |_| true).unwrap();
     assert_eq!(pb, suffix.len(), "{what}: only the suffix is prefilled");
     assert_eq!(pa, pb);
     assert_eq!(ta.tokens, tb.tokens, "{what}: same continuation");

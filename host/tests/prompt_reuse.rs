@@ -51,3 +51,41 @@ fn second_turn_prefills_only_the_new_suffix() {
         assert_eq!(s2.tokens, full.tokens, "{name}: reuse must not change the answer");
     }
 }
+
+/// When turn 1 leaves caches that cannot rewind to the shared prefix — a
+/// recurrent state that took the decode loop's queued step (generation
+/// stopped on a stop token), or a window that slid — turn 2 goes back to
+/// turn 1's checkpoint (its prompt) instead of prefilling everything, and
+/// answers as a full re-prefill does.
+#[test]
+fn unrewindable_caches_fall_back_to_the_turn_checkpoint() {
+    let _g = common::mlx_lock();
+    let reg = Registry::discover(&search_dirs(&[]));
+    let turn1: Vec<u32> = (0..30).map(|i| (i * 37 + 11) % 500).collect();
+    for (name, opts) in [
+        ("qwen3_5-bf16", CacheOptions::default()),
+        ("llama-bf16", CacheOptions { max_kv_size: Some(24), ..Default::default() }),
+    ] {
+        let mut m = LoadedModel::load(&common::fixture(name), &reg, None, opts.clone()).unwrap();
+        let plain = generate(&mut m, &turn1, &params(), |_| true).unwrap().tokens;
+        // Stop on the third token: the loop had already queued the next step.
+        let p = GenParams { stop_ids: vec![plain[2]], ..params() };
+        m.reset_caches().unwrap();
+        let mut cache = PromptCache::default();
+        let (s1, _) = cache.generate(&mut m, &turn1, &p, |_| true).unwrap();
+        assert_eq!(s1.tokens, plain[..3].to_vec(), "{name}");
+        assert!(cache.checkpoint.is_some(), "{name}: a checkpoint was kept");
+        let mut turn2 = turn1.clone();
+        turn2.extend(&s1.tokens);
+        turn2.extend([7, 8, 9, 10]);
+        let (s2, pre2) = cache.generate(&mut m, &turn2, &params(), |_| true).unwrap();
+        assert_eq!(pre2, turn2.len() - turn1.len(), "{name}: turn 2 prefills from turn 1's checkpoint");
+        if name.starts_with("qwen3_5") {
+            // A window's content depends on chunk boundaries (as in mlx-lm),
+            // so only the recurrent model must match a fresh run exactly.
+            m.reset_caches().unwrap();
+            let fresh = generate(&mut m, &turn2, &params(), |_| true).unwrap();
+            assert_eq!(s2.tokens, fresh.tokens, "{name}: same reply as a full re-prefill");
+        }
+    }
+}

@@ -64,6 +64,19 @@ fn layout(plan: &[CacheKind]) -> String {
         .join(",")
 }
 
+/// The cache flags a file's caches depend on, as the command line spells them.
+fn cache_flags(o: &crate::cache::CacheOptions) -> String {
+    let bits = |b: Option<i32>| b.map_or("none".to_string(), |b| b.to_string());
+    let window = o.max_kv_size.map_or("none".to_string(), |n| n.to_string());
+    format!(
+        "--k-bits {} --v-bits {} --kv-group-size {} --quantized-kv-start {} --max-kv-size {window}",
+        bits(o.k_bits),
+        bits(o.v_bits),
+        o.kv_group_size,
+        o.quantized_kv_start
+    )
+}
+
 fn merr(e: mlx::Error) -> anyhow::Error {
     anyhow!("{}", e.0)
 }
@@ -95,7 +108,9 @@ impl LoadedModel {
         let id = Identity::of(self);
         let layers = Value::Array(layers).to_string();
         let ids_text = serde_json::to_string(ids)?;
-        let mut meta: Vec<(&str, &str)> = vec![("format", FORMAT), ("caches", &layers), ("token_ids", &ids_text)];
+        let flags = cache_flags(&self.cache_opts);
+        let mut meta: Vec<(&str, &str)> =
+            vec![("format", FORMAT), ("caches", &layers), ("token_ids", &ids_text), ("cache_flags", &flags)];
         meta.extend(id.fields());
         let refs: Vec<(&str, &Array)> = arrays.iter().map(|(n, a)| (n.as_str(), a)).collect();
         mlx::io::save_safetensors(path, &refs, &meta).map_err(merr)
@@ -103,8 +118,9 @@ impl LoadedModel {
 
     /// Replaces the caches with those saved in `path` and returns the token
     /// ids they hold. Refuses, changing nothing, a file saved for another
-    /// model or cache layout. The file's cache kinds (quantized, window
-    /// size) are used as saved, whatever this model's cache options say.
+    /// model or cache layout, or with other cache flags (KV bits, group
+    /// size, quantization start, `--max-kv-size`) than this run's, as
+    /// mlx-lm does: the caches would silently not be what the flags say.
     pub fn load_prompt_cache(&mut self, path: &Path) -> Result<Vec<u32>> {
         let (arrays, meta) = mlx::io::load_safetensors(path).map_err(merr)?;
         let shown = path.display();
@@ -125,6 +141,10 @@ impl LoadedModel {
                 "{shown}: prompt cache was saved for another model or cache layout ({}); re-create it with `famlx cache-prompt`",
                 differ.join("; ")
             );
+        }
+        let mine = cache_flags(&self.cache_opts);
+        if let Some(saved) = meta.get("cache_flags").filter(|f| **f != mine) {
+            bail!("{shown}: prompt cache was saved with cache flags {saved}, this run has {mine}; pass the same flags or re-create it with `famlx cache-prompt`");
         }
         self.read_caches(&arrays, &meta).with_context(|| format!("{shown}: bad prompt cache"))
     }

@@ -132,6 +132,14 @@ fn a_file_for_another_model_is_refused() {
         assert!(!e.contains('\n'), "one line: {e}");
         assert_eq!(o.cache_offset(), 0, "{other}: caches untouched");
     }
+    // The same model with other cache flags (as mlx-lm, refused rather
+    // than silently running with the file's cache kinds).
+    for opts in [kv8(), rotating(false)] {
+        let mut o = load("llama-bf16", opts);
+        let e = o.load_prompt_cache(&file).unwrap_err().to_string();
+        assert!(e.contains("cache flags") && e.contains("--kv-group-size"), "{e}");
+        assert_eq!(o.cache_offset(), 0, "caches untouched");
+    }
     // Not a prompt cache at all: a checkpoint's weights.
     let e = m.load_prompt_cache(&common::fixture("llama-bf16").join("model.safetensors")).unwrap_err().to_string();
     assert!(e.contains("not a famlx prompt cache"), "{e}");

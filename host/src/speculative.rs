@@ -104,13 +104,26 @@ impl Drafter {
         let (src, ck) = Source::open(path).with_context(|| format!("draft model {}", path.display()))?;
         let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
         let (plan, weights) = plan_and_rewrite(&fam, &src)?;
+        // Embedding tables are often padded past the tokenizer (Qwen2.5
+        // 0.5B vs 7B): sizes may differ when both tokenizers are the same.
         if plan.vocab_size != m.plan.vocab_size {
-            bail!(
-                "{}: the draft model's vocabulary ({} tokens) differs from the target's ({})",
-                path.display(),
-                plan.vocab_size,
-                m.plan.vocab_size
-            );
+            let same = match (&ck.tokenizer, &m.tokenizer) {
+                (Some(a), Some(b)) => {
+                    let n = a.vocab_size();
+                    n == b.vocab_size()
+                        && n <= plan.vocab_size.min(m.plan.vocab_size) as usize
+                        && (0..n as u32).all(|i| a.id_to_token(i) == b.id_to_token(i))
+                }
+                _ => false,
+            };
+            if !same {
+                bail!(
+                    "{}: the draft model's vocabulary ({} tokens) differs from the target's ({}) and their tokenizers are not the same",
+                    path.display(),
+                    plan.vocab_size,
+                    m.plan.vocab_size
+                );
+            }
         }
         let store = WeightStore_TO::from_ptr(&*weights, TD_Opaque);
         let target = WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
@@ -169,16 +182,26 @@ impl Drafter {
             .into_result()
             .map_err(|e| anyhow!("{} drafter: {e}", self.family))?;
         let logits = out.logits.into_array();
-        let v = logits.dim(-1);
-        if v != target.plan.vocab_size as i32 || logits.size() != v as usize {
+        let (v, want) = (logits.dim(-1), target.plan.vocab_size as i32);
+        if logits.size() != v as usize {
             return Err(anyhow!(
-                "{} drafter: step returned logits of shape {:?}, expected [1, 1, {}]",
+                "{} drafter: step returned logits of shape {:?}, expected [1, 1, {want}]",
                 self.family,
                 logits.shape(),
-                target.plan.vocab_size
             ));
         }
-        Ok((logits.reshape(&[1, v]).map_err(merr)?, ArrayHandle::into_array(out.hidden)))
+        let logits = logits.reshape(&[1, v]).map_err(merr)?;
+        // A padded table on either side (checked at load): cut the draft's
+        // extra rows, or give the target's extra ids no probability.
+        let logits = match v.cmp(&want) {
+            std::cmp::Ordering::Equal => logits,
+            std::cmp::Ordering::Greater => logits.slice_axis(1, 0, want).map_err(merr)?,
+            std::cmp::Ordering::Less => {
+                let pad = mlx::full(&[1, want - v], &Array::f32(f32::NEG_INFINITY), logits.dtype()).map_err(merr)?;
+                mlx::concatenate(&[&logits, &pad], 1).map_err(merr)?
+            }
+        };
+        Ok((logits, ArrayHandle::into_array(out.hidden)))
     }
 }
 

@@ -214,3 +214,40 @@ fn rejection_sampling_keeps_the_target_distribution() {
     assert!(d_blind > 0.3, "the draft model should sample differently from the target ({d_blind:.3}); test is blind");
     assert!(d_spec < 0.15, "speculative sampling drifts from the target's distribution: TV {d_spec:.3}");
 }
+
+/// A draft checkpoint whose embedding table is padded past the shared
+/// tokenizer (as Qwen2.5 0.5B's is against 7B's) drafts for the target;
+/// one with another vocabulary and no matching tokenizer is refused.
+#[test]
+fn padded_vocabulary_draft_model() {
+    let _g = mlx_lock();
+    let dir = common::fixture_copy("llama-tied-f32");
+    let st = dir.path().join("model.safetensors");
+    let (mut t, _) = mlx::io::load_safetensors(&st).unwrap();
+    let name = "model.embed_tokens.weight";
+    let e = t.remove(name).unwrap();
+    let extra = mlx::zeros(&[8, e.dim(1)], e.dtype()).unwrap();
+    t.insert(name.to_string(), mlx::concatenate(&[&e, &extra], 0).unwrap());
+    let refs: Vec<(&str, &mlx::Array)> = t.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    mlx::io::save_safetensors(&st, &refs, &[("format", "mlx")]).unwrap();
+    let cfg = dir.path().join("config.json");
+    let mut c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    c["vocab_size"] = 520.into();
+    std::fs::write(&cfg, c.to_string()).unwrap();
+
+    let p = params(16);
+    let want = run(&mut load("llama-tied-f32", CacheOptions::default()), &PROMPT, &p);
+    let mut m = load("llama-tied-f32", CacheOptions::default());
+    m.drafter = Some(Drafter::load(dir.path(), &registry(), None, &m).unwrap_or_else(|e| panic!("{e:#}")));
+    m.spec = SpecParams { depth: 3, min_confidence: 0.0 };
+    let got = run(&mut m, &PROMPT, &p);
+    assert_eq!(got.tokens, want.tokens);
+    let d = got.draft.unwrap();
+    // It never sees the prompt's first token (see LmDrafter), so a few miss.
+    assert!(d.accepted * 3 >= d.proposed * 2, "the padded copy drafts like the original: {d:?}");
+
+    // Without the tokenizer the sizes alone decide: refused, naming both.
+    std::fs::remove_file(dir.path().join("tokenizer.json")).unwrap();
+    let e = Drafter::load(dir.path(), &registry(), None, &m).err().unwrap();
+    assert!(format!("{e:#}").contains("520") && format!("{e:#}").contains("512"), "{e:#}");
+}

@@ -283,9 +283,12 @@ pub fn generate_speculative(
     let mut t_first = None;
     // Entries of the last round kept in the caches past the
     // second-to-last emitted token, to give back at the end.
-    let mut extra: usize;
+    let mut extra = 0usize;
     let mut last_round: Option<(Option<Checkpoint>, Array, usize)> = None;
     'outer: loop {
+        if tokens.len() >= p.max_tokens {
+            break; // only when asked for no tokens at all
+        }
         // Emit y (decided last round; not in the target's caches yet).
         let tok = y.item_i64().map_err(merr)? as u32;
         crate::memory::check()?;

@@ -70,6 +70,9 @@ pub struct Drafter {
     drafter: DrafterBox,
     caches: Vec<SharedCache>,
     boxes: RVec<CacheBox>,
+    /// Tokens the drafter's caches hold beyond the target's (the first
+    /// token, for drafters that read it in `begin`).
+    lead: i64,
     _weights: Option<Rc<HostWeights>>,
 }
 
@@ -82,7 +85,7 @@ impl Drafter {
         let kinds: Vec<_> = drafter.cache_kinds().into_iter().collect();
         let caches = make_caches(&kinds, &CacheOptions::default()).map_err(merr)?;
         let boxes = caches.iter().map(SharedCache::boxed).collect();
-        Ok(Drafter { family: family.to_string(), source, drafter, caches, boxes, _weights: weights })
+        Ok(Drafter { family: family.to_string(), source, drafter, caches, boxes, lead: 0, _weights: weights })
     }
 
     /// The target's own draft head (e.g. Qwen3.5's MTP layer), if its
@@ -148,7 +151,20 @@ impl Drafter {
         self.caches.first().map_or(0, |c| c.lock().offset())
     }
 
+    /// Starts a conversation whose first token is `first`.
+    fn begin(&mut self, first: u32) -> Result<()> {
+        self.reset()?;
+        let n = self
+            .drafter
+            .begin(first, &mut self.boxes)
+            .into_result()
+            .map_err(|e| anyhow!("{} drafter: {e}", self.family))?;
+        self.lead = n as i64;
+        self.eval_caches()
+    }
+
     fn reset(&mut self) -> Result<()> {
+        self.lead = 0;
         let kinds: Vec<_> = self.drafter.cache_kinds().into_iter().collect();
         self.caches = make_caches(&kinds, &CacheOptions::default()).map_err(merr)?;
         self.boxes = self.caches.iter().map(SharedCache::boxed).collect();
@@ -247,11 +263,13 @@ pub fn generate_speculative(
     mlx::memory::reset_peak();
     let t0 = Instant::now();
     let greedy = p.sampler.temperature <= 0.0;
-    // The drafter's caches must not run ahead of the target's (a turn that
-    // rewound to a shorter common prefix): trim them back, or start them
-    // over when they cannot rewind.
+    // A new conversation starts the drafter over. Otherwise its caches must
+    // not run ahead of the target's (a turn that rewound to a shorter common
+    // prefix): trim them back, or start them over when they cannot rewind.
     let target_at = m.cache_offset();
-    if d.offset() > target_at && !d.trim_to(target_at) {
+    if target_at == 0 {
+        d.begin(prompt.first().copied().ok_or_else(|| anyhow!("the prompt is empty: nothing to generate from"))?)?;
+    } else if d.offset() > target_at + d.lead && !d.trim_to(target_at + d.lead) {
         d.reset()?;
     }
 

@@ -74,7 +74,9 @@ fn self_draft_is_accepted() {
     let got = run(&mut m, &PROMPT, &p);
     assert_eq!(got.tokens, want.tokens);
     let d = got.draft.unwrap();
-    assert!(d.accepted * 10 >= d.proposed * 8, "{d:?}");
+    // It reads the prompt's first token in `begin`, so it sees what the
+    // target sees: (almost) every draft is accepted.
+    assert!(d.accepted * 10 >= d.proposed * 9, "{d:?}");
     assert!(d.rounds < want.tokens.len() / 2, "{d:?}");
 }
 
@@ -243,8 +245,7 @@ fn padded_vocabulary_draft_model() {
     let got = run(&mut m, &PROMPT, &p);
     assert_eq!(got.tokens, want.tokens);
     let d = got.draft.unwrap();
-    // It never sees the prompt's first token (see LmDrafter), so a few miss.
-    assert!(d.accepted * 3 >= d.proposed * 2, "the padded copy drafts like the original: {d:?}");
+    assert!(d.accepted * 10 >= d.proposed * 9, "the padded copy drafts like the original: {d:?}");
 
     // Without the tokenizer the sizes alone decide: refused, naming both.
     std::fs::remove_file(dir.path().join("tokenizer.json")).unwrap();

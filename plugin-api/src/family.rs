@@ -61,6 +61,11 @@ pub trait DraftForward: Send {
     fn cache_kinds(&self) -> Vec<CacheKind> {
         Vec::new()
     }
+    /// The conversation's first token (see [`crate::Drafter::begin`]);
+    /// returns how many tokens went into `own`. Nothing by default.
+    fn begin(&mut self, _first_token: u32, _own: &mut Caches<'_>) -> Result<u32> {
+        Ok(0)
+    }
     /// One draft step: `hidden` `[B, L, H]`, `tokens` `[B, L]` (the token
     /// after each position) → (logits `[B, 1, V]`, hidden `[B, 1, H]`).
     fn step(
@@ -277,6 +282,9 @@ struct DrafterAdapter {
 impl Drafter for DrafterAdapter {
     fn cache_kinds(&self) -> RVec<CacheKind> {
         catch_unwind(AssertUnwindSafe(|| self.inner.cache_kinds().into_iter().collect())).unwrap_or_default()
+    }
+    fn begin(&mut self, first_token: u32, own_caches: &mut RVec<CacheBox>) -> RResult<u32, RString> {
+        guard(self.family, || self.inner.begin(first_token, &mut Caches::new(own_caches)))
     }
     fn step(
         &mut self,

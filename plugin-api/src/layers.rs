@@ -264,9 +264,8 @@ impl crate::family::ModelForward for DecoderLm {
 
 /// A small language model of the target's vocabulary drafting for it (what
 /// mlx-lm's `--draft-model` does): it ignores the target's hidden states and
-/// runs over its own caches. By the drafter protocol it is fed the token
-/// after each target position, so it never sees the prompt's first token;
-/// that only lowers acceptance, never changes the output.
+/// runs over its own caches, reading the prompt's first token in `begin`
+/// and every later one from the steps, so it sees the whole sequence.
 pub struct LmDrafter {
     model: Box<dyn crate::family::ModelForward>,
     kinds: Vec<crate::CacheKind>,
@@ -297,6 +296,16 @@ impl LmDrafter {
 impl crate::family::DraftForward for LmDrafter {
     fn cache_kinds(&self) -> Vec<crate::CacheKind> {
         self.kinds.clone()
+    }
+    fn begin(&mut self, first_token: u32, own: &mut Caches<'_>) -> Result<u32> {
+        let input = crate::family::Input {
+            tokens: Array::from_slice(&[first_token as i32], &[1, 1])?,
+            embeddings: None,
+            logits: crate::LogitsWanted::None,
+            want_hidden: false,
+        };
+        self.model.forward(&input, own)?;
+        Ok(1)
     }
     fn step(
         &mut self,

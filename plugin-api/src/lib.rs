@@ -145,6 +145,12 @@ pub trait Drafter {
     /// The cache slots the drafter keeps of its own (empty for drafters that
     /// only read the target's caches).
     fn cache_kinds(&self) -> RVec<CacheKind>;
+    /// Called once at the start of a conversation, before the prompt's
+    /// first step, with the prompt's first token (which no step ever
+    /// carries: step tokens are the ones *after* each position). Returns how
+    /// many tokens it appended to `own_caches` (0 for drafters fed by
+    /// hidden states; 1 for a small LM that reads the whole sequence).
+    fn begin(&mut self, first_token: u32, own_caches: &mut RVec<CacheBox>) -> RResult<u32, RString>;
     /// One draft step: logits of the last position (`[B, 1, V]`) and the
     /// hidden state to chain into the next step (`[B, 1, H]`). Appends the
     /// `L` positions to `own_caches`; reads `target_caches` without changing

@@ -210,13 +210,8 @@ fn generate_inner(
         if t_first.is_none() {
             t_first = Some(Instant::now());
         }
-        tokens.push(tok);
-        if p.stop_ids.contains(&tok) {
-            finish = Finish::Stop;
-            break;
-        }
-        if !on_token(tok) {
-            finish = Finish::Cancelled;
+        if let Some(f) = emit(&mut tokens, tok, p, &mut on_token) {
+            finish = f;
             break;
         }
         match next {
@@ -255,6 +250,24 @@ impl GenStats {
             finish,
             draft,
         }
+    }
+}
+
+/// Records a generated token and tells whether generation ends with it: a
+/// stop token (kept in the output, not passed on) or the callback saying no.
+pub(crate) fn emit(
+    tokens: &mut Vec<u32>,
+    tok: u32,
+    p: &GenParams,
+    on_token: &mut impl FnMut(u32) -> bool,
+) -> Option<Finish> {
+    tokens.push(tok);
+    if p.stop_ids.contains(&tok) {
+        Some(Finish::Stop)
+    } else if !on_token(tok) {
+        Some(Finish::Cancelled)
+    } else {
+        None
     }
 }
 

@@ -14,7 +14,7 @@
 //! the verify forward and the accepted tokens are fed again.
 
 use crate::cache::{make_caches, CacheOptions, Checkpoint, SharedCache};
-use crate::generate::{ids_array, prefill_chunks, Finish, GenParams, GenStats};
+use crate::generate::{emit, ids_array, prefill_chunks, Finish, GenParams, GenStats};
 use crate::model::{plan_and_rewrite, HostWeights, LoadedModel, Source};
 use crate::plugins::Registry;
 use crate::sample::{probs, sample};
@@ -311,14 +311,9 @@ pub fn generate_speculative(
         let tok = y.item_i64().map_err(merr)? as u32;
         crate::memory::check()?;
         t_first.get_or_insert_with(Instant::now);
-        tokens.push(tok);
         extra = 0;
-        if p.stop_ids.contains(&tok) {
-            finish = Finish::Stop;
-            break;
-        }
-        if !on_token(tok) {
-            finish = Finish::Cancelled;
+        if let Some(f) = emit(&mut tokens, tok, p, &mut on_token) {
+            finish = f;
             break;
         }
         let remaining = p.max_tokens.saturating_sub(tokens.len());
@@ -375,17 +370,11 @@ pub fn generate_speculative(
         y = Array::from_slice(&[bonus], &[1, 1]).map_err(merr)?;
         last_round = Some((snap, fed, accepted + 1));
         for (j, &t) in dv[..accepted].iter().enumerate() {
-            let t = t as u32;
-            tokens.push(t);
             // The caches hold y, d1..da; the invariant wants them to end
             // just before this token.
             extra = accepted - j;
-            if p.stop_ids.contains(&t) {
-                finish = Finish::Stop;
-                break 'outer;
-            }
-            if !on_token(t) {
-                finish = Finish::Cancelled;
+            if let Some(f) = emit(&mut tokens, t as u32, p, &mut on_token) {
+                finish = f;
                 break 'outer;
             }
             if tokens.len() >= p.max_tokens {

@@ -31,7 +31,7 @@ use abi_stable::{declare_root_module_statics, package_version_strings, StableAbi
 
 /// Version of this ABI. Bumped on any change to the types or traits here;
 /// the host refuses plugins with another value.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Symbol every plugin exports with its [`ABI_VERSION`] (read before the
 /// root module, so a mismatch is reported with both numbers).

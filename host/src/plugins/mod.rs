@@ -136,9 +136,18 @@ pub fn load_plugin(path: &Path, fresh: bool) -> Result<LoadedPlugin> {
         ),
         e => anyhow!("{}: {}", path.display(), one_line(&e.to_string())),
     })?;
-    let root = header
-        .init_root_module::<PluginRef>()
-        .map_err(|e| anyhow!("{}: {}", path.display(), one_line(&e.to_string())))?;
+    let root = header.init_root_module::<PluginRef>().map_err(|e| {
+        // abi_stable's layout report runs to thousands of characters: keep
+        // the verdict and what to do.
+        let why = match &e {
+            abi_stable::library::LibraryError::AbiInstability(_) => {
+                "its plugin-api types differ from the host's although both say the same ABI version (a stale build?)"
+                    .to_string()
+            }
+            other => one_line(&other.to_string()).chars().take(300).collect(),
+        };
+        anyhow!("{}: {why}; rebuild the plugin against this famlx", path.display())
+    })?;
     let name = (root.name())().to_string();
     let mut families = Vec::new();
     for fam in (root.families())() {

@@ -117,37 +117,15 @@ SHAPES = {
         "eos_token_id": 248046,
     },
     # Qwen3.5-4B as best known: 32 layers (3:1), delta net 16 key / 32 value
-    # heads of 128, attention 16 heads / 4 KV heads of 256, tied embeddings.
+    # heads of 128, attention 16 heads / 4 KV heads of 256, tied embeddings;
+    # the rest as the 0.8B (filled in below the table).
     "qwen3.5-4b": {
-        "architectures": ["Qwen3_5ForConditionalGeneration"],
-        "model_type": "qwen3_5",
         "hidden_size": 2560,
         "num_hidden_layers": 32,
-        "full_attention_interval": 4,
         "num_attention_heads": 16,
         "num_key_value_heads": 4,
-        "head_dim": 256,
         "intermediate_size": 9216,
-        "linear_num_key_heads": 16,
         "linear_num_value_heads": 32,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
-        "vocab_size": 248320,
-        "tie_word_embeddings": True,
-        "rms_norm_eps": 1e-6,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 10000000,
-            "partial_rotary_factor": 0.25,
-            "mrope_interleaved": True,
-            "mrope_section": [11, 11, 10],
-        },
-        "max_position_embeddings": 262144,
-        "attention_bias": False,
-        "hidden_act": "silu",
-        "bos_token_id": 248044,
-        "eos_token_id": 248046,
     },
     # A small llama for CPU runs (untied lm_head, plain rope).
     # Gemma-4-E2B as best known (mlx-lm's gemma4_text defaults are this
@@ -234,6 +212,7 @@ SHAPES = {
         "eos_token_id": 2,
     },
 }
+SHAPES["qwen3.5-4b"] = {**SHAPES["qwen3.5-0.8b"], **SHAPES["qwen3.5-4b"]}
 
 QUANT = {"bf16": None, "q8": 8, "q4": 4}
 

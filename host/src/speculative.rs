@@ -82,10 +82,17 @@ fn merr(e: mlx::Error) -> anyhow::Error {
 
 impl Drafter {
     fn new(family: &str, source: String, drafter: DrafterBox, weights: Option<Rc<HostWeights>>) -> Result<Self> {
-        let kinds: Vec<_> = drafter.cache_kinds().into_iter().collect();
-        let caches = make_caches(&kinds, &CacheOptions::default()).map_err(merr)?;
-        let boxes = caches.iter().map(SharedCache::boxed).collect();
-        Ok(Drafter { family: family.to_string(), source, drafter, caches, boxes, lead: 0, _weights: weights })
+        let mut d = Drafter {
+            family: family.to_string(),
+            source,
+            drafter,
+            caches: Vec::new(),
+            boxes: RVec::new(),
+            lead: 0,
+            _weights: weights,
+        };
+        d.reset()?;
+        Ok(d)
     }
 
     /// The target's own draft head (e.g. Qwen3.5's MTP layer), if its

@@ -27,15 +27,10 @@ impl PromptCache {
         if common == ids.len() {
             common = common.saturating_sub(1);
         }
-        let drop = (self.cached.len() - common) as i64;
-        let trimmable = model.caches.iter().all(|c| c.lock().can_trim(drop));
         // Every cache must hold exactly `cached` (a recurrent state cannot
         // give back the step the decode loop queued ahead).
         let in_step = model.caches.iter().all(|c| c.lock().offset() == self.cached.len() as i64);
-        if trimmable && in_step {
-            for c in &model.caches {
-                c.lock().trim(drop);
-            }
+        if in_step && model.trim(self.cached.len() - common) {
             self.cached.truncate(common);
             return Ok(common);
         }

@@ -13,7 +13,9 @@ const SORT_THRESHOLD: usize = 64;
 /// One projection of every expert: weight `[E, out, in]`, dense or quantized.
 #[derive(Debug, Clone)]
 pub enum SwitchLinear {
-    /// Dense, kept transposed as `[E, in, out]`.
+    /// Dense, kept as stored, `[E, out, in]`; each call reads a transposed
+    /// view (no copy: MLX's GPU gather_mm takes it as is and uses its gemv
+    /// for single-token decode only in that layout).
     Dense(Array),
     /// Quantized.
     Quant(Quantized, QuantSpec),
@@ -33,14 +35,14 @@ impl SwitchLinear {
             )),
             (Some(_), None) => Err(Error(format!("{prefix} has scales but no quantization is declared for it"))),
             (None, _) => {
-                let mut wt = weight.swapaxes(-1, -2)?.contiguous()?;
+                let mut w = weight;
                 // MLX's CPU gather_mm runs only in f32: keep an f32 copy there
                 // (forward computes in f32 and rounds back) rather than fail
                 // at eval time.
-                if crate::device::backend() == crate::device::Backend::Cpu && wt.dtype() != Dtype::F32 {
-                    wt = wt.astype(Dtype::F32)?;
+                if crate::device::backend() == crate::device::Backend::Cpu && w.dtype() != Dtype::F32 {
+                    w = w.astype(Dtype::F32)?;
                 }
-                Ok(SwitchLinear::Dense(wt))
+                Ok(SwitchLinear::Dense(w))
             }
         }
     }
@@ -48,10 +50,10 @@ impl SwitchLinear {
     /// `x` `[..., 1, in]` through the experts `idx` → `[..., 1, out]`.
     pub fn forward(&self, x: &Array, idx: &Array, sorted: bool) -> Result<Array> {
         match self {
-            SwitchLinear::Dense(wt) if wt.dtype() == Dtype::F32 && x.dtype() != Dtype::F32 => {
-                gather_mm(&x.astype(Dtype::F32)?, wt, None, Some(idx), sorted)?.astype(x.dtype())
+            SwitchLinear::Dense(w) if w.dtype() == Dtype::F32 && x.dtype() != Dtype::F32 => {
+                gather_mm(&x.astype(Dtype::F32)?, &w.swapaxes(-1, -2)?, None, Some(idx), sorted)?.astype(x.dtype())
             }
-            SwitchLinear::Dense(wt) => gather_mm(x, wt, None, Some(idx), sorted),
+            SwitchLinear::Dense(w) => gather_mm(x, &w.swapaxes(-1, -2)?, None, Some(idx), sorted),
             SwitchLinear::Quant(q, spec) => gather_qmm(x, q, spec, None, Some(idx), true, sorted),
         }
     }

@@ -93,6 +93,14 @@ pub(crate) fn check_ids(m: &LoadedModel, ids: &[u32]) -> Result<()> {
     }
 }
 
+/// Empties MLX's buffer cache, as mlx-lm does after each prefill chunk and
+/// every 256 decoded tokens: prefill-sized buffers would otherwise be
+/// reused for smaller decode arrays (MLX hands out cached buffers up to
+/// twice the size asked for), holding memory the run no longer needs.
+pub(crate) fn release_buffers() {
+    mlx::memory::clear_cache();
+}
+
 /// Feeds `prompt` through the model in chunks; returns the last position's
 /// logits `[1, V]`.
 pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array> {
@@ -105,6 +113,7 @@ pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array
     while rest.len() > step {
         m.forward(&ids_array(&rest[..step])?, LogitsWanted::None)?;
         m.eval_caches()?;
+        release_buffers();
         rest = &rest[step..];
     }
     let logits =
@@ -144,6 +153,7 @@ pub(crate) fn prefill_chunks(
     for chunk in head.chunks(step.max(1)) {
         let (_, h) = m.forward_io(&ids_array(chunk)?, LogitsWanted::None, want_hidden)?;
         m.eval_caches()?;
+        release_buffers();
         crate::memory::check()?;
         f(m, chunk, h, None)?;
     }
@@ -206,6 +216,9 @@ fn generate_inner(
             None
         };
         let tok = y.item_i64().map_err(merr)? as u32;
+        if i % 256 == 0 {
+            release_buffers();
+        }
         crate::memory::check()?;
         if t_first.is_none() {
             t_first = Some(Instant::now());

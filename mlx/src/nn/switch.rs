@@ -50,10 +50,14 @@ impl SwitchLinear {
     /// `x` `[..., 1, in]` through the experts `idx` → `[..., 1, out]`.
     pub fn forward(&self, x: &Array, idx: &Array, sorted: bool) -> Result<Array> {
         match self {
-            SwitchLinear::Dense(w) if w.dtype() == Dtype::F32 && x.dtype() != Dtype::F32 => {
-                gather_mm(&x.astype(Dtype::F32)?, &w.swapaxes(-1, -2)?, None, Some(idx), sorted)?.astype(x.dtype())
+            SwitchLinear::Dense(w) => {
+                let wt = w.swapaxes(-1, -2)?;
+                if w.dtype() == Dtype::F32 && x.dtype() != Dtype::F32 {
+                    gather_mm(&x.astype(Dtype::F32)?, &wt, None, Some(idx), sorted)?.astype(x.dtype())
+                } else {
+                    gather_mm(x, &wt, None, Some(idx), sorted)
+                }
             }
-            SwitchLinear::Dense(w) => gather_mm(x, &w.swapaxes(-1, -2)?, None, Some(idx), sorted),
             SwitchLinear::Quant(q, spec) => gather_qmm(x, q, spec, None, Some(idx), true, sorted),
         }
     }

@@ -52,6 +52,8 @@ pub struct Trial {
     pub peak_memory_bytes: usize,
     /// Wall time of the whole run, seconds.
     pub total_time_s: f64,
+    /// Where the decode time went (plain decoding only).
+    pub split: Option<crate::generate::DecodeSplit>,
 }
 
 impl Trial {
@@ -61,18 +63,24 @@ impl Trial {
             generation_tps: s.generation_tps,
             peak_memory_bytes: s.peak_memory_bytes,
             total_time_s,
+            split: s.split,
         }
     }
 
     /// The trial as a JSON object.
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "prompt_tps": self.prompt_tps,
             "generation_tps": self.generation_tps,
             "peak_memory_bytes": self.peak_memory_bytes,
             "peak_memory_gb": self.peak_memory_bytes as f64 / 1e9,
             "total_time_s": self.total_time_s,
-        })
+        });
+        if let Some(s) = self.split {
+            v["decode_build_s"] = json!(s.build_s);
+            v["decode_wait_s"] = json!(s.wait_s);
+        }
+        v
     }
 }
 
@@ -112,18 +120,26 @@ pub fn summarize(trials: &[Trial]) -> Summary {
         col(|t| t.peak_memory_bytes as f64),
         col(|t| t.total_time_s),
     );
+    let splits: Option<Vec<_>> = trials.iter().map(|t| t.split).collect();
+    let split_of = |f: fn(&[f64]) -> f64| {
+        let v = splits.as_ref().filter(|v| !v.is_empty())?;
+        let (b, w): (Vec<f64>, Vec<f64>) = v.iter().map(|s| (s.build_s, s.wait_s)).unzip();
+        Some(crate::generate::DecodeSplit { build_s: f(&b), wait_s: f(&w) })
+    };
     Summary {
         average: Trial {
             prompt_tps: mean(&p),
             generation_tps: mean(&g),
             peak_memory_bytes: mean(&m).round() as usize,
             total_time_s: mean(&t),
+            split: split_of(mean),
         },
         median: Trial {
             prompt_tps: median(&p),
             generation_tps: median(&g),
             peak_memory_bytes: median(&m).round() as usize,
             total_time_s: median(&t),
+            split: split_of(median),
         },
     }
 }
@@ -265,7 +281,7 @@ mod tests {
     use super::*;
 
     fn t(p: f64, g: f64, m: usize) -> Trial {
-        Trial { prompt_tps: p, generation_tps: g, peak_memory_bytes: m, total_time_s: 1.0 }
+        Trial { prompt_tps: p, generation_tps: g, peak_memory_bytes: m, total_time_s: 1.0, split: None }
     }
 
     #[test]
@@ -279,6 +295,17 @@ mod tests {
         let even = summarize(&[t(1.0, 2.0, 0), t(3.0, 4.0, 0)]);
         assert_eq!(even.median.prompt_tps, 2.0);
         assert_eq!(even.median.generation_tps, 3.0);
+    }
+
+    #[test]
+    fn the_decode_split_is_summarised_only_when_every_trial_has_one() {
+        use crate::generate::DecodeSplit;
+        let with = |b: f64, w: f64| Trial { split: Some(DecodeSplit { build_s: b, wait_s: w }), ..t(1.0, 1.0, 0) };
+        let s = summarize(&[with(1.0, 4.0), with(3.0, 0.0), with(2.0, 2.0)]);
+        assert_eq!(s.average.split, Some(DecodeSplit { build_s: 2.0, wait_s: 2.0 }));
+        assert_eq!(s.median.split, Some(DecodeSplit { build_s: 2.0, wait_s: 2.0 }));
+        assert_eq!(summarize(&[with(1.0, 1.0), t(1.0, 1.0, 0)]).median.split, None);
+        assert_eq!(summarize(&[]).median.split, None);
     }
 
     #[test]

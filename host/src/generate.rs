@@ -71,6 +71,21 @@ pub struct GenStats {
     pub finish: Finish,
     /// Drafting counts, when a drafter ran.
     pub draft: Option<crate::speculative::DraftStats>,
+    /// Where the plain decode loop's time went (absent for speculative runs).
+    pub split: Option<DecodeSplit>,
+}
+
+/// The plain decode loop's time after the first token, in two parts: the
+/// host building and queueing each step's graph, and the host blocked
+/// reading a token the device has not finished. Wait ≫ build means the
+/// device (kernels) bounds decode; build close to the step time means the
+/// host does.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DecodeSplit {
+    /// Seconds spent in forward + sample + `async_eval`.
+    pub build_s: f64,
+    /// Seconds spent in `item` waiting for the device.
+    pub wait_s: f64,
 }
 
 fn merr(e: mlx::Error) -> anyhow::Error {
@@ -94,11 +109,34 @@ pub(crate) fn check_ids(m: &LoadedModel, ids: &[u32]) -> Result<()> {
 }
 
 /// Empties MLX's buffer cache, as mlx-lm does after each prefill chunk and
-/// every 256 decoded tokens: prefill-sized buffers would otherwise be
-/// reused for smaller decode arrays (MLX hands out cached buffers up to
-/// twice the size asked for), holding memory the run no longer needs.
+/// every [`DecodeRelease::EVERY`] decoded tokens: prefill-sized buffers would
+/// otherwise be reused for smaller decode arrays (MLX hands out cached
+/// buffers up to twice the size asked for), holding memory the run no
+/// longer needs.
 pub(crate) fn release_buffers() {
     mlx::memory::clear_cache();
+}
+
+/// When a decode loop calls [`release_buffers`]: at the first token, then
+/// each time another [`DecodeRelease::EVERY`] tokens have been emitted
+/// (the speculative loop emits several per round, so it counts, not
+/// divides).
+#[derive(Debug, Default)]
+pub(crate) struct DecodeRelease {
+    next: usize,
+}
+
+impl DecodeRelease {
+    /// Tokens between two releases (mlx-lm's figure).
+    pub(crate) const EVERY: usize = 256;
+
+    /// Called with the number of tokens emitted so far.
+    pub(crate) fn tick(&mut self, emitted: usize) {
+        if emitted >= self.next {
+            release_buffers();
+            self.next = emitted + Self::EVERY;
+        }
+    }
 }
 
 /// Feeds `prompt` through the model in chunks; returns the last position's
@@ -200,7 +238,10 @@ fn generate_inner(
     let mut t_first = None;
     let mut finish = Finish::Length;
     let mut pending = false;
+    let mut release = DecodeRelease::default();
+    let mut split = DecodeSplit::default();
     for i in 0..p.max_tokens {
+        let t_build = Instant::now();
         // Queue the next step before reading this token, so the device never waits on the host.
         let next = if i + 1 < p.max_tokens {
             let l = m
@@ -215,10 +256,13 @@ fn generate_inner(
             pending = false;
             None
         };
+        let t_wait = Instant::now();
         let tok = y.item_i64().map_err(merr)? as u32;
-        if i % 256 == 0 {
-            release_buffers();
+        if t_first.is_some() {
+            split.build_s += t_wait.duration_since(t_build).as_secs_f64();
+            split.wait_s += t_wait.elapsed().as_secs_f64();
         }
+        release.tick(tokens.len());
         crate::memory::check()?;
         if t_first.is_none() {
             t_first = Some(Instant::now());
@@ -239,7 +283,9 @@ fn generate_inner(
             c.lock().trim(1);
         }
     }
-    Ok(GenStats::timed(prompt.len(), tokens, finish, [t0, t_first.unwrap_or(t_end), t_end], None))
+    let mut stats = GenStats::timed(prompt.len(), tokens, finish, [t0, t_first.unwrap_or(t_end), t_end], None);
+    stats.split = Some(split);
+    Ok(stats)
 }
 
 impl GenStats {
@@ -262,6 +308,7 @@ impl GenStats {
             tokens,
             finish,
             draft,
+            split: None,
         }
     }
 }

@@ -310,18 +310,14 @@ pub fn generate_speculative(
     // second-to-last emitted token, to give back at the end.
     let mut extra = 0usize;
     let mut last_round: Option<(Option<Checkpoint>, Array, usize)> = None;
-    let mut next_release = 0usize;
+    let mut release = crate::generate::DecodeRelease::default();
     'outer: loop {
         if tokens.len() >= p.max_tokens {
             break; // only when asked for no tokens at all
         }
         // Emit y (decided last round; not in the target's caches yet).
         let tok = y.item_i64().map_err(merr)? as u32;
-        if tokens.len() >= next_release {
-            // As the plain loop does every 256 tokens (a round emits several).
-            crate::generate::release_buffers();
-            next_release = tokens.len() + 256;
-        }
+        release.tick(tokens.len());
         crate::memory::check()?;
         t_first.get_or_insert_with(Instant::now);
         extra = 0;

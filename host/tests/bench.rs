@@ -1,0 +1,44 @@
+//! `famlx bench --json`: one object with every trial (exactly -g tokens
+//! each), its figures and the decode-time split, and clear refusals of flags
+//! it cannot honour.
+
+mod common;
+
+use common::{fixture, json_of, run, texts};
+
+#[test]
+fn bench_json_reports_trials_and_the_decode_split() {
+    let m = fixture("llama-bf16").display().to_string();
+    let v = json_of(&run(&["bench", "--model", &m, "-p", "24", "-g", "9", "-n", "2", "--json"]));
+    assert_eq!(v["prompt_tokens"], 24);
+    assert_eq!(v["generation_tokens"], 9);
+    let trials = v["trials"].as_array().unwrap_or_else(|| panic!("no trials: {v}"));
+    assert_eq!(trials.len(), 2, "{v}");
+    for t in trials.iter().chain([&v["warmup"], &v["median"]]) {
+        let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("no {k} in {t}"));
+        assert!(f("prompt_tps") > 0.0 && f("generation_tps") > 0.0, "{t}");
+        let (build, wait) = (f("decode_build_s"), f("decode_wait_s"));
+        assert!(build > 0.0 && wait >= 0.0, "{t}");
+        // Both parts are taken after the first token, inside the run.
+        if t != &v["median"] {
+            assert!(build + wait < f("total_time_s"), "{t}");
+        }
+    }
+}
+
+#[test]
+fn bench_refuses_what_it_cannot_do() {
+    let m = fixture("llama-bf16").display().to_string();
+    for (args, says) in [
+        (vec!["-b", "2"], "--batch-size 2"),
+        (vec!["-g", "0"], "must all be ≥ 1"),
+        (vec!["--max-tokens", "3"], "--max-tokens does not apply"),
+    ] {
+        let mut a = vec!["bench", "--model", &m, "-p", "8", "-n", "1"];
+        a.extend(args);
+        let o = run(&a);
+        let (_, err) = texts(&o);
+        assert!(!o.status.success() && err.contains(says), "{a:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{a:?}: not one line: {err}");
+    }
+}

@@ -13,7 +13,7 @@ for s in ${SPECS:-qwen3-0.6b:bf16 qwen3-0.6b:q8}; do
 done
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
   --format=csv -lms 500 > "$OUT/smi.csv" 2>&1 & SMI=$!
-split() { python3 -c "
+show_split() { python3 -c "
 import json,sys; j=json.load(open(sys.argv[1])); m=j['average']; g=$2-1
 print('%-22s %-14s gen %7.1f tok/s  step %.3f ms = build %.3f + wait %.3f' % (sys.argv[2], sys.argv[3], m['generation_tps'],
  1e3/m['generation_tps'], 1e3*m['decode_build_s']/g, 1e3*m['decode_wait_s']/g))" "$1" "$3" "$4"; }
@@ -22,7 +22,7 @@ for r in $(seq ${ROUNDS:-2}); do
     m="${s%%:*}-${s#*:}"
     for b in ${BINS:-gpu-bin}; do
       $b/famlx bench --model "$M/$m" -p 512 -g 128 -n ${TRIALS:-3} --json > "$OUT/$m.$b.$r.json" 2>"$OUT/err.txt" \
-        && split "$OUT/$m.$b.$r.json" 128 "$m" "$b" || { echo "$m $b failed"; tail -2 "$OUT/err.txt"; }
+        && show_split "$OUT/$m.$b.$r.json" 128 "$m" "$b" || { echo "$m $b failed"; tail -2 "$OUT/err.txt"; }
     done
     python3 -m mlx_lm benchmark --model "$M/$m" -p 512 -g 128 -n ${TRIALS:-3} 2>&1 | grep -E "^Averages" | sed "s|^|$m mlx-lm |"
   done

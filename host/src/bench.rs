@@ -79,6 +79,7 @@ impl Trial {
         if let Some(s) = self.split {
             v["decode_build_s"] = json!(s.build_s);
             v["decode_wait_s"] = json!(s.wait_s);
+            v["decode_launch_s"] = json!(s.launch_s);
         }
         v
     }
@@ -123,8 +124,12 @@ pub fn summarize(trials: &[Trial]) -> Summary {
     let splits: Option<Vec<_>> = trials.iter().map(|t| t.split).collect();
     let split_of = |f: fn(&[f64]) -> f64| {
         let v = splits.as_ref().filter(|v| !v.is_empty())?;
-        let (b, w): (Vec<f64>, Vec<f64>) = v.iter().map(|s| (s.build_s, s.wait_s)).unzip();
-        Some(crate::generate::DecodeSplit { build_s: f(&b), wait_s: f(&w) })
+        let pick = |g: fn(&crate::generate::DecodeSplit) -> f64| f(&v.iter().map(g).collect::<Vec<f64>>());
+        Some(crate::generate::DecodeSplit {
+            build_s: pick(|s| s.build_s),
+            wait_s: pick(|s| s.wait_s),
+            launch_s: pick(|s| s.launch_s),
+        })
     };
     Summary {
         average: Trial {
@@ -170,6 +175,14 @@ pub fn table(trials: &[Trial]) -> String {
     out
 }
 
+/// The decode step's census as `{"nodes": total, "by_primitive": {name: n}}`
+/// (null for a speculative run, which has no plain decode step).
+fn census_json(c: Option<&[(String, usize)]>) -> Value {
+    let Some(c) = c else { return Value::Null };
+    let by: serde_json::Map<String, Value> = c.iter().map(|(k, n)| (k.clone(), json!(n))).collect();
+    json!({"nodes": c.iter().map(|(_, n)| n).sum::<usize>(), "by_primitive": by})
+}
+
 /// Random prompt ids in `[0, vocab)`, drawn as `mlx_lm.benchmark` draws them
 /// (`mx.random.seed(seed)`, then `mx.random.randint(0, vocab, (1, n))`), so
 /// the same seed gives both tools the same prompt.
@@ -213,20 +226,22 @@ pub fn run(a: BenchArgs) -> Result<()> {
         mlx::random::seed(s).map_err(|e| anyhow!("{}", e.0))?;
     }
     let model_name = a.model.model.clone().unwrap_or_else(|| "default".into());
-    let run_once = |model: &mut crate::model::LoadedModel| -> Result<Trial> {
-        model.reset_caches()?;
-        let t0 = Instant::now();
-        let stats = generate(model, &prompt, &p, |_| true)?;
-        let total = t0.elapsed().as_secs_f64();
-        if stats.tokens.len() != a.generation_tokens {
-            bail!("generated {} tokens instead of {}", stats.tokens.len(), a.generation_tokens);
-        }
-        Ok(Trial::from_stats(&stats, total))
-    };
+    let run_once =
+        |model: &mut crate::model::LoadedModel, p: &crate::generate::GenParams| -> Result<(Trial, GenStats)> {
+            model.reset_caches()?;
+            let t0 = Instant::now();
+            let stats = generate(model, &prompt, p, |_| true)?;
+            let total = t0.elapsed().as_secs_f64();
+            if stats.tokens.len() != a.generation_tokens {
+                bail!("generated {} tokens instead of {}", stats.tokens.len(), a.generation_tokens);
+            }
+            Ok((Trial::from_stats(&stats, total), stats))
+        };
     if !a.json {
         eprintln!("Running warmup..");
     }
-    let warmup = run_once(&mut model)?;
+    // The warm-up also counts what one decode step asks MLX to run.
+    let (warmup, warm_stats) = run_once(&mut model, &crate::generate::GenParams { census: true, ..p.clone() })?;
     if !a.json {
         println!(
             "famlx bench: model={model_name} family={} prompt_tokens={} generation_tokens={} batch_size={} seed={seed} backend={}",
@@ -239,7 +254,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let mut trials = Vec::with_capacity(a.num_trials);
     for i in 0..a.num_trials {
-        let t = run_once(&mut model)?;
+        let (t, _) = run_once(&mut model, &p)?;
         if !a.json {
             eprintln!(
                 "Trial {}:  prompt_tps={:.3}, generation_tps={:.3}, peak_memory={:.3}, total_time={:.3}",
@@ -265,6 +280,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "backend": mlx::device::backend().to_string(),
             "mlx_version": mlx::runtime_version(),
             "warmup": warmup.to_json(),
+            "decode_graph": census_json(warm_stats.census.as_deref()),
             "trials": trials.iter().map(Trial::to_json).collect::<Vec<_>>(),
             "average": s.average.to_json(),
             "median": s.median.to_json(),
@@ -300,10 +316,13 @@ mod tests {
     #[test]
     fn the_decode_split_is_summarised_only_when_every_trial_has_one() {
         use crate::generate::DecodeSplit;
-        let with = |b: f64, w: f64| Trial { split: Some(DecodeSplit { build_s: b, wait_s: w }), ..t(1.0, 1.0, 0) };
+        let with = |b: f64, w: f64| Trial {
+            split: Some(DecodeSplit { build_s: b, wait_s: w, launch_s: b / 2.0 }),
+            ..t(1.0, 1.0, 0)
+        };
         let s = summarize(&[with(1.0, 4.0), with(3.0, 0.0), with(2.0, 2.0)]);
-        assert_eq!(s.average.split, Some(DecodeSplit { build_s: 2.0, wait_s: 2.0 }));
-        assert_eq!(s.median.split, Some(DecodeSplit { build_s: 2.0, wait_s: 2.0 }));
+        assert_eq!(s.average.split, Some(DecodeSplit { build_s: 2.0, wait_s: 2.0, launch_s: 1.0 }));
+        assert_eq!(s.median.split, Some(DecodeSplit { build_s: 2.0, wait_s: 2.0, launch_s: 1.0 }));
         assert_eq!(summarize(&[with(1.0, 1.0), t(1.0, 1.0, 0)]).median.split, None);
         assert_eq!(summarize(&[]).median.split, None);
     }

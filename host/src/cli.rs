@@ -346,6 +346,7 @@ pub(crate) fn params(s: &SamplingArgs, model: &LoadedModel) -> Result<GenParams>
         prefill_step: s.prefill_step_size,
         stop_ids: stop,
         checkpoint_prompt: false,
+        census: false,
     })
 }
 

@@ -24,6 +24,9 @@ pub struct GenParams {
     /// prefilled (in [`LoadedModel::prompt_checkpoint`]), for a conversation
     /// whose next turn cannot rewind by trimming.
     pub checkpoint_prompt: bool,
+    /// Record the primitives of one steady decode step's graph in
+    /// [`GenStats::census`] (a diagnostic: what MLX schedules per token).
+    pub census: bool,
 }
 
 impl Default for GenParams {
@@ -34,6 +37,7 @@ impl Default for GenParams {
             prefill_step: 2048,
             stop_ids: Vec::new(),
             checkpoint_prompt: false,
+            census: false,
         }
     }
 }
@@ -73,6 +77,9 @@ pub struct GenStats {
     pub draft: Option<crate::speculative::DraftStats>,
     /// Where the plain decode loop's time went (absent for speculative runs).
     pub split: Option<DecodeSplit>,
+    /// Primitives of the second decode step's graph, most frequent first
+    /// (when [`GenParams::census`] asked for them).
+    pub census: Option<Vec<(String, usize)>>,
 }
 
 /// The plain decode loop's time after the first token, in two parts: the
@@ -84,6 +91,9 @@ pub struct GenStats {
 pub struct DecodeSplit {
     /// Seconds spent in forward + sample + `async_eval`.
     pub build_s: f64,
+    /// The part of `build_s` spent inside `async_eval` (MLX scheduling and
+    /// encoding the graph); the rest is building it.
+    pub launch_s: f64,
     /// Seconds spent in `item` waiting for the device.
     pub wait_s: f64,
 }
@@ -240,6 +250,7 @@ fn generate_inner(
     let mut pending = false;
     let mut release = DecodeRelease::default();
     let mut split = DecodeSplit::default();
+    let mut census = None;
     for i in 0..p.max_tokens {
         let t_build = Instant::now();
         // Queue the next step before reading this token, so the device never waits on the host.
@@ -249,7 +260,14 @@ fn generate_inner(
                 .ok_or_else(|| anyhow!("no logits"))?;
             let v = l.dim(-1);
             let ny = sample(&l.reshape(&[1, v]).map_err(merr)?, &p.sampler).map_err(merr)?;
+            if p.census && i == 1 {
+                census = Some(mlx::graph_census(&[&ny]).map_err(merr)?);
+            }
+            let t_launch = Instant::now();
             mlx::async_eval(&[&ny]).map_err(merr)?;
+            if i > 0 {
+                split.launch_s += t_launch.elapsed().as_secs_f64();
+            }
             pending = true;
             Some(ny)
         } else {
@@ -285,6 +303,7 @@ fn generate_inner(
     }
     let mut stats = GenStats::timed(prompt.len(), tokens, finish, [t0, t_first.unwrap_or(t_end), t_end], None);
     stats.split = Some(split);
+    stats.census = census;
     Ok(stats)
 }
 
@@ -309,6 +328,7 @@ impl GenStats {
             finish,
             draft,
             split: None,
+            census: None,
         }
     }
 }

@@ -14,11 +14,20 @@ fn bench_json_reports_trials_and_the_decode_split() {
     assert_eq!(v["generation_tokens"], 9);
     let trials = v["trials"].as_array().unwrap_or_else(|| panic!("no trials: {v}"));
     assert_eq!(trials.len(), 2, "{v}");
+    // The decode step's census: the embedding gather, one argmax (greedy),
+    // and a total that is the sum of its parts.
+    let g = &v["decode_graph"];
+    let by = g["by_primitive"].as_object().unwrap_or_else(|| panic!("no decode_graph census in {v}"));
+    let count = |k: &str| by.get(k).and_then(|n| n.as_u64()).unwrap_or(0);
+    assert_eq!(g["nodes"].as_u64(), Some(by.values().filter_map(|n| n.as_u64()).sum()), "{g}");
+    assert!(count("Gather") + count("Take") >= 1 && count("ArgReduce") == 1, "{g}");
     for t in trials.iter().chain([&v["warmup"], &v["median"]]) {
         let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("no {k} in {t}"));
         assert!(f("prompt_tps") > 0.0 && f("generation_tps") > 0.0, "{t}");
         let (build, wait) = (f("decode_build_s"), f("decode_wait_s"));
         assert!(build > 0.0 && wait >= 0.0, "{t}");
+        let launch = f("decode_launch_s");
+        assert!(launch > 0.0 && launch <= build, "async_eval is part of the build time: {t}");
         // Both parts are taken after the first token, inside the run.
         if t != &v["median"] {
             assert!(build + wait < f("total_time_s"), "{t}");

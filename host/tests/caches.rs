@@ -41,6 +41,7 @@ fn greedy(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Vec<u32> {
         prefill_step: step,
         stop_ids: Vec::new(),
         checkpoint_prompt: false,
+        census: false,
     };
     generate(m, prompt, &p, |_| true).unwrap_or_else(|e| panic!("generate: {e:#}")).tokens
 }

@@ -2,6 +2,7 @@
 // point catches, stores the message for mlxs_last_error and returns 1.
 #include "shim.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -14,6 +15,7 @@
 #include "mlx/backend/metal/metal.h"
 #include "mlx/compile_impl.h"
 #include "mlx/mlx.h"
+#include "mlx/primitives.h"
 
 namespace mx = mlx::core;
 
@@ -236,6 +238,34 @@ MLXS_API int mlxs_array_item_i64(mlxs_array a, int64_t* out) {
 MLXS_API int mlxs_eval(const mlxs_array* arrs, size_t n) { TRY(mx::eval(VA(arrs, n))) }
 MLXS_API int mlxs_async_eval(const mlxs_array* arrs, size_t n) { TRY(mx::async_eval(VA(arrs, n))) }
 MLXS_API int mlxs_synchronize(void) { TRY(mx::synchronize()) }
+
+// Census of the unevaluated graph behind `arrs`: "name count" lines, one
+// per primitive kind, most frequent first; each multi-output node counted
+// once (siblings are one node). A diagnostic for how much work a decode step asks MLX to schedule.
+MLXS_API int mlxs_graph_census(const mlxs_array* arrs, size_t n, char** out) {
+  TRY({
+    std::unordered_map<std::uintptr_t, bool> seen;
+    std::unordered_map<std::string, size_t> counts;
+    std::vector<mx::array> stack = VA(arrs, n);
+    while (!stack.empty()) {
+      mx::array a = std::move(stack.back());
+      stack.pop_back();
+      if (a.status() != mx::array::Status::unscheduled || !a.has_primitive()) continue;
+      // Keyed by array, not primitive: a compiled function's calls share
+      // one primitive object.
+      if (!seen.emplace(a.id(), true).second) continue;
+      for (auto& sib : a.siblings()) seen.emplace(sib.id(), true);
+      counts[a.primitive().name()]++;
+      for (auto& in : a.inputs()) stack.push_back(in);
+    }
+    std::vector<std::pair<std::string, size_t>> v(counts.begin(), counts.end());
+    std::sort(v.begin(), v.end(), [](auto& x, auto& y) { return x.second > y.second || (x.second == y.second && x.first < y.first); });
+    std::string txt;
+    for (auto& [k, c] : v) txt += k + " " + std::to_string(c) + "\n";
+    *out = strdup(txt.c_str());
+  })
+}
+MLXS_API void mlxs_string_free(char* s) { free(s); }
 
 // ---- ops by code ----
 // Codes must match mlx/src/ops.rs (UnaryOp, BinaryOp, ReduceOp, ScanOp).

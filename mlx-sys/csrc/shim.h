@@ -40,6 +40,8 @@ int mlxs_array_id(mlxs_array a, uintptr_t* out);
 int mlxs_eval(const mlxs_array* arrs, size_t n);
 int mlxs_async_eval(const mlxs_array* arrs, size_t n);
 int mlxs_synchronize(void);
+int mlxs_graph_census(const mlxs_array* arrs, size_t n, char** out);
+void mlxs_string_free(char* s);
 
 // ---- ops by code ----
 int mlxs_unary(int op, mlxs_array a, mlxs_array* out);

@@ -78,6 +78,8 @@ extern "C" {
     pub fn mlxs_array_id(a: mlxs_array, out: *mut usize) -> c_int;
     pub fn mlxs_eval(arrs: *const mlxs_array, n: usize) -> c_int;
     pub fn mlxs_async_eval(arrs: *const mlxs_array, n: usize) -> c_int;
+    pub fn mlxs_graph_census(arrs: *const mlxs_array, n: usize, out: *mut *mut c_char) -> c_int;
+    pub fn mlxs_string_free(s: *mut c_char);
     pub fn mlxs_synchronize() -> c_int;
     pub fn mlxs_unary(op: c_int, a: mlxs_array, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_binary(op: c_int, a: mlxs_array, b: mlxs_array, out: *mut mlxs_array) -> c_int;

@@ -186,6 +186,20 @@ pub fn async_eval(arrays: &[&Array]) -> Result<()> {
     check(unsafe { sys::mlxs_async_eval(raws.as_ptr(), raws.len()) })
 }
 
+/// The primitives of the unevaluated graph behind `arrays`, as (name,
+/// count) pairs, most frequent first: what one evaluation will schedule.
+pub fn graph_census(arrays: &[&Array]) -> Result<Vec<(String, usize)>> {
+    let raws: Vec<_> = arrays.iter().map(|a| a.raw).collect();
+    let mut p = std::ptr::null_mut();
+    check(unsafe { sys::mlxs_graph_census(raws.as_ptr(), raws.len(), &mut p) })?;
+    let txt = unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    unsafe { sys::mlxs_string_free(p) };
+    Ok(txt
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(k, c)| Some((k.to_string(), c.parse().ok()?))))
+        .collect())
+}
+
 /// Waits for all queued work on the default stream.
 pub fn synchronize() -> Result<()> {
     check(unsafe { sys::mlxs_synchronize() })

@@ -689,4 +689,4 @@ pub fn fft(kind: FftKind, a: &Array, n: i32, axis: i32) -> Result<Array> {
     out1(|o| unsafe { sys::mlxs_fft(kind as i32, a.as_raw(), n, axis, o) })
 }
 
-pub use crate::array::{async_eval, eval, synchronize};
+pub use crate::array::{async_eval, eval, graph_census, synchronize};

@@ -293,3 +293,32 @@ fn runtime_version() {
     assert_eq!(mlx::build_version(), "0.32.4");
     assert!(std::path::Path::new(mlx::build_libdir()).exists());
 }
+
+#[test]
+fn graph_census_counts_every_unevaluated_node_once() {
+    let a = mlx::ones(&[2, 3], mlx::Dtype::F32).unwrap();
+    let w = mlx::ones(&[3, 3], mlx::Dtype::F32).unwrap();
+    mlx::eval(&[&a, &w]).unwrap();
+    // Three matmuls of a 3-D input (each flattened and unflattened by MLX),
+    // a shared subexpression used twice, and a two-output split.
+    let mut x = a.reshape(&[1, 2, 3]).unwrap();
+    for _ in 0..3 {
+        x = x.matmul(&w).unwrap();
+    }
+    let s = x.add(&x).unwrap();
+    let parts = s.split_at(&[1], 1).unwrap();
+    let y = parts[0].add(&parts[1]).unwrap();
+    // A compiled function called twice is two nodes (its calls share one primitive).
+    let f = Compiled::new(|v: &[mlx::Array]| Ok(vec![v[0].exp()?.mul(&v[0])?]), true).unwrap();
+    let y = f.call(&[&f.call(&[&y]).unwrap()[0]]).unwrap().remove(0);
+    let c: std::collections::HashMap<String, usize> = mlx::graph_census(&[&y]).unwrap().into_iter().collect();
+    assert_eq!(c.get("Matmul"), Some(&3), "{c:?}");
+    assert_eq!(c.get("Flatten"), Some(&3), "{c:?}");
+    assert_eq!(c.get("Add"), Some(&2), "{c:?}");
+    assert_eq!(c.get("Split"), Some(&1), "{c:?}");
+    assert_eq!(c.get("Reshape"), Some(&1), "{c:?}");
+    assert_eq!(c.iter().filter(|(k, _)| k.starts_with("Compiled")).map(|(_, n)| n).sum::<usize>(), 2, "{c:?}");
+    // Evaluated arrays are not part of the graph.
+    mlx::eval(&[&y]).unwrap();
+    assert!(mlx::graph_census(&[&y]).unwrap().is_empty());
+}

@@ -103,13 +103,20 @@ impl Attention {
         })
     }
 
+    /// `[B, L, h·d]` → `[B, h, L, d]`, normed per head when `norm` is given.
+    /// For one token the layouts coincide, so a reshape does it without a
+    /// transpose node (decode is bound by host time per graph node).
     fn heads(x: Array, b: i32, l: i32, h: i32, norm: &Option<RmsNorm>) -> Result<Array> {
-        let x = x.reshape(&[b, l, h, -1])?;
+        let x = if l == 1 { x.reshape(&[b, h, 1, -1])? } else { x.reshape(&[b, l, h, -1])? };
         let x = match norm {
             Some(n) => n.forward(&x)?,
             None => x,
         };
-        x.transpose(&[0, 2, 1, 3])
+        if l == 1 {
+            Ok(x)
+        } else {
+            x.transpose(&[0, 2, 1, 3])
+        }
     }
 
     /// `x` is `[B, L, hidden]`; attends through cache `slot`.
@@ -118,6 +125,15 @@ impl Attention {
         let off = RopeOffset::Int(caches.offset(slot)? as i32);
         let (hq, hkv) = (self.n_heads, self.n_kv_heads);
         let (q, k, v) = match &self.proj {
+            Qkv::Fused(p) if self.q_norm.is_none() && self.k_norm.is_none() && l == 1 => {
+                // One token: every head in one rope call (v's rotated copy is
+                // dropped, v comes from the unrotated heads), no transpose.
+                let y = p.forward(x)?.reshape(&[b, hq + 2 * hkv, 1, -1])?;
+                let mut r = self.rope.forward(&y, off)?.split_at(&[hq, hq + hkv], 1)?;
+                r.truncate(2);
+                let k = r.pop().expect("3 parts");
+                (r.pop().expect("3 parts"), k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?)
+            }
             Qkv::Fused(p) if self.q_norm.is_none() && self.k_norm.is_none() => {
                 // Heads of q and k side by side: one rope call for both.
                 let y = p.forward(x)?.reshape(&[b, l, hq + 2 * hkv, -1])?.transpose(&[0, 2, 1, 3])?;
@@ -143,7 +159,9 @@ impl Attention {
             }
         };
         let o = caches.attend(slot, q, k, v, AttnOptions::causal(self.scale))?;
-        self.o.forward(&o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?)
+        // `[B, h, L, d]` → `[B, L, h·d]`; for one token a reshape is enough.
+        let o = if l == 1 { o.reshape(&[b, 1, -1])? } else { o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])? };
+        self.o.forward(&o)
     }
 }
 

@@ -13,6 +13,11 @@ pub enum Linear {
         w: Array,
         /// transposed weight `[in, out]`, kept so matmul needs no transpose node
         wt: Array,
+        /// the same view as `[1, in, out]`: a `[1, L, in]` input multiplies it
+        /// as one batched matmul node, where a 2-D weight makes MLX add a
+        /// flatten and an unflatten around the matmul (decode is bound by
+        /// host time per node)
+        wt1: Array,
         /// optional bias
         b: Option<Array>,
     },
@@ -52,12 +57,14 @@ impl Linear {
     /// A dense layer from its `[out, in]` weight.
     pub fn dense(w: Array, b: Option<Array>) -> Result<Linear> {
         let wt = w.t()?;
-        Ok(Linear::Dense { w, wt, b })
+        let wt1 = wt.expand_dims(&[0])?;
+        Ok(Linear::Dense { w, wt, wt1, b })
     }
 
     /// Applies the layer to `x` (`[..., in]`).
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let (y, b) = match self {
+            Linear::Dense { wt1, b, .. } if x.ndim() == 3 && x.dim(0) == 1 => (x.matmul(wt1)?, b),
             Linear::Dense { wt, b, .. } => (x.matmul(wt)?, b),
             Linear::Quant { q, spec, b } => (quantized_matmul(x, q, spec, true)?, b),
         };

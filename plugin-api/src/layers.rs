@@ -28,6 +28,11 @@ pub struct Attention {
     pub scale: f32,
     /// rotary embedding
     pub rope: Rope,
+    /// `[hq + 2·hkv, 1, d]`: the q-norm scale on the query heads' rows, the
+    /// k-norm scale on the key heads' and ones on the value heads' (set by
+    /// [`Attention::load`] when both norms are present), so one token's heads
+    /// are normed by a single weightless norm and one multiply.
+    pub qk_norm_rows: Option<Array>,
 }
 
 /// The input projections of an [`Attention`]: three matrices, or one whose
@@ -91,16 +96,45 @@ impl Attention {
         } else {
             Qkv::Split { q: lin("q_proj")?, k: lin("k_proj")?, v: lin("v_proj")? }
         };
+        let (q_norm, k_norm) = (norm("q_norm")?, norm("k_norm")?);
+        let qk_norm_rows = match (&proj, &q_norm, &k_norm) {
+            (Qkv::Fused(_), Some(qn), Some(kn)) if qn.eps == kn.eps => {
+                Some(Self::norm_rows(qn, kn, n_heads, n_kv_heads)?)
+            }
+            _ => None,
+        };
         Ok(Attention {
             proj,
             o: lin("o_proj")?,
-            q_norm: norm("q_norm")?,
-            k_norm: norm("k_norm")?,
+            q_norm,
+            k_norm,
             n_heads,
             n_kv_heads,
             scale: (head_dim as f32).powf(-0.5),
             rope,
+            qk_norm_rows,
         })
+    }
+
+    /// The per-head scales of [`Attention::qk_norm_rows`].
+    fn norm_rows(qn: &RmsNorm, kn: &RmsNorm, hq: i32, hkv: i32) -> Result<Array> {
+        let d = qn.weight.dim(-1);
+        let dt = qn.weight.dtype();
+        if kn.weight.dtype() != dt || kn.weight.dim(-1) != d {
+            return Err(Error(format!(
+                "q_norm and k_norm differ: {:?} {:?} vs {:?} {:?}",
+                qn.weight.shape(),
+                qn.weight.dtype(),
+                kn.weight.shape(),
+                kn.weight.dtype()
+            )));
+        }
+        let q = qn.weight.reshape(&[1, d])?.broadcast_to(&[hq, d])?;
+        let k = kn.weight.reshape(&[1, d])?.broadcast_to(&[hkv, d])?;
+        let v = mlx::ones(&[hkv, d], dt)?;
+        let rows = mlx::concatenate(&[&q, &k, &v], 0)?.reshape(&[hq + 2 * hkv, 1, d])?;
+        mlx::eval(&[&rows])?;
+        Ok(rows)
     }
 
     /// `[B, L, h·d]` → `[B, h, L, d]`, normed per head when `norm` is given.
@@ -130,6 +164,20 @@ impl Attention {
                 // dropped, v comes from the unrotated heads), no transpose.
                 let y = p.forward(x)?.reshape(&[b, hq + 2 * hkv, 1, -1])?;
                 let mut r = self.rope.forward(&y, off)?.split_at(&[hq, hq + hkv], 1)?;
+                r.truncate(2);
+                let k = r.pop().expect("3 parts");
+                (r.pop().expect("3 parts"), k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?)
+            }
+            Qkv::Fused(p) if l == 1 && self.qk_norm_rows.as_ref().is_some_and(|w| w.dtype() == x.dtype()) => {
+                // One token with q/k norms: every head normed by one weightless
+                // norm times per-head scales (bit-equal to a norm with its
+                // weight, which also rounds the normed value before scaling),
+                // then one rope call; v comes from the unnormed heads.
+                let rows = self.qk_norm_rows.as_ref().expect("checked");
+                let eps = self.q_norm.as_ref().map_or(0.0, |n| n.eps);
+                let y = p.forward(x)?.reshape(&[b, hq + 2 * hkv, 1, -1])?;
+                let normed = mlx::fast::rms_norm(&y, None, eps)?.mul(rows)?;
+                let mut r = self.rope.forward(&normed, off)?.split_at(&[hq, hq + hkv], 1)?;
                 r.truncate(2);
                 let k = r.pop().expect("3 parts");
                 (r.pop().expect("3 parts"), k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?)

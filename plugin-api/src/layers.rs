@@ -28,10 +28,11 @@ pub struct Attention {
     pub scale: f32,
     /// rotary embedding
     pub rope: Rope,
-    /// `[hq + 2·hkv, 1, d]`: the q-norm scale on the query heads' rows, the
-    /// k-norm scale on the key heads' and ones on the value heads' (set by
-    /// [`Attention::load`] when both norms are present), so one token's heads
-    /// are normed by a single weightless norm and one multiply.
+    /// `[1, hq + 2·hkv, 1, d]`: the q-norm scale on the query heads' rows,
+    /// the k-norm scale on the key heads' and ones on the value heads' (set
+    /// by [`Attention::load`] when both norms are present), so one token's
+    /// heads are normed by a single weightless norm and one multiply. Shaped
+    /// as one token's heads, so the multiply needs no broadcast node.
     pub qk_norm_rows: Option<Array>,
 }
 
@@ -132,7 +133,7 @@ impl Attention {
         let q = qn.weight.reshape(&[1, d])?.broadcast_to(&[hq, d])?;
         let k = kn.weight.reshape(&[1, d])?.broadcast_to(&[hkv, d])?;
         let v = mlx::ones(&[hkv, d], dt)?;
-        let rows = mlx::concatenate(&[&q, &k, &v], 0)?.reshape(&[hq + 2 * hkv, 1, d])?;
+        let rows = mlx::concatenate(&[&q, &k, &v], 0)?.reshape(&[1, hq + 2 * hkv, 1, d])?;
         mlx::eval(&[&rows])?;
         Ok(rows)
     }

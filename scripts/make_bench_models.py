@@ -14,7 +14,7 @@ it the folder holds no tokenizer and only loaders that skip the tokenizer
 (``mlx_lm.utils.load_model``, famlx) can open it.
 
     python scripts/make_bench_models.py OUT                       # llama3.2-1b and qwen3-0.6b, bf16 q8 q4
-    python scripts/make_bench_models.py OUT --shape tiny --dtype bf16 q4
+    python scripts/make_bench_models.py OUT --shape tiny tiny-qwen3 --dtype bf16 q4
     python scripts/make_bench_models.py OUT --shape qwen3.5-0.8b qwen3.5-4b --dtype bf16 q4
     python scripts/make_bench_models.py OUT --shape gemma4-e2b gemma4-26b-a4b --dtype bf16 q4
     python scripts/make_bench_models.py OUT --shape gemma4-26b-a4b --layers 6   # 26B-A4B is ~52 GB in bf16
@@ -208,6 +208,26 @@ SHAPES = {
         "hidden_act": "silu",
         "attention_bias": False,
         "mlp_bias": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
+    # The tiny llama's sizes as a Qwen3 (q/k norms, tied head): CPU runs of the qwen3 path.
+    "tiny-qwen3": {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "hidden_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "intermediate_size": 1408,
+        "vocab_size": 32000,
+        "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 4096,
+        "hidden_act": "silu",
+        "attention_bias": False,
         "bos_token_id": 1,
         "eos_token_id": 2,
     },

@@ -77,8 +77,8 @@ fn one_norm_for_all_heads_is_bit_equal_to_separate_norms() {
     mlx::random::seed(7).unwrap();
     for dt in [Dtype::BF16, Dtype::F32] {
         let merged = attention(dt, true);
-        assert!(merged.qk_norm_rows.is_some(), "{dt:?}: fused q/k/v with both norms should take the merged path");
-        let separate = Attention { qk_norm_rows: None, ..merged.clone() };
+        assert!(merged.head_norms.is_some(), "{dt:?}: fused q/k/v with both norms should take the merged path");
+        let separate = Attention { head_norms: None, ..merged.clone() };
         let mut xs = vec![rand(&[1, 5, 64], 1.0, dt)];
         xs.extend((0..4).map(|_| rand(&[1, 1, 64], 1.0, dt)));
         for quantized in [false, true] {
@@ -87,6 +87,6 @@ fn one_norm_for_all_heads_is_bit_equal_to_separate_norms() {
             assert_eq!(a, b, "{dt:?} quantized={quantized}: merged q/k norms differ from separate ones");
         }
         // Unfused projections keep the plain path.
-        assert!(attention(dt, false).qk_norm_rows.is_none());
+        assert!(attention(dt, false).head_norms.is_none());
     }
 }

@@ -28,12 +28,61 @@ pub struct Attention {
     pub scale: f32,
     /// rotary embedding
     pub rope: Rope,
-    /// `[1, hq + 2·hkv, 1, d]`: the q-norm scale on the query heads' rows,
-    /// the k-norm scale on the key heads' and ones on the value heads' (set
-    /// by [`Attention::load`] when both norms are present), so one token's
-    /// heads are normed by a single weightless norm and one multiply. Shaped
-    /// as one token's heads, so the multiply needs no broadcast node.
-    pub qk_norm_rows: Option<Array>,
+    /// The q and k norms as one [`HeadNorms`] over one token's fused heads
+    /// (set by [`Attention::load`] when both norms are present).
+    pub head_norms: Option<HeadNorms>,
+}
+
+/// Per-head RMS norms of one token's fused q/k/v heads in one weightless
+/// norm and one multiply, instead of a weighted norm per kind of head.
+/// Bit-equal to the separate norms: MLX's weighted norm also rounds the
+/// normed value to the activation dtype before scaling it.
+#[derive(Debug, Clone)]
+pub struct HeadNorms {
+    /// `[1, hq + 2·hkv, 1, d]` (one token's heads, so the multiply needs no
+    /// broadcast node): the q-norm scale on the query heads' rows, the
+    /// k-norm scale on the key heads' and ones on the value heads'.
+    rows: Array,
+    eps: f32,
+}
+
+impl HeadNorms {
+    /// From the q and k norms; the value heads are scaled by one (normed
+    /// without a weight: gemma4's v norm; heads nobody reads: qwen3's).
+    /// `None` when the norms' epsilons differ.
+    pub fn new(q: &RmsNorm, k: &RmsNorm, hq: i32, hkv: i32) -> Result<Option<HeadNorms>> {
+        if q.eps != k.eps {
+            return Ok(None);
+        }
+        let d = q.weight.dim(-1);
+        let dt = q.weight.dtype();
+        if k.weight.dtype() != dt || k.weight.dim(-1) != d {
+            return Err(Error(format!(
+                "q_norm and k_norm differ: {:?} {:?} vs {:?} {:?}",
+                q.weight.shape(),
+                q.weight.dtype(),
+                k.weight.shape(),
+                k.weight.dtype()
+            )));
+        }
+        let qr = q.weight.reshape(&[1, d])?.broadcast_to(&[hq, d])?;
+        let kr = k.weight.reshape(&[1, d])?.broadcast_to(&[hkv, d])?;
+        let vr = mlx::ones(&[hkv, d], dt)?;
+        let rows = mlx::concatenate(&[&qr, &kr, &vr], 0)?.reshape(&[1, hq + 2 * hkv, 1, d])?;
+        mlx::eval(&[&rows])?;
+        Ok(Some(HeadNorms { rows, eps: q.eps }))
+    }
+
+    /// Whether the result is bit-equal for activations of dtype `dt` (the
+    /// scales must be stored in it, or the weighted norm would not round).
+    pub fn fits(&self, dt: mlx::Dtype) -> bool {
+        self.rows.dtype() == dt
+    }
+
+    /// Norms every head of `y` (`[B, hq + 2·hkv, 1, d]`).
+    pub fn apply(&self, y: &Array) -> Result<Array> {
+        mlx::fast::rms_norm(y, None, self.eps)?.mul(&self.rows)
+    }
 }
 
 /// The input projections of an [`Attention`]: three matrices, or one whose
@@ -98,10 +147,8 @@ impl Attention {
             Qkv::Split { q: lin("q_proj")?, k: lin("k_proj")?, v: lin("v_proj")? }
         };
         let (q_norm, k_norm) = (norm("q_norm")?, norm("k_norm")?);
-        let qk_norm_rows = match (&proj, &q_norm, &k_norm) {
-            (Qkv::Fused(_), Some(qn), Some(kn)) if qn.eps == kn.eps => {
-                Some(Self::norm_rows(qn, kn, n_heads, n_kv_heads)?)
-            }
+        let head_norms = match (&proj, &q_norm, &k_norm) {
+            (Qkv::Fused(_), Some(qn), Some(kn)) => HeadNorms::new(qn, kn, n_heads, n_kv_heads)?,
             _ => None,
         };
         Ok(Attention {
@@ -113,29 +160,8 @@ impl Attention {
             n_kv_heads,
             scale: (head_dim as f32).powf(-0.5),
             rope,
-            qk_norm_rows,
+            head_norms,
         })
-    }
-
-    /// The per-head scales of [`Attention::qk_norm_rows`].
-    fn norm_rows(qn: &RmsNorm, kn: &RmsNorm, hq: i32, hkv: i32) -> Result<Array> {
-        let d = qn.weight.dim(-1);
-        let dt = qn.weight.dtype();
-        if kn.weight.dtype() != dt || kn.weight.dim(-1) != d {
-            return Err(Error(format!(
-                "q_norm and k_norm differ: {:?} {:?} vs {:?} {:?}",
-                qn.weight.shape(),
-                qn.weight.dtype(),
-                kn.weight.shape(),
-                kn.weight.dtype()
-            )));
-        }
-        let q = qn.weight.reshape(&[1, d])?.broadcast_to(&[hq, d])?;
-        let k = kn.weight.reshape(&[1, d])?.broadcast_to(&[hkv, d])?;
-        let v = mlx::ones(&[hkv, d], dt)?;
-        let rows = mlx::concatenate(&[&q, &k, &v], 0)?.reshape(&[1, hq + 2 * hkv, 1, d])?;
-        mlx::eval(&[&rows])?;
-        Ok(rows)
     }
 
     /// `[B, L, h·d]` → `[B, h, L, d]`, normed per head when `norm` is given.
@@ -169,15 +195,11 @@ impl Attention {
                 let k = r.pop().expect("3 parts");
                 (r.pop().expect("3 parts"), k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?)
             }
-            Qkv::Fused(p) if l == 1 && self.qk_norm_rows.as_ref().is_some_and(|w| w.dtype() == x.dtype()) => {
-                // One token with q/k norms: every head normed by one weightless
-                // norm times per-head scales (bit-equal to a norm with its
-                // weight, which also rounds the normed value before scaling),
-                // then one rope call; v comes from the unnormed heads.
-                let rows = self.qk_norm_rows.as_ref().expect("checked");
-                let eps = self.q_norm.as_ref().map_or(0.0, |n| n.eps);
+            Qkv::Fused(p) if l == 1 && self.head_norms.as_ref().is_some_and(|n| n.fits(x.dtype())) => {
+                // One token with q/k norms: all heads normed at once, then one
+                // rope call; v comes from the unnormed heads.
                 let y = p.forward(x)?.reshape(&[b, hq + 2 * hkv, 1, -1])?;
-                let normed = mlx::fast::rms_norm(&y, None, eps)?.mul(rows)?;
+                let normed = self.head_norms.as_ref().expect("checked").apply(&y)?;
                 let mut r = self.rope.forward(&normed, off)?.split_at(&[hq, hq + hkv], 1)?;
                 r.truncate(2);
                 let k = r.pop().expect("3 parts");

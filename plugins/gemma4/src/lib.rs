@@ -20,7 +20,7 @@ use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
 use mlx::nn::{geglu, Embedding, GateUp, GluActivation, Linear, RmsNorm, Rope, RopeScaling, SwitchGlu, Weights};
 use mlx::{arange, Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, DraftForward, FamilySpec, Input, ModelForward, Output};
-use plugin_api::layers::{eos_ids, field, field_or, lm_output};
+use plugin_api::layers::{eos_ids, field, field_or, lm_output, HeadNorms};
 use plugin_api::{AttnMask, AttnOptions, CacheKind, ModelPlan, QuantClass, QuantSpec};
 
 pub mod assistant;
@@ -365,7 +365,17 @@ impl FamilySpec for Gemma4Family {
     fn fusions(&self, plan: &ModelPlan) -> Vec<plugin_api::Fusion> {
         let Ok(cfg) = Config::from_plan(plan) else { return Vec::new() };
         let p = format!("{}model", cfg.prefix());
-        (0..cfg.num_hidden_layers).map(|i| plugin_api::layers::gate_up_fusion(&format!("{p}.layers.{i}.mlp"))).collect()
+        // q/k/v fuse where a layer has all three (not in K=V or KV-shared
+        // layers: the host leaves a fusion with a missing part alone).
+        (0..cfg.num_hidden_layers)
+            .flat_map(|i| {
+                let l = format!("{p}.layers.{i}");
+                [
+                    plugin_api::layers::qkv_fusion(&format!("{l}.self_attn")),
+                    plugin_api::layers::gate_up_fusion(&format!("{l}.mlp")),
+                ]
+            })
+            .collect()
     }
 
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
@@ -512,12 +522,21 @@ fn mask_for(l: i32, s: i32, window: Option<i32>) -> Result<Option<Array>> {
     Ok(Some(m))
 }
 
+/// The input projections of a [`Gemma4Attention`].
+#[derive(Debug, Clone)]
+enum Proj {
+    /// `q_proj`, and `k_proj`/`v_proj` where the layer has them (no v in
+    /// K=V layers, neither in KV-shared or assistant layers).
+    Split { q: Linear, k: Option<Linear>, v: Option<Linear> },
+    /// `qkv_proj` (fused by the host at load), with the q, k and v norms of
+    /// a decoded token as one [`HeadNorms`] (v's norm has no scale).
+    Fused { qkv: Linear, norms: Option<HeadNorms> },
+}
+
 /// One attention layer.
 #[derive(Debug, Clone)]
 pub struct Gemma4Attention {
-    q: Linear,
-    k: Option<Linear>,
-    v: Option<Linear>,
+    proj: Proj,
     o: Linear,
     q_norm: RmsNorm,
     k_norm: Option<RmsNorm>,
@@ -530,8 +549,88 @@ pub struct Gemma4Attention {
 }
 
 impl Gemma4Attention {
-    fn heads(x: &Array, b: i32, l: i32, h: i32, d: i32) -> Result<Array> {
-        x.reshape(&[b, l, h, d])
+    /// `[B, L, h·d]` → `[B, h, L, d]`, normed per head by `norm`. For one
+    /// token the layouts coincide, so a reshape does it without a transpose
+    /// node (decode is bound by host time per graph node).
+    fn heads(&self, x: &Array, l: i32, h: i32, norm: impl FnOnce(&Array) -> Result<Array>) -> Result<Array> {
+        let (b, d) = (x.dim(0), self.head_dim);
+        if l == 1 {
+            norm(&x.reshape(&[b, h, 1, d])?)
+        } else {
+            norm(&x.reshape(&[b, l, h, d])?)?.transpose(&[0, 2, 1, 3])
+        }
+    }
+
+    /// The projections' outputs `[B, L, h·d]`: q, and k and v when the
+    /// layer has them (v is k's output in K=V layers).
+    fn project(&self, x: &Array) -> Result<(Array, Option<(Array, Array)>)> {
+        match &self.proj {
+            Proj::Split { q, k, v } => {
+                let kv = match k {
+                    Some(kp) => {
+                        let k = kp.forward(x)?;
+                        let v = match v {
+                            Some(vp) => vp.forward(x)?,
+                            None => k.clone(),
+                        };
+                        Some((k, v))
+                    }
+                    None => None,
+                };
+                Ok((q.forward(x)?, kv))
+            }
+            Proj::Fused { qkv, .. } => {
+                let (hq, hkv, d) = (self.n_heads, self.n_kv_heads, self.head_dim);
+                let mut p = qkv.forward(x)?.split_at(&[hq * d, (hq + hkv) * d], -1)?;
+                let v = p.pop().expect("3 parts");
+                let k = p.pop().expect("3 parts");
+                Ok((p.pop().expect("3 parts"), Some((k, v))))
+            }
+        }
+    }
+
+    /// Normed queries `[B, h, L, d]`, before rope.
+    fn queries(&self, q: &Array, l: i32) -> Result<Array> {
+        self.heads(q, l, self.n_heads, |x| self.q_norm.forward(x))
+    }
+
+    /// `[B, h, L, d]` → `[B, L, h·d]`; for one token a reshape is enough.
+    fn merge_heads(o: &Array, b: i32, l: i32) -> Result<Array> {
+        if l == 1 {
+            o.reshape(&[b, 1, -1])
+        } else {
+            o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])
+        }
+    }
+
+    /// Roped queries, and roped keys with normed values when the layer has
+    /// them, all `[B, h, L, d]`, at position `off`.
+    fn qkv(&self, x: &Array, off: i32) -> Result<(Array, Option<(Array, Array)>)> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let (hq, hkv) = (self.n_heads, self.n_kv_heads);
+        if let Proj::Fused { qkv, norms: Some(n) } = &self.proj {
+            if l == 1 && n.fits(x.dtype()) {
+                // One token: every head normed at once and roped in one call
+                // (v's rotated copy is dropped: v comes from the normed heads).
+                let y = n.apply(&qkv.forward(x)?.reshape(&[b, hq + 2 * hkv, 1, self.head_dim])?)?;
+                let mut r = self.rope.forward(&y, RopeOffset::Int(off))?.split_at(&[hq, hq + hkv], 1)?;
+                r.truncate(2);
+                let k = r.pop().expect("3 parts");
+                let v = y.slice_axis(1, hq + hkv, hq + 2 * hkv)?;
+                return Ok((r.pop().expect("3 parts"), Some((k, v))));
+            }
+        }
+        let (q, kv) = self.project(x)?;
+        let q = self.rope.forward(&self.queries(&q, l)?, RopeOffset::Int(off))?;
+        let kv = match (kv, &self.k_norm) {
+            (Some((k, v)), Some(k_norm)) => {
+                let k = self.heads(&k, l, hkv, |x| k_norm.forward(x))?;
+                let v = self.heads(&v, l, hkv, |x| rms_norm(x, None, self.eps))?;
+                Some((self.rope.forward(&k, RopeOffset::Int(off))?, v))
+            }
+            _ => None,
+        };
+        Ok((q, kv))
     }
 
     /// Runs the layer. `slot` is its cache slot; `keep` asks for the K/V it
@@ -546,28 +645,19 @@ impl Gemma4Attention {
         shared: Option<&SharedKv>,
     ) -> Result<(Array, Option<SharedKv>)> {
         let (b, l) = (x.dim(0), x.dim(1));
-        let q = self
-            .q_norm
-            .forward(&Self::heads(&self.q.forward(x)?, b, l, self.n_heads, self.head_dim)?)?
-            .transpose(&[0, 2, 1, 3])?;
-        let (o, kept) = match (shared, &self.k, slot) {
-            (Some(s), _, _) => {
-                let q = self.rope.forward(&q, RopeOffset::Int(s.offset))?;
+        let (o, kept) = match (shared, slot) {
+            (Some(s), _) => {
+                let (q, _) = self.project(x)?;
+                let q = self.rope.forward(&self.queries(&q, l)?, RopeOffset::Int(s.offset))?;
                 let m = mask_for(l, s.k.dim(2), s.window)?;
                 let mask = m.as_ref().map_or(Mask::None, Mask::Array);
                 (scaled_dot_product_attention(&q, &s.k, &s.v, 1.0, mask, None)?, None)
             }
-            (None, Some(kp), Some(slot)) => {
-                let raw = Self::heads(&kp.forward(x)?, b, l, self.n_kv_heads, self.head_dim)?;
-                let v = match &self.v {
-                    Some(vp) => Self::heads(&vp.forward(x)?, b, l, self.n_kv_heads, self.head_dim)?,
-                    None => raw.clone(),
-                };
-                let k = self.k_norm.as_ref().expect("k_norm with k_proj").forward(&raw)?.transpose(&[0, 2, 1, 3])?;
-                let v = rms_norm(&v, None, self.eps)?.transpose(&[0, 2, 1, 3])?;
+            (None, Some(slot)) => {
                 let off = caches.offset(slot)? as i32;
-                let q = self.rope.forward(&q, RopeOffset::Int(off))?;
-                let k = self.rope.forward(&k, RopeOffset::Int(off))?;
+                let (q, Some((k, v))) = self.qkv(x, off)? else {
+                    return Err(Error::msg("gemma4: a layer without K/V projections got no shared K/V"));
+                };
                 if keep {
                     // KV-shared layers read these K/V later in this call: fetch
                     // them and attend here, with the mask the cache kind implies.
@@ -582,7 +672,7 @@ impl Gemma4Attention {
             }
             _ => return Err(Error::msg("gemma4: a layer without K/V projections got no shared K/V")),
         };
-        let o = self.o.forward(&o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?)?;
+        let o = self.o.forward(&Self::merge_heads(&o, b, l)?)?;
         Ok((o, kept))
     }
 }
@@ -600,13 +690,10 @@ impl Gemma4Attention {
         mask: AttnMask,
     ) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
-        let q = self
-            .q_norm
-            .forward(&Self::heads(&self.q.forward(x)?, b, l, self.n_heads, self.head_dim)?)?
-            .transpose(&[0, 2, 1, 3])?;
-        let q = self.rope.forward(&q, RopeOffset::Int(offset))?;
+        let (q, _) = self.project(x)?;
+        let q = self.rope.forward(&self.queries(&q, l)?, RopeOffset::Int(offset))?;
         let o = target.attend_cached(slot, q, AttnOptions { scale: 1.0, mask, sinks: ROption::RNone })?;
-        self.o.forward(&o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?)
+        self.o.forward(&Self::merge_heads(&o, b, l)?)
     }
 }
 
@@ -661,15 +748,27 @@ fn load_layer(
     };
     let a = format!("{lp}.self_attn");
     let rope = if full { &cfg.rope_full } else { &cfg.rope_sliding }.rope(head_dim, cfg.rope_traditional)?;
+    let q_norm = RmsNorm::load(w, &format!("{a}.q_norm"), eps)?;
+    let k_norm = has_kv.then(|| RmsNorm::load(w, &format!("{a}.k_norm"), eps)).transpose()?;
+    let n_heads = cfg.num_attention_heads;
+    let proj = match &k_norm {
+        Some(kn) if !k_eq_v && w.get(&format!("{a}.qkv_proj.weight")).is_some() => Proj::Fused {
+            qkv: Linear::load(w, &format!("{a}.qkv_proj"))?,
+            norms: HeadNorms::new(&q_norm, kn, n_heads, n_kv_heads)?,
+        },
+        _ => Proj::Split {
+            q: Linear::load(w, &format!("{a}.q_proj"))?,
+            k: has_kv.then(|| Linear::load(w, &format!("{a}.k_proj"))).transpose()?,
+            v: (has_kv && !k_eq_v).then(|| Linear::load(w, &format!("{a}.v_proj"))).transpose()?,
+        },
+    };
     let attn = Gemma4Attention {
-        q: Linear::load(w, &format!("{a}.q_proj"))?,
-        k: has_kv.then(|| Linear::load(w, &format!("{a}.k_proj"))).transpose()?,
-        v: (has_kv && !k_eq_v).then(|| Linear::load(w, &format!("{a}.v_proj"))).transpose()?,
+        proj,
         o: Linear::load(w, &format!("{a}.o_proj"))?,
-        q_norm: RmsNorm::load(w, &format!("{a}.q_norm"), eps)?,
-        k_norm: has_kv.then(|| RmsNorm::load(w, &format!("{a}.k_norm"), eps)).transpose()?,
+        q_norm,
+        k_norm,
         eps,
-        n_heads: cfg.num_attention_heads,
+        n_heads,
         n_kv_heads,
         head_dim,
         rope,

@@ -211,28 +211,17 @@ SHAPES = {
         "bos_token_id": 1,
         "eos_token_id": 2,
     },
-    # The tiny llama's sizes as a Qwen3 (q/k norms, tied head): CPU runs of the qwen3 path.
-    "tiny-qwen3": {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-        "hidden_size": 512,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 64,
-        "intermediate_size": 1408,
-        "vocab_size": 32000,
-        "tie_word_embeddings": True,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "max_position_embeddings": 4096,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-    },
 }
 SHAPES["qwen3.5-4b"] = {**SHAPES["qwen3.5-0.8b"], **SHAPES["qwen3.5-4b"]}
+# The tiny llama's sizes as a Qwen3 (q/k norms, tied head): CPU runs of the qwen3 path.
+SHAPES["tiny-qwen3"] = {
+    **SHAPES["tiny"],
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "tie_word_embeddings": True,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+}
 
 QUANT = {"bf16": None, "q8": 8, "q4": 4}
 

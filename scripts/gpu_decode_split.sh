@@ -15,8 +15,8 @@ nvidia-smi --query-gpu=timestamp,utilization.gpu,clocks.sm,clocks.mem,power.draw
   --format=csv -lms 500 > "$OUT/smi.csv" 2>&1 & SMI=$!
 show_split() { python3 -c "
 import json,sys; j=json.load(open(sys.argv[1])); m=j['average']; g=$2-1
-print('%-22s %-14s gen %7.1f tok/s  step %.3f ms = build %.3f (launch %.3f) + wait %.3f; %d nodes' % (sys.argv[2], sys.argv[3], m['generation_tps'],
- 1e3/m['generation_tps'], 1e3*m['decode_build_s']/g, 1e3*m['decode_launch_s']/g, 1e3*m['decode_wait_s']/g, j['decode_graph']['nodes']))" "$1" "$3" "$4"; }
+print('%-22s %-14s gen %7.1f tok/s  step %.3f ms = build %.3f (launch %.3f) + wait %.3f; %d nodes, %d of them views' % (sys.argv[2], sys.argv[3], m['generation_tps'],
+ 1e3/m['generation_tps'], 1e3*m['decode_build_s']/g, 1e3*m['decode_launch_s']/g, 1e3*m['decode_wait_s']/g, j['decode_graph']['nodes'], j['decode_graph']['views']))" "$1" "$3" "$4"; }
 echo "== one decode step's graph (nodes by primitive)"
 for s in ${SPECS:-qwen3-0.6b:bf16 qwen3-0.6b:q8}; do
   m="${s%%:*}-${s#*:}"

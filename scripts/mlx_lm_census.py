@@ -4,7 +4,8 @@ mx.export_to_dot of generate_step's next-token array.
 
     python scripts/mlx_lm_census.py MODEL [-p 16]
 
-Prints one JSON object: {"nodes": total, "by_primitive": {name: n}}.
+Prints one JSON object: {"nodes": total, "views": nodes that launch no
+kernel, "by_primitive": {name: n}}.
 """
 
 import argparse
@@ -17,6 +18,10 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
+
+# Nodes that only re-describe memory (no kernel on contiguous inputs); the
+# same list as famlx's census (host/src/bench.rs, VIEW_PRIMITIVES).
+VIEW_PRIMITIVES = {"Slice", "Reshape", "Split", "Squeeze", "ExpandDims", "Transpose", "Flatten", "Unflatten", "Broadcast"}
 
 
 def main():
@@ -39,7 +44,8 @@ def main():
         mx.export_to_dot(str(f), nxt, logprobs)
         labels = re.findall(r'label ="([^"]+)", shape=rectangle', f.read_text())
     c = collections.Counter(labels)
-    print(json.dumps({"nodes": sum(c.values()), "by_primitive": dict(c.most_common())}))
+    views = sum(n for k, n in c.items() if k in VIEW_PRIMITIVES)
+    print(json.dumps({"nodes": sum(c.values()), "views": views, "by_primitive": dict(c.most_common())}))
 
 
 if __name__ == "__main__":

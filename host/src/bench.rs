@@ -175,12 +175,21 @@ pub fn table(trials: &[Trial]) -> String {
     out
 }
 
-/// The decode step's census as `{"nodes": total, "by_primitive": {name: n}}`
-/// (null for a speculative run, which has no plain decode step).
+/// Primitives that (on contiguous inputs, as in a decode step) only
+/// re-describe memory and launch no kernel. On a GPU a step's host time goes
+/// mostly to the other nodes' launches, so `nodes - views` is the figure
+/// to compare between tools (`scripts/mlx_lm_census.py` uses the same list).
+const VIEW_PRIMITIVES: [&str; 9] =
+    ["Slice", "Reshape", "Split", "Squeeze", "ExpandDims", "Transpose", "Flatten", "Unflatten", "Broadcast"];
+
+/// The decode step's census as `{"nodes": total, "views": view nodes,
+/// "by_primitive": {name: n}}` (null for a speculative run, which has no
+/// plain decode step).
 fn census_json(c: Option<&[(String, usize)]>) -> Value {
     let Some(c) = c else { return Value::Null };
     let by: serde_json::Map<String, Value> = c.iter().map(|(k, n)| (k.clone(), json!(n))).collect();
-    json!({"nodes": c.iter().map(|(_, n)| n).sum::<usize>(), "by_primitive": by})
+    let views: usize = c.iter().filter(|(k, _)| VIEW_PRIMITIVES.contains(&k.as_str())).map(|(_, n)| n).sum();
+    json!({"nodes": c.iter().map(|(_, n)| n).sum::<usize>(), "views": views, "by_primitive": by})
 }
 
 /// Random prompt ids in `[0, vocab)`, drawn as `mlx_lm.benchmark` draws them
@@ -332,6 +341,15 @@ mod tests {
         // mlx 0.32.4: mx.random.seed(0); mx.random.randint(0, 32000, (1, 8))
         let ids = random_prompt(32000, 8, 0).unwrap();
         assert_eq!(ids, [16767, 9450, 20871, 25818, 3849, 21056, 14884, 26555]);
+    }
+
+    #[test]
+    fn census_counts_views_apart() {
+        let c = [("Matmul".to_string(), 3), ("Slice".to_string(), 2), ("Reshape".to_string(), 1)];
+        let v = census_json(Some(&c));
+        assert_eq!((v["nodes"].as_u64(), v["views"].as_u64()), (Some(6), Some(3)), "{v}");
+        assert_eq!(v["by_primitive"]["Matmul"], 3);
+        assert!(census_json(None).is_null());
     }
 
     #[test]

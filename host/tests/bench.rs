@@ -20,6 +20,7 @@ fn bench_json_reports_trials_and_the_decode_split() {
     let by = g["by_primitive"].as_object().unwrap_or_else(|| panic!("no decode_graph census in {v}"));
     let count = |k: &str| by.get(k).and_then(|n| n.as_u64()).unwrap_or(0);
     assert_eq!(g["nodes"].as_u64(), Some(by.values().filter_map(|n| n.as_u64()).sum()), "{g}");
+    assert!(g["views"].as_u64().is_some_and(|v| v > 0 && v < g["nodes"].as_u64().unwrap()), "{g}");
     assert!(count("Gather") + count("Take") >= 1 && count("ArgReduce") == 1, "{g}");
     for t in trials.iter().chain([&v["warmup"], &v["median"]]) {
         let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("no {k} in {t}"));

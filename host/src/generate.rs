@@ -296,7 +296,10 @@ fn generate_inner(
     }
     let t_end = Instant::now();
     if pending {
-        // The queued step consumed one token the caller never saw: take it back.
+        // The queued step consumed one token the caller never saw: take it
+        // back, once it has run (no work of this call outlives it: a process
+        // exiting under it corrupts MLX's heap).
+        mlx::synchronize().map_err(merr)?;
         for c in &m.caches {
             c.lock().trim(1);
         }

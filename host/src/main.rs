@@ -7,7 +7,12 @@ fn main() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let cli = famlx::cli::Cli::parse();
-    if let Err(e) = famlx::cli::run(cli) {
+    let r = famlx::cli::run(cli);
+    // A generation that stops early leaves its queued next step running on
+    // MLX's stream thread; exiting under it lets MLX's static destructors
+    // free memory that thread still uses (heap corruption at exit).
+    let _ = mlx::synchronize();
+    if let Err(e) = r {
         eprintln!("famlx: error: {e:#}");
         std::process::exit(1);
     }

@@ -85,18 +85,7 @@ pub(crate) fn plan_and_rewrite(fam: &FamilyEntry, src: &Source) -> Result<(Model
         .plan(RStr::from(src.config_text.as_str()))
         .into_result()
         .map_err(|e| anyhow!("{}: {e}", src.config_path))?;
-    let mut tensors = HashMap::with_capacity(src.tensors.len());
-    for (name, t) in &src.tensors {
-        let out = fam
-            .family
-            .rewrite(&plan, RStr::from(name.as_str()), t.clone().into())
-            .into_result()
-            .map_err(|e| plugin_err(&fam.name, &format!("rewriting {name}"), e))?;
-        for p in out {
-            tensors.insert(p.0.into_string(), p.1.into_array());
-        }
-    }
-    let mut weights = HostWeights { tensors, quant: src.quant.clone() };
+    let mut weights = HostWeights::rewritten(fam, &plan, &src.tensors, &src.quant)?;
     for f in fam.family.fusions(&plan) {
         weights.fuse(&f)?;
     }
@@ -107,6 +96,28 @@ pub(crate) fn plan_and_rewrite(fam: &FamilyEntry, src: &Source) -> Result<(Model
 const FUSED_SUFFIXES: [&str; 4] = ["weight", "scales", "biases", "bias"];
 
 impl HostWeights {
+    /// A checkpoint's `tensors` through `fam`'s rewriter for `plan`, before
+    /// any [`Fusion`].
+    pub fn rewritten(
+        fam: &FamilyEntry,
+        plan: &ModelPlan,
+        tensors: &HashMap<String, Array>,
+        quant: &QuantConfig,
+    ) -> Result<HostWeights> {
+        let mut out = HashMap::with_capacity(tensors.len());
+        for (name, t) in tensors {
+            let parts = fam
+                .family
+                .rewrite(plan, RStr::from(name.as_str()), t.clone().into())
+                .into_result()
+                .map_err(|e| plugin_err(&fam.name, &format!("rewriting {name}"), e))?;
+            for p in parts {
+                out.insert(p.0.into_string(), p.1.into_array());
+            }
+        }
+        Ok(HostWeights { tensors: out, quant: quant.clone() })
+    }
+
     /// Applies one [`Fusion`]: concatenates the parts' tensors along axis 0
     /// under the fused name and drops the parts (so the host holds the
     /// weights once). Leaves everything as it is when the parts are stored

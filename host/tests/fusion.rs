@@ -70,16 +70,8 @@ fn gate_up_fused_in_gemma4_and_qwen3_5() {
 /// The same checkpoint's weights after the family's rewriter but with no
 /// fusion applied (what `LoadedModel::load` holds before `fuse`).
 fn unfused(variant: &str, m: &LoadedModel) -> famlx::model::HostWeights {
-    use abi_stable::std_types::RStr;
     let ck = famlx::checkpoint::Checkpoint::open(&fixture(variant)).unwrap();
-    let mut tensors = std::collections::HashMap::new();
-    for (name, t) in &ck.tensors {
-        let out = m.family.family.rewrite(&m.plan, RStr::from(name.as_str()), t.clone().into()).into_result().unwrap();
-        for p in out {
-            tensors.insert(p.0.into_string(), p.1.into_array());
-        }
-    }
-    famlx::model::HostWeights { tensors, quant: ck.quant.clone() }
+    famlx::model::HostWeights::rewritten(&m.family, &m.plan, &ck.tensors, &ck.quant).unwrap()
 }
 
 /// Logits of a 7-token prefill (every position) and of 5 single-token

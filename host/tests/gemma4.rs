@@ -38,7 +38,6 @@ use famlx::speculative::{Drafter, SpecParams};
 use mlx::Array;
 use plugin_api::CacheKind;
 use plugin_api::{CacheBox, DrafterBox, LogitsWanted, WeightStore_TO};
-use std::collections::HashMap;
 
 fn load(variant: &str) -> LoadedModel {
     load_with(variant, CacheOptions::default())
@@ -332,13 +331,7 @@ fn assistant_drafter(dir: &std::path::Path, m: &LoadedModel) -> (std::rc::Rc<Hos
     let plan = fam.plan(RStr::from(ck.config.to_string().as_str())).into_result().unwrap();
     assert_eq!(plan.model_type.as_str(), "gemma4_assistant");
     assert!(plan.caches.is_empty(), "an assistant owns no caches");
-    let mut tensors = HashMap::new();
-    for (name, t) in &ck.tensors {
-        for p in fam.rewrite(&plan, RStr::from(name.as_str()), t.clone().into()).into_result().unwrap() {
-            tensors.insert(p.0.into_string(), p.1.into_array());
-        }
-    }
-    let w = std::rc::Rc::new(HostWeights { tensors, quant: ck.quant.clone() });
+    let w = std::rc::Rc::new(HostWeights::rewritten(&m.family, &plan, &ck.tensors, &ck.quant).unwrap());
     let d = fam
         .build_drafter(
             &plan,

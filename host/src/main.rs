@@ -8,9 +8,10 @@ fn main() {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let cli = famlx::cli::Cli::parse();
     let r = famlx::cli::run(cli);
-    // A generation that stops early leaves its queued next step running on
-    // MLX's stream thread; exiting under it lets MLX's static destructors
-    // free memory that thread still uses (heap corruption at exit).
+    // Work still queued on MLX's stream thread (a command that failed
+    // mid-generation) must finish before exit: MLX's static destructors would
+    // free memory that thread still uses (heap corruption). `generate` itself
+    // returns with nothing in flight.
     let _ = mlx::synchronize();
     if let Err(e) = r {
         eprintln!("famlx: error: {e:#}");

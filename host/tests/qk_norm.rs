@@ -90,3 +90,17 @@ fn one_norm_for_all_heads_is_bit_equal_to_separate_norms() {
         assert!(attention(dt, false).head_norms.is_none());
     }
 }
+
+/// Norms that differ in epsilon, dtype or width keep their separate path
+/// (no merged scales, and no load error).
+#[test]
+fn differing_norms_are_not_merged() {
+    let _g = mlx_lock();
+    let norm = |d: i32, dt: Dtype, eps: f32| mlx::nn::RmsNorm { weight: rand(&[d], 1.0, dt), eps };
+    let q = norm(32, Dtype::BF16, 1e-6);
+    use plugin_api::layers::HeadNorms;
+    assert!(HeadNorms::new(&q, &norm(32, Dtype::BF16, 1e-6), 4, 2).unwrap().is_some());
+    assert!(HeadNorms::new(&q, &norm(32, Dtype::F32, 1e-6), 4, 2).unwrap().is_none());
+    assert!(HeadNorms::new(&q, &norm(32, Dtype::BF16, 1e-5), 4, 2).unwrap().is_none());
+    assert!(HeadNorms::new(&q, &norm(16, Dtype::BF16, 1e-6), 4, 2).unwrap().is_none());
+}

@@ -49,21 +49,13 @@ pub struct HeadNorms {
 impl HeadNorms {
     /// From the q and k norms; the value heads are scaled by one (normed
     /// without a weight: gemma4's v norm; heads nobody reads: qwen3's).
-    /// `None` when the norms' epsilons differ.
+    /// `None` when the two norms differ in epsilon, dtype or width: the
+    /// layer then keeps its separate norms.
     pub fn new(q: &RmsNorm, k: &RmsNorm, hq: i32, hkv: i32) -> Result<Option<HeadNorms>> {
-        if q.eps != k.eps {
-            return Ok(None);
-        }
         let d = q.weight.dim(-1);
         let dt = q.weight.dtype();
-        if k.weight.dtype() != dt || k.weight.dim(-1) != d {
-            return Err(Error(format!(
-                "q_norm and k_norm differ: {:?} {:?} vs {:?} {:?}",
-                q.weight.shape(),
-                q.weight.dtype(),
-                k.weight.shape(),
-                k.weight.dtype()
-            )));
+        if q.eps != k.eps || k.weight.dtype() != dt || k.weight.dim(-1) != d {
+            return Ok(None);
         }
         let qr = q.weight.reshape(&[1, d])?.broadcast_to(&[hq, d])?;
         let kr = k.weight.reshape(&[1, d])?.broadcast_to(&[hkv, d])?;
@@ -83,6 +75,16 @@ impl HeadNorms {
     pub fn apply(&self, y: &Array) -> Result<Array> {
         mlx::fast::rms_norm(y, None, self.eps)?.mul(&self.rows)
     }
+}
+
+/// One token's fused heads `[B, hq + 2·hkv, 1, d]` roped in one call: the
+/// query and key heads (the value heads' rotated copy is dropped, so the
+/// caller takes v from the unrotated heads).
+pub fn rope_one_token(rope: &Rope, heads: &Array, off: RopeOffset, hq: i32, hkv: i32) -> Result<(Array, Array)> {
+    let mut r = rope.forward(heads, off)?.split_at(&[hq, hq + hkv], 1)?;
+    r.truncate(2);
+    let k = r.pop().expect("3 parts");
+    Ok((r.pop().expect("3 parts"), k))
 }
 
 /// The input projections of an [`Attention`]: three matrices, or one whose
@@ -185,27 +187,19 @@ impl Attention {
         let (b, l) = (x.dim(0), x.dim(1));
         let off = RopeOffset::Int(caches.offset(slot)? as i32);
         let (hq, hkv) = (self.n_heads, self.n_kv_heads);
+        let no_norms = self.q_norm.is_none() && self.k_norm.is_none();
         let (q, k, v) = match &self.proj {
-            Qkv::Fused(p) if self.q_norm.is_none() && self.k_norm.is_none() && l == 1 => {
-                // One token: every head in one rope call (v's rotated copy is
-                // dropped, v comes from the unrotated heads), no transpose.
+            Qkv::Fused(p) if l == 1 && (no_norms || self.head_norms.as_ref().is_some_and(|n| n.fits(x.dtype()))) => {
+                // One token: every head (normed at once, with q/k norms) in
+                // one rope call, no transpose; v from the unnormed heads.
                 let y = p.forward(x)?.reshape(&[b, hq + 2 * hkv, 1, -1])?;
-                let mut r = self.rope.forward(&y, off)?.split_at(&[hq, hq + hkv], 1)?;
-                r.truncate(2);
-                let k = r.pop().expect("3 parts");
-                (r.pop().expect("3 parts"), k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?)
+                let (q, k) = match &self.head_norms {
+                    Some(n) => rope_one_token(&self.rope, &n.apply(&y)?, off, hq, hkv)?,
+                    None => rope_one_token(&self.rope, &y, off, hq, hkv)?,
+                };
+                (q, k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?)
             }
-            Qkv::Fused(p) if l == 1 && self.head_norms.as_ref().is_some_and(|n| n.fits(x.dtype())) => {
-                // One token with q/k norms: all heads normed at once, then one
-                // rope call; v comes from the unnormed heads.
-                let y = p.forward(x)?.reshape(&[b, hq + 2 * hkv, 1, -1])?;
-                let normed = self.head_norms.as_ref().expect("checked").apply(&y)?;
-                let mut r = self.rope.forward(&normed, off)?.split_at(&[hq, hq + hkv], 1)?;
-                r.truncate(2);
-                let k = r.pop().expect("3 parts");
-                (r.pop().expect("3 parts"), k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?)
-            }
-            Qkv::Fused(p) if self.q_norm.is_none() && self.k_norm.is_none() => {
+            Qkv::Fused(p) if no_norms => {
                 // Heads of q and k side by side: one rope call for both.
                 let y = p.forward(x)?.reshape(&[b, l, hq + 2 * hkv, -1])?.transpose(&[0, 2, 1, 3])?;
                 let qk = self.rope.forward(&y.slice_axis(1, 0, hq + hkv)?, off)?;

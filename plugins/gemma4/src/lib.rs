@@ -20,7 +20,7 @@ use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
 use mlx::nn::{geglu, Embedding, GateUp, GluActivation, Linear, RmsNorm, Rope, RopeScaling, SwitchGlu, Weights};
 use mlx::{arange, Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, DraftForward, FamilySpec, Input, ModelForward, Output};
-use plugin_api::layers::{eos_ids, field, field_or, lm_output, HeadNorms};
+use plugin_api::layers::{eos_ids, field, field_or, lm_output, rope_one_token, HeadNorms};
 use plugin_api::{AttnMask, AttnOptions, CacheKind, ModelPlan, QuantClass, QuantSpec};
 
 pub mod assistant;
@@ -613,11 +613,8 @@ impl Gemma4Attention {
                 // One token: every head normed at once and roped in one call
                 // (v's rotated copy is dropped: v comes from the normed heads).
                 let y = n.apply(&qkv.forward(x)?.reshape(&[b, hq + 2 * hkv, 1, self.head_dim])?)?;
-                let mut r = self.rope.forward(&y, RopeOffset::Int(off))?.split_at(&[hq, hq + hkv], 1)?;
-                r.truncate(2);
-                let k = r.pop().expect("3 parts");
-                let v = y.slice_axis(1, hq + hkv, hq + 2 * hkv)?;
-                return Ok((r.pop().expect("3 parts"), Some((k, v))));
+                let (q, k) = rope_one_token(&self.rope, &y, RopeOffset::Int(off), hq, hkv)?;
+                return Ok((q, Some((k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?))));
             }
         }
         let (q, kv) = self.project(x)?;

@@ -71,3 +71,26 @@ fn default_model_json() {
         assert_eq!(tokens.len(), 40, "ended early without a stop token: {v}");
     }
 }
+
+/// The bytes of an array (its dtype's little-endian elements).
+fn bytes_of(a: &mlx::Array) -> Vec<u8> {
+    a.view(mlx::Dtype::U8).and_then(|v| v.to_vec::<u8>()).unwrap()
+}
+
+/// famlx reads GGUF itself (checked, read-only); on the default model every
+/// tensor comes out bit for bit as MLX's own GGUF loader gives it.
+#[test]
+fn gguf_reader_matches_mlx_on_the_default_model() {
+    let gguf = setup();
+    let ours = famlx::checkpoint::Checkpoint::open(&gguf).unwrap().tensors;
+    let (theirs, _) = mlx::io::load_gguf(&gguf).unwrap();
+    let mut names: Vec<&String> = theirs.keys().collect();
+    names.sort();
+    assert_eq!(ours.len(), theirs.len(), "tensor count");
+    assert!(names.iter().any(|n| n.ends_with(".scales")), "the default model has quantized tensors");
+    for n in names {
+        let (a, b) = (&ours[n], &theirs[n]);
+        assert_eq!((a.shape(), a.dtype()), (b.shape(), b.dtype()), "{n}");
+        assert!(bytes_of(a) == bytes_of(b), "{n}: values differ");
+    }
+}

@@ -74,6 +74,28 @@ impl Array {
         })
     }
 
+    /// An array from the little-endian bytes of `dtype` elements (e.g. a
+    /// tensor's data in a mapped file); `bytes` may have any alignment.
+    pub fn from_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<Array> {
+        let n: i64 = shape.iter().map(|&d| d as i64).product();
+        if n.checked_mul(dtype.size() as i64) != Some(bytes.len() as i64) {
+            return Err(Error(format!("from_bytes: {} bytes for {dtype} {shape:?}", bytes.len())));
+        }
+        // MLX copies element-wise through a typed pointer: give it an aligned copy
+        // when the source is not aligned for the element type.
+        let mut words: Vec<u64> = Vec::new();
+        let data: *const u8 = if (bytes.as_ptr() as usize).is_multiple_of(dtype.size().max(1)) {
+            bytes.as_ptr()
+        } else {
+            // u64 words are aligned for every MLX element type.
+            words.resize(bytes.len().div_ceil(8), 0);
+            // SAFETY: `words` holds at least `bytes.len()` bytes and does not overlap `bytes`.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast::<u8>(), bytes.len()) };
+            words.as_ptr().cast()
+        };
+        out1(|o| unsafe { sys::mlxs_array_from_data(data.cast(), shape.as_ptr(), shape.len(), dtype as i32, o) })
+    }
+
     /// A scalar of the given dtype.
     pub fn scalar_f(v: f64, dtype: Dtype) -> Result<Array> {
         out1(|o| unsafe { sys::mlxs_array_from_f64(v, dtype as i32, o) })

@@ -1,155 +1,20 @@
-//! GGUF metadata: the value type the host hands us, a small header reader, and the
+//! GGUF metadata: reading it (through `famlx-formats`, which checks the file) and the
 //! translation of llama.cpp's tokenizer keys into a Hugging Face `tokenizers` pipeline.
 
 use std::collections::HashMap;
-use std::io::{BufReader, Read};
 use std::path::Path;
+
+pub use famlx_formats::gguf::MetaValue;
 
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 
-/// One GGUF metadata value. Scalars come as one-element `Ints` / `Floats`; GGUF bool arrays
-/// come as `Ints` of 0/1.
-#[derive(Debug, Clone, PartialEq)]
-pub enum MetaValue {
-    /// A string.
-    Str(String),
-    /// An array of strings.
-    Strs(Vec<String>),
-    /// An integer or an array of integers (any GGUF integer width).
-    Ints(Vec<i64>),
-    /// A float or an array of floats.
-    Floats(Vec<f64>),
-    /// A boolean.
-    Bool(bool),
-}
-
-/// Reads the metadata key/value section of a GGUF file (v2 or v3, little-endian) without
-/// touching the tensor data. Nested arrays are skipped.
+/// Reads the metadata of a GGUF file (v2 or v3, little-endian), after
+/// checking the whole file's structure against its size.
 pub fn read_gguf_metadata(path: &Path) -> Result<HashMap<String, MetaValue>> {
-    let p = path.display();
-    let file = std::fs::File::open(path).map_err(|e| Error::new(format!("{p}: cannot open: {e}")))?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-    let mut r = GgufReader { inner: BufReader::with_capacity(1 << 20, file), size };
-    let fail = |what: &str, e: Error| Error::new(format!("{p}: bad GGUF header ({what}): {e}"));
-    let mut magic = [0u8; 4];
-    r.bytes(&mut magic).map_err(|e| fail("magic", e))?;
-    if &magic != b"GGUF" {
-        return Err(Error::new(format!("{p}: not a GGUF file (magic {magic:?})")));
-    }
-    let version = r.u32().map_err(|e| fail("version", e))?;
-    if !(2..=3).contains(&version) {
-        return Err(Error::new(format!("{p}: unsupported GGUF version {version} (need 2 or 3)")));
-    }
-    let _tensors = r.u64().map_err(|e| fail("tensor count", e))?;
-    let kv_count = r.u64().map_err(|e| fail("kv count", e))?;
-    let mut out = HashMap::new();
-    for i in 0..kv_count {
-        let key = r.string().map_err(|e| fail(&format!("key {i}"), e))?;
-        let ty = r.u32().map_err(|e| fail(&key, e))?;
-        if let Some(v) = r.value(ty).map_err(|e| fail(&key, e))? {
-            out.insert(key, v);
-        }
-    }
-    Ok(out)
-}
-
-struct GgufReader<R: Read> {
-    inner: R,
-    size: u64,
-}
-
-impl<R: Read> GgufReader<R> {
-    fn bytes(&mut self, buf: &mut [u8]) -> Result<()> {
-        self.inner.read_exact(buf).map_err(|e| Error::new(format!("truncated: {e}")))
-    }
-    fn arr<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let mut b = [0u8; N];
-        self.bytes(&mut b)?;
-        Ok(b)
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.arr()?))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.arr()?))
-    }
-    fn len(&mut self) -> Result<usize> {
-        let n = self.u64()?;
-        // Guards against allocating from a garbage length.
-        if n > self.size {
-            return Err(Error::new(format!("length {n} exceeds the file size")));
-        }
-        Ok(n as usize)
-    }
-    fn string(&mut self) -> Result<String> {
-        let n = self.len()?;
-        let mut b = vec![0u8; n];
-        self.bytes(&mut b)?;
-        // llama.cpp vocabularies occasionally hold invalid UTF-8; keep going lossily.
-        Ok(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
-    }
-    /// A scalar as int / float / bool; `None` for a string (handled by the caller).
-    fn scalar(&mut self, ty: u32) -> Result<Scalar> {
-        Ok(match ty {
-            0 => Scalar::I(u8::from_le_bytes(self.arr()?) as i64),
-            1 => Scalar::I(i8::from_le_bytes(self.arr()?) as i64),
-            2 => Scalar::I(u16::from_le_bytes(self.arr()?) as i64),
-            3 => Scalar::I(i16::from_le_bytes(self.arr()?) as i64),
-            4 => Scalar::I(u32::from_le_bytes(self.arr()?) as i64),
-            5 => Scalar::I(i32::from_le_bytes(self.arr()?) as i64),
-            6 => Scalar::F(f32::from_le_bytes(self.arr()?) as f64),
-            7 => Scalar::B(self.arr::<1>()?[0] != 0),
-            8 => Scalar::S(self.string()?),
-            10 => Scalar::I(u64::from_le_bytes(self.arr()?) as i64),
-            11 => Scalar::I(i64::from_le_bytes(self.arr()?)),
-            12 => Scalar::F(f64::from_le_bytes(self.arr()?)),
-            t => return Err(Error::new(format!("unknown value type {t}"))),
-        })
-    }
-    fn value(&mut self, ty: u32) -> Result<Option<MetaValue>> {
-        if ty != 9 {
-            return Ok(Some(match self.scalar(ty)? {
-                Scalar::I(i) => MetaValue::Ints(vec![i]),
-                Scalar::F(f) => MetaValue::Floats(vec![f]),
-                Scalar::B(b) => MetaValue::Bool(b),
-                Scalar::S(s) => MetaValue::Str(s),
-            }));
-        }
-        let elem = self.u32()?;
-        let n = self.len()?;
-        if elem == 9 {
-            // Nested arrays: read through them, keep nothing.
-            for _ in 0..n {
-                self.value(9)?;
-            }
-            return Ok(None);
-        }
-        let mut ints = Vec::new();
-        let mut floats = Vec::new();
-        let mut strs = Vec::new();
-        for _ in 0..n {
-            match self.scalar(elem)? {
-                Scalar::I(i) => ints.push(i),
-                Scalar::B(b) => ints.push(b as i64),
-                Scalar::F(f) => floats.push(f),
-                Scalar::S(s) => strs.push(s),
-            }
-        }
-        Ok(Some(match elem {
-            8 => MetaValue::Strs(strs),
-            6 | 12 => MetaValue::Floats(floats),
-            _ => MetaValue::Ints(ints),
-        }))
-    }
-}
-
-enum Scalar {
-    I(i64),
-    F(f64),
-    B(bool),
-    S(String),
+    let g = famlx_formats::gguf::Gguf::open(path).map_err(|e| Error::new(e.0))?;
+    Ok(g.metadata)
 }
 
 /// Typed access to GGUF metadata; errors name the key.

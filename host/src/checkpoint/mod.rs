@@ -7,9 +7,9 @@ mod safetensors;
 pub use quant::QuantConfig;
 
 use anyhow::{anyhow, bail, Context, Result};
-use famlx_text::{MetaValue, Tokenizer};
-use mlx::io::GgufValue;
-use mlx::Array;
+use famlx_formats::gguf::{self as formats_gguf, Decoded, Gguf, MetaValue, PlainDtype};
+use famlx_text::Tokenizer;
+use mlx::{Array, Dtype};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -68,30 +68,30 @@ impl Checkpoint {
     }
 
     fn open_gguf(path: &Path) -> Result<Checkpoint> {
-        let (tensors, meta) = mlx::io::load_gguf(path).map_err(|e| anyhow!("{}", e.0))?;
-        let arch = match meta.get("general.architecture") {
-            Some(GgufValue::Str(s)) => s.clone(),
+        // famlx reads GGUF itself: the whole structure is checked before any
+        // tensor is touched, and the file is only mapped read-only.
+        let g = Gguf::open(path).map_err(|e| anyhow!("{e}"))?;
+        let arch = match g.metadata.get("general.architecture") {
+            Some(MetaValue::Str(s)) => s.clone(),
             _ => bail!("{}: missing GGUF field `general.architecture`", path.display()),
         };
         let mut config = Map::new();
-        let mut text_meta = HashMap::new();
-        for (k, v) in &meta {
-            let mv = gguf_to_meta(v)?;
+        for (k, v) in &g.metadata {
             if !k.starts_with("tokenizer.") {
-                config.insert(k.clone(), meta_to_json(&mv));
+                config.insert(k.clone(), meta_to_json(v));
             }
-            text_meta.insert(k.clone(), mv);
         }
-        if let Some(MetaValue::Strs(t)) = text_meta.get("tokenizer.ggml.tokens") {
+        if let Some(MetaValue::Strs(t)) = g.metadata.get("tokenizer.ggml.tokens") {
             config.insert("tokenizer.ggml.tokens.count".into(), Value::from(t.len()));
         }
         config.insert("model_type".into(), Value::String(arch.clone()));
         config.insert("format".into(), Value::String("gguf".into()));
-        let (tokenizer, tokenizer_error) = match Tokenizer::from_gguf(&text_meta) {
+        let (tokenizer, tokenizer_error) = match Tokenizer::from_gguf(&g.metadata) {
             Ok(t) => (Some(t), None),
             Err(e) => (None, Some(format!("{}: {e}", path.display()))),
         };
-        // MLX unpacks GGUF's Q4_0/Q4_1/Q8_0 into affine triples with groups of 32.
+        let tensors = gguf_tensors(&g).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        // Q4_0/Q4_1/Q8_0 become affine triples with groups of 32.
         let quant = QuantConfig::gguf();
         Ok(Checkpoint {
             source: path.to_path_buf(),
@@ -105,26 +105,63 @@ impl Checkpoint {
     }
 }
 
-fn gguf_to_meta(v: &GgufValue) -> Result<MetaValue> {
-    Ok(match v {
-        GgufValue::Str(s) => MetaValue::Str(s.clone()),
-        GgufValue::Strs(s) => MetaValue::Strs(s.clone()),
-        GgufValue::None => MetaValue::Strs(vec![]),
-        GgufValue::Array(a) => {
-            if a.dtype().is_float() {
-                MetaValue::Floats(a.to_vec::<f64>().map_err(|e| anyhow!("{}", e.0))?)
-            } else if a.dtype() == mlx::Dtype::Bool {
-                let v = a.to_vec::<bool>().map_err(|e| anyhow!("{}", e.0))?;
-                if v.len() == 1 && a.ndim() == 0 {
-                    MetaValue::Bool(v[0])
-                } else {
-                    MetaValue::Ints(v.into_iter().map(i64::from).collect())
+/// Every tensor of a parsed GGUF file as MLX arrays: plain types as stored,
+/// Q4_0/Q4_1/Q8_0 weights as `{name}`, `{prefix}.scales`, `{prefix}.biases`
+/// (MLX affine, groups of 32), other block types dequantized to float16.
+fn gguf_tensors(g: &Gguf) -> Result<HashMap<String, Array>> {
+    let mut out = HashMap::with_capacity(g.tensors.len());
+    let merr = |name: &str, e: mlx::Error| anyhow!("tensor {name}: {}", e.0);
+    for t in &g.tensors {
+        let shape = t.shape();
+        match g.decode(t)? {
+            Decoded::Plain { dtype, bytes } => {
+                let a = Array::from_bytes(&bytes, &shape, plain_dtype(dtype)).map_err(|e| merr(&t.name, e))?;
+                out.insert(t.name.clone(), a);
+            }
+            Decoded::F16(v) => {
+                let a = Array::from_bytes(half_bytes(&v), &shape, Dtype::F16).map_err(|e| merr(&t.name, e))?;
+                out.insert(t.name.clone(), a);
+            }
+            Decoded::Affine { bits, weight, scales, biases } => {
+                let last = shape.len() - 1;
+                let mut ws = shape.clone();
+                ws[last] = shape[last] * bits as i32 / 32;
+                let mut ss = shape.clone();
+                ss[last] = shape[last] / formats_gguf::GROUP as i32;
+                let prefix = t.name.strip_suffix(".weight").expect("affine tensors are weights");
+                let w = Array::from_slice(&weight, &ws).map_err(|e| merr(&t.name, e))?;
+                let half = |v: &[u16]| Array::from_bytes(half_bytes(v), &ss, Dtype::F16);
+                let s = half(&scales).map_err(|e| merr(&t.name, e))?;
+                let b = half(&biases).map_err(|e| merr(&t.name, e))?;
+                for (name, a) in [(t.name.clone(), w), (format!("{prefix}.scales"), s), (format!("{prefix}.biases"), b)]
+                {
+                    if out.insert(name.clone(), a).is_some() {
+                        bail!("tensor {name} appears twice (a quantized weight's scales or biases clash with it)");
+                    }
                 }
-            } else {
-                MetaValue::Ints(a.to_vec::<i64>().map_err(|e| anyhow!("{}", e.0))?)
             }
         }
-    })
+    }
+    Ok(out)
+}
+
+/// float16 bit patterns as the little-endian bytes MLX reads.
+fn half_bytes(v: &[u16]) -> &[u8] {
+    // SAFETY: any u16 slice is a valid byte slice of twice the length; MLX
+    // only runs on little-endian machines, so the bytes are in MLX's order.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+fn plain_dtype(d: PlainDtype) -> Dtype {
+    match d {
+        PlainDtype::F32 => Dtype::F32,
+        PlainDtype::F16 => Dtype::F16,
+        PlainDtype::BF16 => Dtype::BF16,
+        PlainDtype::I8 => Dtype::I8,
+        PlainDtype::I16 => Dtype::I16,
+        PlainDtype::I32 => Dtype::I32,
+        PlainDtype::I64 => Dtype::I64,
+    }
 }
 
 /// Scalars become JSON scalars; short arrays stay arrays; long ones (vocab

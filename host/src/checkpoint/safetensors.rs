@@ -1,12 +1,12 @@
 //! Safetensors shards: single file, index-listed shards, or every
-//! `*.safetensors` of the folder. Headers are checked against the file size so
-//! a truncated download is reported by name instead of failing mid-run.
+//! `*.safetensors` of the folder. Every header is checked against its file
+//! (dtypes, shapes, offsets, size) before MLX reads it, so a truncated or
+//! hostile file is reported by name instead of failing mid-run.
 
 use anyhow::{anyhow, bail, Context, Result};
 use mlx::Array;
 use std::collections::{BTreeSet, HashMap};
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// Lists the shard files of a checkpoint folder.
 pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -19,10 +19,15 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
             .get("weight_map")
             .and_then(|m| m.as_object())
             .ok_or_else(|| anyhow!("{}: missing field `weight_map`", index.display()))?;
-        let files: BTreeSet<&str> = map.values().filter_map(|f| f.as_str()).collect();
+        let mut files = BTreeSet::new();
+        for (tensor, f) in map {
+            let f = f
+                .as_str()
+                .ok_or_else(|| anyhow!("{}: weight_map entry {tensor:?} is not a file name", index.display()))?;
+            files.insert(inside(dir, f).map_err(|e| anyhow!("{}: weight_map entry {tensor:?}: {e}", index.display()))?);
+        }
         let mut out = Vec::new();
-        for f in files {
-            let p = dir.join(f);
+        for p in files {
             if !p.exists() {
                 bail!("{}: shard listed in {} is missing", p.display(), index.display());
             }
@@ -42,43 +47,32 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Checks that a safetensors file holds all the bytes its header promises.
-pub fn check_complete(path: &Path) -> Result<()> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-    let size = f.metadata()?.len();
-    let mut n = [0u8; 8];
-    f.read_exact(&mut n).map_err(|_| anyhow!("{}: truncated (no safetensors header)", path.display()))?;
-    let hlen = u64::from_le_bytes(n);
-    if hlen > size.saturating_sub(8) || hlen > 100 << 20 {
-        bail!("{}: truncated or not safetensors (header of {hlen} bytes in a {size}-byte file)", path.display());
+/// `dir/name` for a shard name an index lists, refused when the name would
+/// leave the checkpoint folder (absolute, or climbing with `..`). Files
+/// inside may still be symbolic links (the Hugging Face cache's layout).
+fn inside(dir: &Path, name: &str) -> Result<PathBuf> {
+    let p = Path::new(name);
+    if name.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+        bail!("shard path {name:?} leaves the checkpoint folder (only names inside it are allowed)");
     }
-    let mut h = vec![0u8; hlen as usize];
-    f.read_exact(&mut h).map_err(|_| anyhow!("{}: truncated header", path.display()))?;
-    let header: serde_json::Value =
-        serde_json::from_slice(&h).map_err(|e| anyhow!("{}: corrupt safetensors header: {e}", path.display()))?;
-    let end = header
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .filter(|(k, _)| *k != "__metadata__")
-                .filter_map(|(_, v)| v.get("data_offsets")?.get(1)?.as_u64())
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0);
-    if 8 + hlen + end > size {
-        bail!("{}: truncated ({} bytes, header needs {})", path.display(), size, 8 + hlen + end);
-    }
-    Ok(())
+    Ok(dir.join(p))
 }
 
-/// Loads every tensor of a folder's shards (lazily).
+/// Loads every tensor of a folder's shards (lazily), after checking each
+/// shard's header against its file. A tensor stored in two shards is an
+/// error naming both.
 pub fn load_dir(dir: &Path) -> Result<HashMap<String, Array>> {
     let mut all = HashMap::new();
+    let mut from: HashMap<String, PathBuf> = HashMap::new();
     for f in shard_files(dir)? {
-        check_complete(&f)?;
+        famlx_formats::safetensors::check_file(&f).map_err(|e| anyhow!("{e}"))?;
         let (t, _) = mlx::io::load_safetensors(&f).map_err(|e| anyhow!("{}", e.0))?;
-        all.extend(t);
+        for (name, a) in t {
+            if let Some(prev) = from.insert(name.clone(), f.clone()) {
+                bail!("tensor {name} is stored twice: in {} and in {}", prev.display(), f.display());
+            }
+            all.insert(name, a);
+        }
     }
     Ok(all)
 }

@@ -1,0 +1,318 @@
+//! Decoding GGUF tensor data into what MLX holds.
+//!
+//! Q4_0, Q4_1 and Q8_0 weights map exactly onto MLX's affine quantization
+//! (groups of 32, a scale and a bias per group), so they stay quantized,
+//! packed the way MLX's quantized matmul reads them. Other block types
+//! (Q5_0, Q5_1 and the k-quants) are dequantized to float16, as MLX's own
+//! GGUF loader does for the ones it reads. The block layouts are GGML's
+//! (`ggml-common.h`); this is our own reading of them, checked in the tests
+//! against the `gguf` Python package's dequantizer.
+
+use super::{GgmlType, PlainDtype, TensorInfo};
+use crate::{Error, Result};
+use half::f16;
+use std::borrow::Cow;
+
+/// One tensor, decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded<'a> {
+    /// Elements as MLX holds them (little-endian bytes of `dtype`).
+    Plain {
+        /// Element type.
+        dtype: PlainDtype,
+        /// The elements' bytes.
+        bytes: Cow<'a, [u8]>,
+    },
+    /// MLX affine quantization with groups of 32: `weight` packs `32 / bits`
+    /// values per `u32` (first value in the lowest bits), `scales` and
+    /// `biases` (float16 bits) hold one entry per group, and a value is
+    /// `q * scale + bias`.
+    Affine {
+        /// Bits per value (4 or 8).
+        bits: u32,
+        /// Packed values, row-major.
+        weight: Vec<u32>,
+        /// Per-group scales (float16 bits).
+        scales: Vec<u16>,
+        /// Per-group biases (float16 bits).
+        biases: Vec<u16>,
+    },
+    /// Dequantized values (float16 bits).
+    F16(Vec<u16>),
+}
+
+/// Values per quantization group of the affine types.
+pub const GROUP: usize = 32;
+
+pub(super) fn decode<'a>(t: &TensorInfo, data: &'a [u8]) -> Result<Decoded<'a>> {
+    let ty = t.ggml_type;
+    if let Some(dtype) = ty.plain() {
+        if ty == GgmlType::F64 {
+            let v: Vec<u8> = data
+                .chunks_exact(8)
+                .flat_map(|c| (f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32).to_le_bytes())
+                .collect();
+            return Ok(Decoded::Plain { dtype, bytes: Cow::Owned(v) });
+        }
+        return Ok(Decoded::Plain { dtype, bytes: Cow::Borrowed(data) });
+    }
+    let (block_elems, block_bytes) =
+        ty.block().ok_or_else(|| Error::new(format!("type {} is not readable", ty.name())))?;
+    let (be, bb) = (block_elems as usize, block_bytes as usize);
+    // Only weight matrices become MLX quantized triples (their scales and
+    // biases are named after the weight); anything else is dequantized.
+    let affine = t.name.ends_with(".weight") && matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+    if affine {
+        return Ok(affine_of(ty, data, bb));
+    }
+    let dequant: fn(&[u8], &mut [f32]) = match ty {
+        GgmlType::Q4_0 => q4_0,
+        GgmlType::Q4_1 => q4_1,
+        GgmlType::Q5_0 => q5_0,
+        GgmlType::Q5_1 => q5_1,
+        GgmlType::Q8_0 => q8_0,
+        GgmlType::Q2_K => q2_k,
+        GgmlType::Q3_K => q3_k,
+        GgmlType::Q4_K => q4_k,
+        GgmlType::Q5_K => q5_k,
+        GgmlType::Q6_K => q6_k,
+        other => return Err(Error::new(format!("type {} is not readable", other.name()))),
+    };
+    let mut out = Vec::with_capacity(data.len() / bb * be);
+    let mut buf = vec![0f32; be];
+    for block in data.chunks_exact(bb) {
+        dequant(block, &mut buf);
+        out.extend(buf.iter().map(|&x| f16::from_f32(x).to_bits()));
+    }
+    Ok(Decoded::F16(out))
+}
+
+fn half_at(b: &[u8], i: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
+}
+
+fn half_bits_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+
+/// A Q4_0 / Q4_1 / Q8_0 tensor as MLX's affine triple.
+fn affine_of(ty: GgmlType, data: &[u8], bb: usize) -> Decoded<'static> {
+    let blocks = data.len() / bb;
+    let bits = if ty == GgmlType::Q8_0 { 8 } else { 4 };
+    let mut weight = Vec::with_capacity(blocks * GROUP * bits as usize / 32);
+    let mut scales = Vec::with_capacity(blocks);
+    let mut biases = Vec::with_capacity(blocks);
+    let mut q = [0u8; GROUP];
+    for block in data.chunks_exact(bb) {
+        let d = half_bits_at(block, 0);
+        let df = f16::from_bits(d).to_f32();
+        scales.push(d);
+        let quants = match ty {
+            GgmlType::Q4_0 => {
+                // value = (q - 8) d: bias -8d, rounded to f16 as MLX does.
+                biases.push(f16::from_f32(-8.0 * df).to_bits());
+                &block[2..]
+            }
+            GgmlType::Q4_1 => {
+                biases.push(half_bits_at(block, 2));
+                &block[4..]
+            }
+            _ => {
+                // value = q d for signed q: stored unsigned (q + 128), bias -128d.
+                biases.push(f16::from_f32(-128.0 * df).to_bits());
+                &block[2..]
+            }
+        };
+        if bits == 4 {
+            // Values 0..16 are the low nibbles, 16..32 the high nibbles.
+            for j in 0..16 {
+                q[j] = quants[j] & 0x0F;
+                q[j + 16] = quants[j] >> 4;
+            }
+            for w in q.chunks_exact(8) {
+                weight.push(w.iter().enumerate().fold(0u32, |acc, (k, &v)| acc | (v as u32) << (4 * k)));
+            }
+        } else {
+            for w in quants[..GROUP].chunks_exact(4) {
+                let u = w.iter().enumerate().fold(0u32, |acc, (k, &v)| acc | ((v ^ 0x80) as u32) << (8 * k));
+                weight.push(u);
+            }
+        }
+    }
+    Decoded::Affine { bits, weight, scales, biases }
+}
+
+fn q4_0(b: &[u8], y: &mut [f32]) {
+    let d = half_at(b, 0);
+    let qs = &b[2..18];
+    for j in 0..16 {
+        y[j] = ((qs[j] & 0x0F) as i32 - 8) as f32 * d;
+        y[j + 16] = ((qs[j] >> 4) as i32 - 8) as f32 * d;
+    }
+}
+
+fn q4_1(b: &[u8], y: &mut [f32]) {
+    let (d, m) = (half_at(b, 0), half_at(b, 2));
+    let qs = &b[4..20];
+    for j in 0..16 {
+        y[j] = (qs[j] & 0x0F) as f32 * d + m;
+        y[j + 16] = (qs[j] >> 4) as f32 * d + m;
+    }
+}
+
+/// The fifth bits of a Q5 block's 32 values (bit j is value j's).
+fn q5_high(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn q5_0(b: &[u8], y: &mut [f32]) {
+    let d = half_at(b, 0);
+    let qh = q5_high(&b[2..6]);
+    let qs = &b[6..22];
+    for j in 0..16 {
+        let h0 = ((qh >> j) & 1) << 4;
+        let h1 = ((qh >> (j + 16)) & 1) << 4;
+        y[j] = (((qs[j] & 0x0F) as u32 | h0) as i32 - 16) as f32 * d;
+        y[j + 16] = (((qs[j] >> 4) as u32 | h1) as i32 - 16) as f32 * d;
+    }
+}
+
+fn q5_1(b: &[u8], y: &mut [f32]) {
+    let (d, m) = (half_at(b, 0), half_at(b, 2));
+    let qh = q5_high(&b[4..8]);
+    let qs = &b[8..24];
+    for j in 0..16 {
+        let h0 = ((qh >> j) & 1) << 4;
+        let h1 = ((qh >> (j + 16)) & 1) << 4;
+        y[j] = ((qs[j] & 0x0F) as u32 | h0) as f32 * d + m;
+        y[j + 16] = ((qs[j] >> 4) as u32 | h1) as f32 * d + m;
+    }
+}
+
+fn q8_0(b: &[u8], y: &mut [f32]) {
+    let d = half_at(b, 0);
+    for (j, &q) in b[2..34].iter().enumerate() {
+        y[j] = q as i8 as f32 * d;
+    }
+}
+
+/// Layout of a 256-value k-quant super-block: the scale / minimum pairs of
+/// its eight sub-blocks of 32, six bits each, packed into 12 bytes (Q4_K, Q5_K).
+fn scale_min_k4(j: usize, s: &[u8]) -> (f32, f32) {
+    let (sc, m) = if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        ((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+    };
+    (sc as f32, m as f32)
+}
+
+fn q2_k(b: &[u8], y: &mut [f32]) {
+    // scales[16] | qs[64] | d | dmin
+    let (scales, qs) = (&b[0..16], &b[16..80]);
+    let (d, dmin) = (half_at(b, 80), half_at(b, 82));
+    let mut out = 0;
+    let mut is = 0;
+    for half in 0..2 {
+        let q = &qs[32 * half..32 * half + 32];
+        for shift in [0, 2, 4, 6] {
+            for part in 0..2 {
+                let sc = scales[is];
+                is += 1;
+                let (dl, ml) = (d * (sc & 0x0F) as f32, dmin * (sc >> 4) as f32);
+                for l in 0..16 {
+                    y[out] = dl * ((q[16 * part + l] >> shift) & 3) as f32 - ml;
+                    out += 1;
+                }
+            }
+        }
+    }
+}
+
+fn q3_k(b: &[u8], y: &mut [f32]) {
+    // hmask[32] | qs[64] | scales[12] | d
+    let (hmask, qs, packed) = (&b[0..32], &b[32..96], &b[96..108]);
+    let d = half_at(b, 108);
+    // Sixteen 6-bit scales: low four bits from the first 8 bytes, high two
+    // bits from the last 4, minus 32.
+    let mut scales = [0i32; 16];
+    for (i, s) in scales.iter_mut().enumerate() {
+        let low = if i < 8 { packed[i] & 0x0F } else { packed[i - 8] >> 4 };
+        let high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
+        *s = (low | (high << 4)) as i32 - 32;
+    }
+    let mut out = 0;
+    let mut is = 0;
+    let mut m = 1u8;
+    for half in 0..2 {
+        let q = &qs[32 * half..32 * half + 32];
+        for shift in [0, 2, 4, 6] {
+            for part in 0..2 {
+                let dl = d * scales[is] as f32;
+                is += 1;
+                for l in 0..16 {
+                    let k = 16 * part + l;
+                    let low = ((q[k] >> shift) & 3) as i32;
+                    let sub = if hmask[k] & m != 0 { 0 } else { 4 };
+                    y[out] = dl * (low - sub) as f32;
+                    out += 1;
+                }
+            }
+            m <<= 1;
+        }
+    }
+}
+
+fn q4_k(b: &[u8], y: &mut [f32]) {
+    // d | dmin | scales[12] | qs[128]
+    let (d, dmin) = (half_at(b, 0), half_at(b, 2));
+    let (scales, qs) = (&b[4..16], &b[16..144]);
+    for j in 0..4 {
+        let (s1, m1) = scale_min_k4(2 * j, scales);
+        let (s2, m2) = scale_min_k4(2 * j + 1, scales);
+        let q = &qs[32 * j..32 * j + 32];
+        for l in 0..32 {
+            y[64 * j + l] = d * s1 * (q[l] & 0x0F) as f32 - dmin * m1;
+            y[64 * j + 32 + l] = d * s2 * (q[l] >> 4) as f32 - dmin * m2;
+        }
+    }
+}
+
+fn q5_k(b: &[u8], y: &mut [f32]) {
+    // d | dmin | scales[12] | qh[32] | qs[128]
+    let (d, dmin) = (half_at(b, 0), half_at(b, 2));
+    let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[48..176]);
+    for j in 0..4 {
+        let (s1, m1) = scale_min_k4(2 * j, scales);
+        let (s2, m2) = scale_min_k4(2 * j + 1, scales);
+        let q = &qs[32 * j..32 * j + 32];
+        let (u1, u2) = (1u8 << (2 * j), 2u8 << (2 * j));
+        for l in 0..32 {
+            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
+            let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
+            y[64 * j + l] = d * s1 * ((q[l] & 0x0F) + h1) as f32 - dmin * m1;
+            y[64 * j + 32 + l] = d * s2 * ((q[l] >> 4) + h2) as f32 - dmin * m2;
+        }
+    }
+}
+
+fn q6_k(b: &[u8], y: &mut [f32]) {
+    // ql[128] | qh[64] | scales[16] (int8) | d
+    let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+    let d = half_at(b, 208);
+    for half in 0..2 {
+        let (ql, qh, sc) = (&ql[64 * half..], &qh[32 * half..], &sc[8 * half..]);
+        let y = &mut y[128 * half..];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) as i32 - 32;
+            let q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+            y[l] = d * (sc[is] as i8) as f32 * q1 as f32;
+            y[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
+            y[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
+            y[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+        }
+    }
+}

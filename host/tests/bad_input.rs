@@ -3,27 +3,8 @@
 
 mod common;
 
-use common::{fixture, fixture_copy, run, texts, Scratch};
+use common::{expect_error, fixture, fixture_copy, run, texts, Scratch};
 use std::path::Path;
-
-/// Runs `famlx args…` and checks it fails with exactly one stderr line,
-/// `famlx: error: …`, that contains every string of `must`. Returns the line.
-fn expect_error(args: &[&str], must: &[&str]) -> String {
-    let o = run(args);
-    let (out, err) = texts(&o);
-    assert!(!err.contains("panicked at"), "famlx {args:?} panicked:\n{err}");
-    assert!(!o.status.success(), "famlx {args:?} succeeded:\nstdout: {out}\nstderr: {err}");
-    assert_eq!(o.status.code(), Some(1), "famlx {args:?} did not exit normally:\n{err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "famlx {args:?}: expected one stderr line, got:\n{err}");
-    let line = lines[0];
-    eprintln!("famlx {args:?}\n  → {line}");
-    assert!(line.starts_with("famlx: error: "), "famlx {args:?}: {line}");
-    for m in must {
-        assert!(line.contains(m), "famlx {args:?}: `{m}` not in: {line}");
-    }
-    line.to_string()
-}
 
 fn gen_ids(model: &Path) -> Vec<String> {
     ["generate", "--model", &model.display().to_string(), "--prompt-ids", "1,2,3", "--max-tokens", "2"]

@@ -168,3 +168,22 @@ pub fn json_of(o: &Output) -> serde_json::Value {
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().unwrap_or_else(|| panic!("not an array: {v}")).iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
+
+/// Runs `famlx args…` and checks it fails with exactly one stderr line,
+/// `famlx: error: …`, that contains every string of `must`. Returns the line.
+pub fn expect_error(args: &[&str], must: &[&str]) -> String {
+    let o = run(args);
+    let (out, err) = texts(&o);
+    assert!(!err.contains("panicked at"), "famlx {args:?} panicked:\n{err}");
+    assert!(!o.status.success(), "famlx {args:?} succeeded:\nstdout: {out}\nstderr: {err}");
+    assert_eq!(o.status.code(), Some(1), "famlx {args:?} did not exit normally:\n{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "famlx {args:?}: expected one stderr line, got:\n{err}");
+    let line = lines[0];
+    eprintln!("famlx {args:?}\n  → {line}");
+    assert!(line.starts_with("famlx: error: "), "famlx {args:?}: {line}");
+    for m in must {
+        assert!(line.contains(m), "famlx {args:?}: `{m}` not in: {line}");
+    }
+    line.to_string()
+}

@@ -229,7 +229,10 @@ impl<F: FamilySpec> Family for FamilyAdapter<F> {
     }
     fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString> {
         guard(self.0.name(), || {
-            let m = self.0.build(plan, &StoreWeights(&weights))?;
+            // Every missing or mis-shaped tensor is collected and reported at once.
+            let store = StoreWeights(&weights);
+            let checked = mlx::nn::Checked::new(&store);
+            let m = checked.finish(self.0.build(plan, &checked))?;
             Ok(Model_TO::from_value(ModelAdapter { inner: m, family: self.0.name() }, TD_Opaque))
         })
     }
@@ -241,7 +244,10 @@ impl<F: FamilySpec> Family for FamilyAdapter<F> {
         target_weights: WeightStoreRef<'_>,
     ) -> RResult<ROption<DrafterBox>, RString> {
         guard(self.0.name(), || {
-            let d = self.0.build_drafter(plan, &StoreWeights(&weights), target_plan, &StoreWeights(&target_weights))?;
+            let (store, target) = (StoreWeights(&weights), StoreWeights(&target_weights));
+            let (checked, target_checked) = (mlx::nn::Checked::new(&store), mlx::nn::Checked::new(&target));
+            let d = self.0.build_drafter(plan, &checked, target_plan, &target_checked);
+            let d = target_checked.finish(checked.finish(d))?;
             Ok(match d {
                 Some(d) => RSome(Drafter_TO::from_value(DrafterAdapter { inner: d, family: self.0.name() }, TD_Opaque)),
                 None => ROption::RNone,

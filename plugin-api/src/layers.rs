@@ -129,24 +129,38 @@ fn fusion(into: &str, parts: &[String]) -> crate::Fusion {
     crate::Fusion { into: into.into(), parts: parts.iter().map(|p| p.as_str().into()).collect() }
 }
 
+/// The shape of an [`Attention`] layer, from the model's config.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionShape {
+    /// Width of the residual stream (the projections' input, o's output).
+    pub hidden: i32,
+    /// Query heads.
+    pub n_heads: i32,
+    /// Key/value heads.
+    pub n_kv_heads: i32,
+    /// Features per head.
+    pub head_dim: i32,
+    /// Epsilon of the per-head q/k RMS norms (Qwen3, Gemma); `None`: no such norms.
+    pub qk_norm_eps: Option<f32>,
+}
+
 impl Attention {
     /// Loads `{prefix}.qkv_proj` (or `{q,k,v}_proj`), `o_proj` and, when
-    /// `qk_norm_eps` is given, `{prefix}.{q,k}_norm`.
-    pub fn load(
-        w: &dyn Weights,
-        prefix: &str,
-        n_heads: i32,
-        n_kv_heads: i32,
-        head_dim: i32,
-        rope: Rope,
-        qk_norm_eps: Option<f32>,
-    ) -> Result<Self> {
-        let norm = |n: &str| qk_norm_eps.map(|eps| RmsNorm::load(w, &format!("{prefix}.{n}"), eps)).transpose();
-        let lin = |n: &str| Linear::load(w, &format!("{prefix}.{n}"));
+    /// the shape has a q/k norm epsilon, `{prefix}.{q,k}_norm`, each checked
+    /// against `shape`. The score scale is `1/√head_dim`.
+    pub fn load(w: &dyn Weights, prefix: &str, shape: &AttentionShape, rope: Rope) -> Result<Self> {
+        let AttentionShape { hidden, n_heads, n_kv_heads, head_dim, qk_norm_eps } = *shape;
+        let d = head_dim;
+        let norm = |n: &str| qk_norm_eps.map(|eps| RmsNorm::load(w, &format!("{prefix}.{n}"), d, eps)).transpose();
+        let lin = |n: &str, i: i32, o: i32| Linear::load(w, &format!("{prefix}.{n}"), i, o);
         let proj = if w.get(&format!("{prefix}.qkv_proj.weight")).is_some() {
-            Qkv::Fused(lin("qkv_proj")?)
+            Qkv::Fused(lin("qkv_proj", hidden, (n_heads + 2 * n_kv_heads) * d)?)
         } else {
-            Qkv::Split { q: lin("q_proj")?, k: lin("k_proj")?, v: lin("v_proj")? }
+            Qkv::Split {
+                q: lin("q_proj", hidden, n_heads * d)?,
+                k: lin("k_proj", hidden, n_kv_heads * d)?,
+                v: lin("v_proj", hidden, n_kv_heads * d)?,
+            }
         };
         let (q_norm, k_norm) = (norm("q_norm")?, norm("k_norm")?);
         let head_norms = match (&proj, &q_norm, &k_norm) {
@@ -155,7 +169,7 @@ impl Attention {
         };
         Ok(Attention {
             proj,
-            o: lin("o_proj")?,
+            o: lin("o_proj", n_heads * d, hidden)?,
             q_norm,
             k_norm,
             n_heads,
@@ -307,6 +321,50 @@ pub struct DecoderLm {
     pub norm: RmsNorm,
     /// untied output head (`None`: tied to the embedding)
     pub lm_head: Option<Linear>,
+}
+
+/// The shape of a [`DecoderLm`], from the model's config.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecoderShape {
+    /// Vocabulary (embedding rows, logits).
+    pub vocab: i32,
+    /// Decoder blocks.
+    pub layers: i32,
+    /// Width of the MLPs.
+    pub intermediate: i32,
+    /// Epsilon of the blocks' and the final RMS norms.
+    pub rms_norm_eps: f32,
+    /// The attention of every block (its `hidden` is the model's width).
+    pub attention: AttentionShape,
+    /// Output head tied to the embedding (no `lm_head` tensor).
+    pub tied: bool,
+}
+
+impl DecoderLm {
+    /// Loads a Llama-style decoder under Hugging Face's names
+    /// (`model.embed_tokens`, `model.layers.{i}.{self_attn,mlp,input_layernorm,
+    /// post_attention_layernorm}`, `model.norm`, `lm_head`), every tensor
+    /// checked against `shape`; every block's attention ropes with `rope`.
+    pub fn load(w: &dyn Weights, shape: &DecoderShape, rope: &Rope) -> Result<DecoderLm> {
+        let (h, eps) = (shape.attention.hidden, shape.rms_norm_eps);
+        let blocks = (0..shape.layers)
+            .map(|i| {
+                let p = format!("model.layers.{i}");
+                Ok(PreNormBlock {
+                    attn: Attention::load(w, &format!("{p}.self_attn"), &shape.attention, rope.clone())?,
+                    mlp: mlx::nn::GatedMlp::load(w, &format!("{p}.mlp"), h, shape.intermediate)?,
+                    input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), h, eps)?,
+                    post_attn_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), h, eps)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(DecoderLm {
+            embed: mlx::nn::Embedding::load(w, "model.embed_tokens", shape.vocab, h)?,
+            blocks,
+            norm: RmsNorm::load(w, "model.norm", h, eps)?,
+            lm_head: if shape.tied { None } else { Some(Linear::load(w, "lm_head", h, shape.vocab)?) },
+        })
+    }
 }
 
 /// Applies the output `head` to the final (normed) hidden state where logits

@@ -4,15 +4,16 @@
 //! four parts below: a config, a plan, weight-name rules, a build.
 
 use plugin_api::family::{FamilySpec, ModelForward};
-use plugin_api::layers::{eos_ids, field, field_or, rope_scaling, Attention, DecoderLm, PreNormBlock};
-use plugin_api::mlx::nn::{Embedding, GatedMlp, Linear, RmsNorm, Rope, Weights};
+use plugin_api::layers::{eos_ids, field, field_or, rope_scaling, AttentionShape, DecoderLm, DecoderShape};
+use plugin_api::mlx::nn::{Rope, Weights};
 use plugin_api::mlx::{Array, Error, Result};
 use plugin_api::serde_json::Value;
 use plugin_api::{CacheKind, ModelPlan};
 
-/// 1. The config: the fields of config.json this family reads.
+/// Step 1, the config: the fields of config.json this family reads.
 struct Config {
     hidden: i32,
+    intermediate: i32,
     layers: i32,
     heads: i32,
     kv_heads: i32,
@@ -30,6 +31,7 @@ impl Config {
         let head_dim = field_or(c, "head_dim", hidden / heads)?;
         Ok(Config {
             hidden,
+            intermediate: field(c, "intermediate_size")?,
             layers: field(c, "num_hidden_layers")?,
             heads,
             kv_heads: field_or(c, "num_key_value_heads", heads)?,
@@ -55,7 +57,7 @@ impl FamilySpec for MyTiny {
         &["mytiny"]
     }
 
-    /// 2. The plan: what the host must know to run the model — one full KV
+    /// Step 2, the plan: what the host must know to run the model — one full KV
     /// cache per layer here.
     fn plan(&self, c: &Value) -> Result<ModelPlan> {
         let cfg = Config::parse(c)?;
@@ -74,7 +76,7 @@ impl FamilySpec for MyTiny {
         })
     }
 
-    /// 3. Weight-name rules: drop tensors the model does not use.
+    /// Step 3, weight-name rules: drop tensors the model does not use.
     fn rewrite(&self, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
         if name.ends_with("rotary_emb.inv_freq") {
             return Ok(vec![]);
@@ -82,35 +84,26 @@ impl FamilySpec for MyTiny {
         Ok(vec![(name.to_string(), t)])
     }
 
-    /// 4. Build: the layers from the host's weights.
+    /// Step 4, build: the layers from the host's weights.
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         let c: Value = plugin_api::serde_json::from_str(plan.config.as_str()).map_err(|e| Error(e.to_string()))?;
         let cfg = Config::parse(&c)?;
-        let blocks = (0..cfg.layers)
-            .map(|i| {
-                let p = format!("model.layers.{i}");
-                Ok(PreNormBlock {
-                    attn: Attention::load(
-                        w,
-                        &format!("{p}.self_attn"),
-                        cfg.heads,
-                        cfg.kv_heads,
-                        cfg.head_dim,
-                        cfg.rope.clone(),
-                        None,
-                    )?,
-                    mlp: GatedMlp::load(w, &format!("{p}.mlp"))?,
-                    input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), cfg.eps)?,
-                    post_attn_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), cfg.eps)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Box::new(DecoderLm {
-            embed: Embedding::load(w, "model.embed_tokens")?,
-            blocks,
-            norm: RmsNorm::load(w, "model.norm", cfg.eps)?,
-            lm_head: if cfg.tied { None } else { Some(Linear::load(w, "lm_head")?) },
-        }))
+        let shape = DecoderShape {
+            vocab: cfg.vocab,
+            layers: cfg.layers,
+            intermediate: cfg.intermediate,
+            rms_norm_eps: cfg.eps,
+            attention: AttentionShape {
+                hidden: cfg.hidden,
+                n_heads: cfg.heads,
+                n_kv_heads: cfg.kv_heads,
+                head_dim: cfg.head_dim,
+                qk_norm_eps: None,
+            },
+            tied: cfg.tied,
+        };
+        // Every tensor is checked against these shapes as it is loaded.
+        Ok(Box::new(DecoderLm::load(w, &shape, &cfg.rope)?))
     }
 }
 

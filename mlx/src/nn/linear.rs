@@ -1,6 +1,6 @@
 //! Dense and quantized linear layers and embeddings.
 
-use super::Weights;
+use super::{Kind, Weights};
 use crate::quant::{dequantize, quantized_matmul, QuantSpec, Quantized};
 use crate::{Array, Error, Result};
 
@@ -33,24 +33,20 @@ pub enum Linear {
 }
 
 impl Linear {
-    /// Loads `{prefix}.weight` (+ `.scales`/`.biases` when quantized, `.bias`).
-    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Linear> {
-        let weight = w.require(&format!("{prefix}.weight"))?;
-        let b = w.get(&format!("{prefix}.bias"));
-        Self::from_parts(w, prefix, weight, b)
-    }
-
-    fn from_parts(w: &dyn Weights, prefix: &str, weight: Array, b: Option<Array>) -> Result<Linear> {
-        match (w.get(&format!("{prefix}.scales")), w.quant(prefix)) {
-            (Some(scales), Some(spec)) => Ok(Linear::Quant {
-                q: Quantized { w: weight, scales, biases: w.get(&format!("{prefix}.biases")) },
-                spec,
-                b,
-            }),
-            (Some(_), None) => {
-                Err(Error(format!("{prefix} has scales but the config declares no quantization for it")))
-            }
-            (None, _) => Ok(Linear::dense(weight, b)?),
+    /// Loads `{prefix}.weight` (+ `.scales`/`.biases` when quantized, and
+    /// `.bias` when present) of a `in_features → out_features` layer; every
+    /// tensor's shape and type is checked against those (and the
+    /// quantization the checkpoint declares for it).
+    pub fn load(w: &dyn Weights, prefix: &str, in_features: i32, out_features: i32) -> Result<Linear> {
+        let (i, o) = (in_features, out_features);
+        let b = match w.get(&format!("{prefix}.bias")) {
+            Some(_) => Some(w.tensor(&format!("{prefix}.bias"), &[o], Kind::Float)?),
+            None => None,
+        };
+        let q = quantized(w, prefix, &[o], i)?;
+        match q {
+            Some((q, spec)) => Ok(Linear::Quant { q, spec, b }),
+            None => Linear::dense(w.tensor(&format!("{prefix}.weight"), &[o, i], Kind::Float)?, b),
         }
     }
 
@@ -90,10 +86,43 @@ pub struct Embedding {
     table: Linear,
 }
 
+/// The quantized matrix `{prefix}.weight` of `lead` leading dims by `in_features`
+/// columns, with its scales and (affine) biases, checked against the spec the
+/// checkpoint declares; `None` when it is stored dense.
+pub(crate) fn quantized(
+    w: &dyn Weights,
+    prefix: &str,
+    lead: &[i32],
+    in_features: i32,
+) -> Result<Option<(Quantized, QuantSpec)>> {
+    let spec = match (w.get(&format!("{prefix}.scales")), w.quant(prefix)) {
+        (None, _) => return Ok(None),
+        (Some(_), None) => {
+            return Err(Error(format!("{prefix} has scales but the config declares no quantization for it")));
+        }
+        (Some(_), Some(spec)) => spec,
+    };
+    let (gs, bits) = (spec.group_size, spec.bits);
+    if gs <= 0 || bits <= 0 || in_features % gs != 0 || (in_features * bits) % 32 != 0 {
+        return Err(Error(format!(
+            "{prefix}: {in_features} input features cannot be quantized with group size {gs} and {bits} bits"
+        )));
+    }
+    let shaped = |last: i32| lead.iter().copied().chain([last]).collect::<Vec<i32>>();
+    let weight = w.tensor(&format!("{prefix}.weight"), &shaped(in_features * bits / 32), Kind::Packed)?;
+    let scales = w.tensor(&format!("{prefix}.scales"), &shaped(in_features / gs), Kind::Any)?;
+    let biases = if spec.mode == "affine" {
+        Some(w.tensor(&format!("{prefix}.biases"), &shaped(in_features / gs), Kind::Float)?)
+    } else {
+        None
+    };
+    Ok(Some((Quantized { w: weight, scales, biases }, spec)))
+}
+
 impl Embedding {
-    /// Loads `{prefix}.weight` (+ quantization).
-    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Embedding> {
-        Ok(Embedding { table: Linear::load(w, prefix)? })
+    /// Loads `{prefix}.weight` (+ quantization): `vocab` rows of `dim`.
+    pub fn load(w: &dyn Weights, prefix: &str, vocab: i32, dim: i32) -> Result<Embedding> {
+        Ok(Embedding { table: Linear::load(w, prefix, dim, vocab)? })
     }
 
     /// Looks up token ids (any shape) → `[..., dim]`.

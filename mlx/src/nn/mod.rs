@@ -6,28 +6,15 @@ mod linear;
 mod norm;
 mod rope;
 mod switch;
+mod weights;
 
 pub use linear::{Embedding, Linear};
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Rope, RopeScaling};
 pub use switch::{GluActivation, SwitchGlu, SwitchLinear};
+pub use weights::{fold_names, mismatch, summarize, Checked, Kind, Problem, Weights};
 
-use crate::quant::QuantSpec;
-use crate::{Array, Error, Result};
-
-/// Read access to a model's weights by name, with per-tensor quantization.
-pub trait Weights {
-    /// The tensor called `name`, if present.
-    fn get(&self, name: &str) -> Option<Array>;
-    /// How the matrix under `prefix` (e.g. `model.layers.0.mlp.up_proj`) is
-    /// quantized, or `None` when it is stored dense.
-    fn quant(&self, prefix: &str) -> Option<QuantSpec>;
-
-    /// The tensor `name`, or an error naming it.
-    fn require(&self, name: &str) -> Result<Array> {
-        self.get(name).ok_or_else(|| Error(format!("missing weight {name}")))
-    }
-}
+use crate::{Array, Result};
 
 /// Runs `f` compiled once per thread (shapeless, so one trace serves every
 /// shape), falling back to the plain ops if MLX cannot compile it.
@@ -111,17 +98,16 @@ pub enum GateUp {
 
 impl GateUp {
     /// Loads `{prefix}.gate_up_proj` (fused by the host at load) or
-    /// `{prefix}.gate_proj` + `up_proj`.
-    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
+    /// `{prefix}.gate_proj` + `up_proj`, each `hidden → intermediate`.
+    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, intermediate: i32) -> Result<Self> {
         let fused = format!("{prefix}.gate_up_proj");
         Ok(if w.get(&format!("{fused}.weight")).is_some() {
-            let gate_up = Linear::load(w, &fused)?;
-            let gate_out = gate_up.out_features() / 2;
-            GateUp::Fused { gate_up, gate_out }
+            let gate_up = Linear::load(w, &fused, hidden, 2 * intermediate)?;
+            GateUp::Fused { gate_up, gate_out: intermediate }
         } else {
             GateUp::Split {
-                gate: Linear::load(w, &format!("{prefix}.gate_proj"))?,
-                up: Linear::load(w, &format!("{prefix}.up_proj"))?,
+                gate: Linear::load(w, &format!("{prefix}.gate_proj"), hidden, intermediate)?,
+                up: Linear::load(w, &format!("{prefix}.up_proj"), hidden, intermediate)?,
             }
         })
     }
@@ -140,9 +126,13 @@ impl GateUp {
 }
 
 impl GatedMlp {
-    /// Loads the gate/up projections (see [`GateUp::load`]) and `down_proj`.
-    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
-        Ok(GatedMlp { proj: GateUp::load(w, prefix)?, down: Linear::load(w, &format!("{prefix}.down_proj"))? })
+    /// Loads the gate/up projections (see [`GateUp::load`]) and `down_proj`
+    /// (`intermediate → hidden`).
+    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, intermediate: i32) -> Result<Self> {
+        Ok(GatedMlp {
+            proj: GateUp::load(w, prefix, hidden, intermediate)?,
+            down: Linear::load(w, &format!("{prefix}.down_proj"), intermediate, hidden)?,
+        })
     }
 
     /// SwiGLU forward.

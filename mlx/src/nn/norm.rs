@@ -1,6 +1,6 @@
 //! Normalisation layers.
 
-use super::Weights;
+use super::{Kind, Weights};
 use crate::{fast, Array, Result};
 
 /// RMS norm with a learned scale.
@@ -13,9 +13,9 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
-    /// Loads `{prefix}.weight`.
-    pub fn load(w: &dyn Weights, prefix: &str, eps: f32) -> Result<Self> {
-        Ok(RmsNorm { weight: w.require(&format!("{prefix}.weight"))?, eps })
+    /// Loads `{prefix}.weight`, `dim` wide.
+    pub fn load(w: &dyn Weights, prefix: &str, dim: i32, eps: f32) -> Result<Self> {
+        Ok(RmsNorm { weight: w.tensor(&format!("{prefix}.weight"), &[dim], Kind::Float)?, eps })
     }
     /// Applies the norm over the last axis.
     pub fn forward(&self, x: &Array) -> Result<Array> {
@@ -35,9 +35,13 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
-    /// Loads `{prefix}.weight` and `{prefix}.bias` when present.
-    pub fn load(w: &dyn Weights, prefix: &str, eps: f32) -> Result<Self> {
-        Ok(LayerNorm { weight: w.get(&format!("{prefix}.weight")), bias: w.get(&format!("{prefix}.bias")), eps })
+    /// Loads `{prefix}.weight` and `{prefix}.bias` (each `dim` wide) when present.
+    pub fn load(w: &dyn Weights, prefix: &str, dim: i32, eps: f32) -> Result<Self> {
+        let opt = |n: &str| {
+            let name = format!("{prefix}.{n}");
+            w.get(&name).map(|_| w.tensor(&name, &[dim], Kind::Float)).transpose()
+        };
+        Ok(LayerNorm { weight: opt("weight")?, bias: opt("bias")?, eps })
     }
     /// Applies the norm over the last axis.
     pub fn forward(&self, x: &Array) -> Result<Array> {

@@ -3,7 +3,7 @@
 //! through `gather_mm` / `gather_qmm`, and the gated expert MLP built from
 //! three of them. Families add their own router and combination rule.
 
-use super::{geglu, swiglu, Weights};
+use super::{geglu, swiglu, Kind, Weights};
 use crate::quant::{gather_mm, gather_qmm, QuantSpec, Quantized};
 use crate::{Array, Dtype, Error, Result};
 
@@ -22,20 +22,14 @@ pub enum SwitchLinear {
 }
 
 impl SwitchLinear {
-    /// Loads `{prefix}.weight` (+ scales/biases).
-    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
-        let weight = w.require(&format!("{prefix}.weight"))?;
-        if weight.ndim() != 3 {
-            return Err(Error(format!("{prefix}.weight: expected [experts, out, in], got {:?}", weight.shape())));
-        }
-        match (w.get(&format!("{prefix}.scales")), w.quant(prefix)) {
-            (Some(scales), Some(spec)) => Ok(SwitchLinear::Quant(
-                Quantized { w: weight, scales, biases: w.get(&format!("{prefix}.biases")) },
-                spec,
-            )),
-            (Some(_), None) => Err(Error(format!("{prefix} has scales but no quantization is declared for it"))),
-            (None, _) => {
-                let mut w = weight;
+    /// Loads `{prefix}.weight` (+ scales/biases): `experts` stacked
+    /// `in_features → out_features` projections, checked against those.
+    pub fn load(w: &dyn Weights, prefix: &str, experts: i32, in_features: i32, out_features: i32) -> Result<Self> {
+        match super::linear::quantized(w, prefix, &[experts, out_features], in_features)? {
+            Some((q, spec)) => Ok(SwitchLinear::Quant(q, spec)),
+            None => {
+                let mut w =
+                    w.tensor(&format!("{prefix}.weight"), &[experts, out_features, in_features], Kind::Float)?;
                 // MLX's CPU gather_mm runs only in f32: keep an f32 copy there
                 // (forward computes in f32 and rounds back) rather than fail
                 // at eval time.
@@ -91,15 +85,23 @@ pub struct SwitchGlu {
 }
 
 impl SwitchGlu {
-    /// Loads `{prefix}.{gate,up,down}_proj` with the SwiGLU activation.
-    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
-        Self::load_with(w, prefix, GluActivation::Silu)
-    }
-
-    /// Loads `{prefix}.{gate,up,down}_proj` with the activation `act`.
-    pub fn load_with(w: &dyn Weights, prefix: &str, act: GluActivation) -> Result<Self> {
-        let l = |n: &str| SwitchLinear::load(w, &format!("{prefix}.{n}"));
-        Ok(SwitchGlu { gate: l("gate_proj")?, up: l("up_proj")?, down: l("down_proj")?, act })
+    /// Loads `{prefix}.{gate,up,down}_proj` of `experts` experts
+    /// (`hidden → intermediate → hidden`) with the activation `act`.
+    pub fn load(
+        w: &dyn Weights,
+        prefix: &str,
+        experts: i32,
+        hidden: i32,
+        intermediate: i32,
+        act: GluActivation,
+    ) -> Result<Self> {
+        let l = |n: &str, i, o| SwitchLinear::load(w, &format!("{prefix}.{n}"), experts, i, o);
+        Ok(SwitchGlu {
+            gate: l("gate_proj", hidden, intermediate)?,
+            up: l("up_proj", hidden, intermediate)?,
+            down: l("down_proj", intermediate, hidden)?,
+            act,
+        })
     }
 
     /// `x` `[B, L, H]`, `inds` `[B, L, k]` (uint32) → `[B, L, k, H]`.

@@ -26,7 +26,7 @@
 //! the cache knows its ring order, so the mask belongs to the host).
 
 use super::{load_layer, Config, Gemma4Layer};
-use mlx::nn::{Embedding, Linear, RmsNorm, Weights};
+use mlx::nn::{Embedding, Kind, Linear, RmsNorm, Weights};
 use mlx::{concatenate, full, Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, DraftForward};
 use plugin_api::layers::{eos_ids, field_or};
@@ -250,35 +250,30 @@ impl Gemma4Assistant {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let (h, v, bh) = (t.hidden_size, t.vocab_size, cfg.backbone_hidden_size);
         let head = if cfg.use_ordered_embeddings {
-            let ordering = w.require("masked_embedding.token_ordering")?;
-            if ordering.shape() != [t.vocab_size] {
-                return Err(Error(format!(
-                    "masked_embedding.token_ordering: shape {:?}, expected [{}]",
-                    ordering.shape(),
-                    t.vocab_size
-                )));
-            }
+            let ordering = w.tensor("masked_embedding.token_ordering", &[v], Kind::Any)?;
             Head::Masked {
-                centroids: Linear::load(w, "masked_embedding.centroids")?,
+                centroids: Linear::load(w, "masked_embedding.centroids", h, cfg.num_centroids)?,
                 ordering: ordering.astype(Dtype::I32)?.reshape(&[cfg.num_centroids, -1])?,
-                embed: Embedding::load(w, "model.embed_tokens")?,
+                embed: Embedding::load(w, "model.embed_tokens", v, h)?,
                 top_k: cfg.centroid_intermediate_top_k,
-                vocab: t.vocab_size,
+                vocab: v,
             }
         } else if cfg.tie_word_embeddings {
-            Head::Tied(Embedding::load(w, "model.embed_tokens")?)
+            Head::Tied(Embedding::load(w, "model.embed_tokens", v, h)?)
         } else {
-            Head::Untied(Linear::load(w, "lm_head")?)
+            Head::Untied(Linear::load(w, "lm_head", h, v)?)
         };
+        let target_embed = format!("{}model.embed_tokens", tcfg.prefix());
         Ok(Gemma4Assistant {
-            target_embed: Embedding::load(target_w, &format!("{}model.embed_tokens", tcfg.prefix()))?,
+            target_embed: Embedding::load(target_w, &target_embed, tcfg.vocab_size, tcfg.hidden_size)?,
             target_embed_scale: (tcfg.hidden_size as f64).sqrt(),
-            pre_projection: Linear::load(w, "pre_projection")?,
-            post_projection: Linear::load(w, "post_projection")?,
+            pre_projection: Linear::load(w, "pre_projection", 2 * bh, h)?,
+            post_projection: Linear::load(w, "post_projection", h, bh)?,
             position_slot: layers.first().map_or(0, |l| l.slot),
             layers,
-            norm: RmsNorm::load(w, "model.norm", t.rms_norm_eps)?,
+            norm: RmsNorm::load(w, "model.norm", h, t.rms_norm_eps)?,
             head,
         })
     }

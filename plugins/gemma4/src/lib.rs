@@ -17,7 +17,7 @@
 
 use abi_stable::std_types::ROption;
 use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
-use mlx::nn::{geglu, Embedding, GateUp, GluActivation, Linear, RmsNorm, Rope, RopeScaling, SwitchGlu, Weights};
+use mlx::nn::{geglu, Embedding, GateUp, GluActivation, Kind, Linear, RmsNorm, Rope, RopeScaling, SwitchGlu, Weights};
 use mlx::{arange, Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, DraftForward, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::{eos_ids, field, field_or, lm_output, rope_one_token, HeadNorms};
@@ -128,6 +128,8 @@ pub struct Config {
     pub num_experts: i32,
     /// Experts per token (MoE only).
     pub top_k_experts: i32,
+    /// Width of each expert's MLP (MoE only).
+    pub moe_intermediate_size: i32,
     /// Output head tied to the embedding.
     pub tie_word_embeddings: bool,
     /// Trained context.
@@ -194,6 +196,7 @@ impl Config {
             enable_moe_block: field_or(t, "enable_moe_block", false)?,
             num_experts: field_or::<Option<i32>>(t, "num_experts", None)?.unwrap_or(0),
             top_k_experts: field_or::<Option<i32>>(t, "top_k_experts", None)?.unwrap_or(0),
+            moe_intermediate_size: field_or::<Option<i32>>(t, "moe_intermediate_size", None)?.unwrap_or(0),
             tie_word_embeddings: field_or(t, "tie_word_embeddings", field_or(c, "tie_word_embeddings", true)?)?,
             max_position_embeddings: field_or(t, "max_position_embeddings", 131072)?,
         };
@@ -203,11 +206,16 @@ impl Config {
         if cfg.sliding_window < 1 {
             return Err(Error::msg("config: sliding_window must be positive"));
         }
-        if cfg.enable_moe_block && (cfg.num_experts < 1 || cfg.top_k_experts < 1 || cfg.top_k_experts > cfg.num_experts)
+        if cfg.enable_moe_block
+            && (cfg.num_experts < 1
+                || cfg.top_k_experts < 1
+                || cfg.top_k_experts > cfg.num_experts
+                || cfg.moe_intermediate_size < 1)
         {
             return Err(Error(format!(
-                "config: enable_moe_block needs num_experts >= 1 and top_k_experts in 1..=num_experts (got {} and {})",
-                cfg.num_experts, cfg.top_k_experts
+                "config: enable_moe_block needs num_experts >= 1, top_k_experts in 1..=num_experts and \
+                 moe_intermediate_size >= 1 (got {}, {} and {})",
+                cfg.num_experts, cfg.top_k_experts, cfg.moe_intermediate_size
             )));
         }
         Ok(cfg)
@@ -216,6 +224,14 @@ impl Config {
     /// Index of the first layer that owns no K/V.
     pub fn first_kv_shared(&self) -> i32 {
         self.num_hidden_layers - self.num_kv_shared_layers
+    }
+
+    /// Width of layer `i`'s MLP: doubled on KV-shared layers of a model that
+    /// has both kinds, with `use_double_wide_mlp`.
+    pub fn mlp_width(&self, i: usize) -> i32 {
+        let first = self.first_kv_shared();
+        let doubled = self.use_double_wide_mlp && first > 0 && i as i32 >= first;
+        self.intermediate_size * if doubled { 2 } else { 1 }
     }
 
     /// For each layer, the layer whose K/V it attends over (itself for
@@ -419,8 +435,11 @@ pub struct GegluMlp {
 impl GegluMlp {
     /// Loads `{prefix}.gate_up_proj` (fused by the host) or
     /// `{prefix}.{gate,up}_proj`, and `down_proj`.
-    pub fn load(w: &dyn Weights, prefix: &str) -> Result<Self> {
-        Ok(GegluMlp { proj: GateUp::load(w, prefix)?, down: Linear::load(w, &format!("{prefix}.down_proj"))? })
+    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, intermediate: i32) -> Result<Self> {
+        Ok(GegluMlp {
+            proj: GateUp::load(w, prefix, hidden, intermediate)?,
+            down: Linear::load(w, &format!("{prefix}.down_proj"), intermediate, hidden)?,
+        })
     }
     /// Forward.
     pub fn forward(&self, x: &Array) -> Result<Array> {
@@ -444,17 +463,11 @@ struct Router {
 
 impl Router {
     fn load(w: &dyn Weights, prefix: &str, cfg: &Config) -> Result<Router> {
-        let scale = w.require(&format!("{prefix}.scale"))?;
-        let per_expert_scale = w.require(&format!("{prefix}.per_expert_scale"))?;
-        if per_expert_scale.shape() != [cfg.num_experts] {
-            return Err(Error(format!(
-                "{prefix}.per_expert_scale: shape {:?}, expected [{}] (num_experts)",
-                per_expert_scale.shape(),
-                cfg.num_experts
-            )));
-        }
+        let (h, e) = (cfg.hidden_size, cfg.num_experts);
+        let scale = w.tensor(&format!("{prefix}.scale"), &[h], Kind::Float)?;
+        let per_expert_scale = w.tensor(&format!("{prefix}.per_expert_scale"), &[e], Kind::Float)?;
         Ok(Router {
-            proj: Linear::load(w, &format!("{prefix}.proj"))?,
+            proj: Linear::load(w, &format!("{prefix}.proj"), h, e)?,
             // Rounded in the weight's dtype, as mlx-lm multiplies them.
             norm_weight: scale.mul_s((cfg.hidden_size as f64).powf(-0.5))?,
             per_expert_scale,
@@ -734,7 +747,7 @@ fn load_layer(
     source: usize,
     shared_out: bool,
 ) -> Result<Gemma4Layer> {
-    let eps = cfg.rms_norm_eps;
+    let (eps, h) = (cfg.rms_norm_eps, cfg.hidden_size);
     let pl = cfg.hidden_size_per_layer_input;
     let full = cfg.full[i];
     let head_dim = if full && cfg.global_head_dim > 0 { cfg.global_head_dim } else { cfg.head_dim };
@@ -745,23 +758,25 @@ fn load_layer(
     };
     let a = format!("{lp}.self_attn");
     let rope = if full { &cfg.rope_full } else { &cfg.rope_sliding }.rope(head_dim, cfg.rope_traditional)?;
-    let q_norm = RmsNorm::load(w, &format!("{a}.q_norm"), eps)?;
-    let k_norm = has_kv.then(|| RmsNorm::load(w, &format!("{a}.k_norm"), eps)).transpose()?;
+    let q_norm = RmsNorm::load(w, &format!("{a}.q_norm"), head_dim, eps)?;
+    let k_norm = has_kv.then(|| RmsNorm::load(w, &format!("{a}.k_norm"), head_dim, eps)).transpose()?;
     let n_heads = cfg.num_attention_heads;
+    let (q_out, kv_out) = (n_heads * head_dim, n_kv_heads * head_dim);
+    let lin = |n: &str, i: i32, o: i32| Linear::load(w, &format!("{a}.{n}"), i, o);
     let proj = match &k_norm {
         Some(kn) if !k_eq_v && w.get(&format!("{a}.qkv_proj.weight")).is_some() => Proj::Fused {
-            qkv: Linear::load(w, &format!("{a}.qkv_proj"))?,
+            qkv: lin("qkv_proj", h, q_out + 2 * kv_out)?,
             norms: HeadNorms::new(&q_norm, kn, n_heads, n_kv_heads)?,
         },
         _ => Proj::Split {
-            q: Linear::load(w, &format!("{a}.q_proj"))?,
-            k: has_kv.then(|| Linear::load(w, &format!("{a}.k_proj"))).transpose()?,
-            v: (has_kv && !k_eq_v).then(|| Linear::load(w, &format!("{a}.v_proj"))).transpose()?,
+            q: lin("q_proj", h, q_out)?,
+            k: has_kv.then(|| lin("k_proj", h, kv_out)).transpose()?,
+            v: (has_kv && !k_eq_v).then(|| lin("v_proj", h, kv_out)).transpose()?,
         },
     };
     let attn = Gemma4Attention {
         proj,
-        o: Linear::load(w, &format!("{a}.o_proj"))?,
+        o: lin("o_proj", q_out, h)?,
         q_norm,
         k_norm,
         eps,
@@ -771,12 +786,13 @@ fn load_layer(
         rope,
         window: (!full).then_some(cfg.sliding_window),
     };
+    let norm = |n: &str| RmsNorm::load(w, &format!("{lp}.{n}"), h, eps);
     let per_layer = (pl > 0)
         .then(|| -> Result<PerLayerGate> {
             Ok(PerLayerGate {
-                gate: Linear::load(w, &format!("{lp}.per_layer_input_gate"))?,
-                proj: Linear::load(w, &format!("{lp}.per_layer_projection"))?,
-                norm: RmsNorm::load(w, &format!("{lp}.post_per_layer_input_norm"), eps)?,
+                gate: Linear::load(w, &format!("{lp}.per_layer_input_gate"), h, pl)?,
+                proj: Linear::load(w, &format!("{lp}.per_layer_projection"), pl, h)?,
+                norm: norm("post_per_layer_input_norm")?,
             })
         })
         .transpose()?;
@@ -785,23 +801,34 @@ fn load_layer(
         .then(|| -> Result<MoeBlock> {
             Ok(MoeBlock {
                 router: Router::load(w, &format!("{lp}.router"), cfg)?,
-                experts: SwitchGlu::load_with(w, &format!("{lp}.experts.switch_glu"), GluActivation::GeluApprox)?,
-                pre_norm: RmsNorm::load(w, &format!("{lp}.pre_feedforward_layernorm_2"), eps)?,
-                post_norm_dense: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm_1"), eps)?,
-                post_norm_experts: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm_2"), eps)?,
+                experts: SwitchGlu::load(
+                    w,
+                    &format!("{lp}.experts.switch_glu"),
+                    cfg.num_experts,
+                    h,
+                    cfg.moe_intermediate_size,
+                    GluActivation::GeluApprox,
+                )?,
+                pre_norm: norm("pre_feedforward_layernorm_2")?,
+                post_norm_dense: norm("post_feedforward_layernorm_1")?,
+                post_norm_experts: norm("post_feedforward_layernorm_2")?,
             })
         })
         .transpose()?;
+    let scalar = match w.get(&format!("{lp}.layer_scalar")) {
+        Some(_) => Some(w.tensor(&format!("{lp}.layer_scalar"), &[1], Kind::Float)?),
+        None => None,
+    };
     Ok(Gemma4Layer {
         attn,
         moe,
-        mlp: GegluMlp::load(w, &format!("{lp}.mlp"))?,
-        input_norm: RmsNorm::load(w, &format!("{lp}.input_layernorm"), eps)?,
-        post_attn_norm: RmsNorm::load(w, &format!("{lp}.post_attention_layernorm"), eps)?,
-        pre_ff_norm: RmsNorm::load(w, &format!("{lp}.pre_feedforward_layernorm"), eps)?,
-        post_ff_norm: RmsNorm::load(w, &format!("{lp}.post_feedforward_layernorm"), eps)?,
+        mlp: GegluMlp::load(w, &format!("{lp}.mlp"), h, cfg.mlp_width(i))?,
+        input_norm: norm("input_layernorm")?,
+        post_attn_norm: norm("post_attention_layernorm")?,
+        pre_ff_norm: norm("pre_feedforward_layernorm")?,
+        post_ff_norm: norm("post_feedforward_layernorm")?,
         per_layer,
-        scalar: w.get(&format!("{lp}.layer_scalar")),
+        scalar,
         slot: has_kv.then_some(i),
         source,
         shared_out,
@@ -847,24 +874,35 @@ impl Gemma4Text {
                 load_layer(cfg, w, &format!("{p}.layers.{i}"), i, has_kv, sources[i], sources[m..].contains(&i))
             })
             .collect::<Result<Vec<_>>>()?;
+        let (h, v) = (cfg.hidden_size, cfg.vocab_size);
         let per_layer = (pl > 0)
             .then(|| -> Result<PerLayerInputs> {
+                let all = n as i32 * pl;
                 Ok(PerLayerInputs {
-                    embed: Embedding::load(w, &format!("{p}.embed_tokens_per_layer"))?,
+                    embed: Embedding::load(
+                        w,
+                        &format!("{p}.embed_tokens_per_layer"),
+                        cfg.vocab_size_per_layer_input,
+                        all,
+                    )?,
                     embed_scale: (pl as f64).sqrt(),
-                    projection: Linear::load(w, &format!("{p}.per_layer_model_projection"))?,
-                    projection_scale: (cfg.hidden_size as f64).powf(-0.5),
-                    norm: RmsNorm::load(w, &format!("{p}.per_layer_projection_norm"), eps)?,
+                    projection: Linear::load(w, &format!("{p}.per_layer_model_projection"), h, all)?,
+                    projection_scale: (h as f64).powf(-0.5),
+                    norm: RmsNorm::load(w, &format!("{p}.per_layer_projection_norm"), pl, eps)?,
                     width: pl,
                 })
             })
             .transpose()?;
         Ok(Gemma4Text {
-            embed: Embedding::load(w, &format!("{p}.embed_tokens"))?,
-            embed_scale: (cfg.hidden_size as f64).sqrt(),
+            embed: Embedding::load(w, &format!("{p}.embed_tokens"), v, h)?,
+            embed_scale: (h as f64).sqrt(),
             layers,
-            norm: RmsNorm::load(w, &format!("{p}.norm"), eps)?,
-            lm_head: if cfg.tie_word_embeddings { None } else { Some(Linear::load(w, &format!("{root}lm_head"))?) },
+            norm: RmsNorm::load(w, &format!("{p}.norm"), h, eps)?,
+            lm_head: if cfg.tie_word_embeddings {
+                None
+            } else {
+                Some(Linear::load(w, &format!("{root}lm_head"), h, v)?)
+            },
             softcap: cfg.final_logit_softcapping.filter(|c| *c > 0.0),
             per_layer,
         })

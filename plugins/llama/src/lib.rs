@@ -1,10 +1,10 @@
 //! The llama family (Llama 2 / 3 / 3.1 / 3.2, SmolLM2 and friends): config,
 //! layers, forward, weight-name rules, registration.
 
-use mlx::nn::{Embedding, GatedMlp, Linear, RmsNorm, Rope, RopeScaling, Weights};
+use mlx::nn::{Rope, RopeScaling, Weights};
 use mlx::{Array, Error, Result};
 use plugin_api::family::{FamilySpec, ModelForward};
-use plugin_api::layers::{eos_ids, field, field_or, rope_scaling, Attention, DecoderLm, PreNormBlock};
+use plugin_api::layers::{eos_ids, field, field_or, rope_scaling, AttentionShape, DecoderLm, DecoderShape};
 use plugin_api::{CacheKind, ModelPlan};
 use serde_json::{json, Value};
 
@@ -216,33 +216,23 @@ impl FamilySpec for LlamaFamily {
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         let cfg = Config::from_plan(plan)?;
         let rope = Rope::new(cfg.head_dim, cfg.rope_theta, cfg.rope_traditional, &cfg.rope_scaling)?;
-        let blocks = (0..cfg.num_hidden_layers)
-            .map(|i| {
-                let p = format!("model.layers.{i}");
-                Ok(PreNormBlock {
-                    attn: Attention::load(
-                        w,
-                        &format!("{p}.self_attn"),
-                        cfg.num_attention_heads,
-                        cfg.num_key_value_heads,
-                        cfg.head_dim,
-                        rope.clone(),
-                        None,
-                    )?,
-                    mlp: GatedMlp::load(w, &format!("{p}.mlp"))?,
-                    input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), cfg.rms_norm_eps)?,
-                    post_attn_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), cfg.rms_norm_eps)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
         // GGUF files omit `output.weight` when the head is tied.
         let tied = cfg.tie_word_embeddings || (cfg.gguf && w.get("lm_head.weight").is_none());
-        Ok(Box::new(DecoderLm {
-            embed: Embedding::load(w, "model.embed_tokens")?,
-            blocks,
-            norm: RmsNorm::load(w, "model.norm", cfg.rms_norm_eps)?,
-            lm_head: if tied { None } else { Some(Linear::load(w, "lm_head")?) },
-        }))
+        let shape = DecoderShape {
+            vocab: cfg.vocab_size,
+            layers: cfg.num_hidden_layers,
+            intermediate: cfg.intermediate_size,
+            rms_norm_eps: cfg.rms_norm_eps,
+            attention: AttentionShape {
+                hidden: cfg.hidden_size,
+                n_heads: cfg.num_attention_heads,
+                n_kv_heads: cfg.num_key_value_heads,
+                head_dim: cfg.head_dim,
+                qk_norm_eps: None,
+            },
+            tied,
+        };
+        Ok(Box::new(DecoderLm::load(w, &shape, &rope)?))
     }
 }
 

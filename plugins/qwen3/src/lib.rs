@@ -1,10 +1,10 @@
 //! The qwen3 family (dense Qwen3): Llama-style blocks with per-head q/k RMS
 //! norms; config, weight-name rules and registration.
 
-use mlx::nn::{Embedding, GatedMlp, Linear, RmsNorm, Rope, RopeScaling, Weights};
+use mlx::nn::{Rope, RopeScaling, Weights};
 use mlx::{Error, Result};
 use plugin_api::family::{FamilySpec, ModelForward};
-use plugin_api::layers::{eos_ids, field, field_or, rope_scaling, Attention, DecoderLm, PreNormBlock};
+use plugin_api::layers::{eos_ids, field, field_or, rope_scaling, AttentionShape, DecoderLm, DecoderShape};
 use plugin_api::{CacheKind, ModelPlan};
 use serde_json::{json, Value};
 
@@ -100,31 +100,21 @@ impl FamilySpec for Qwen3Family {
         let cfg = Config::parse(&c)?;
         let rope = Rope::new(cfg.head_dim, cfg.rope_theta, false, &cfg.rope_scaling)?;
         let eps = cfg.rms_norm_eps;
-        let blocks = (0..cfg.num_hidden_layers)
-            .map(|i| {
-                let p = format!("model.layers.{i}");
-                Ok(PreNormBlock {
-                    attn: Attention::load(
-                        w,
-                        &format!("{p}.self_attn"),
-                        cfg.num_attention_heads,
-                        cfg.num_key_value_heads,
-                        cfg.head_dim,
-                        rope.clone(),
-                        Some(eps),
-                    )?,
-                    mlp: GatedMlp::load(w, &format!("{p}.mlp"))?,
-                    input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), eps)?,
-                    post_attn_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), eps)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Box::new(DecoderLm {
-            embed: Embedding::load(w, "model.embed_tokens")?,
-            blocks,
-            norm: RmsNorm::load(w, "model.norm", eps)?,
-            lm_head: if cfg.tie_word_embeddings { None } else { Some(Linear::load(w, "lm_head")?) },
-        }))
+        let shape = DecoderShape {
+            vocab: cfg.vocab_size,
+            layers: cfg.num_hidden_layers,
+            intermediate: cfg.intermediate_size,
+            rms_norm_eps: eps,
+            attention: AttentionShape {
+                hidden: cfg.hidden_size,
+                n_heads: cfg.num_attention_heads,
+                n_kv_heads: cfg.num_key_value_heads,
+                head_dim: cfg.head_dim,
+                qk_norm_eps: Some(eps),
+            },
+            tied: cfg.tie_word_embeddings,
+        };
+        Ok(Box::new(DecoderLm::load(w, &shape, &rope)?))
     }
 }
 

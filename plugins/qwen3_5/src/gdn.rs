@@ -2,7 +2,7 @@
 //! depthwise convolution and delta-rule recurrence kept in a recurrent cache
 //! slot (`[conv_state, delta_state]`).
 
-use mlx::nn::{Linear, Weights};
+use mlx::nn::{Kind, Linear, Weights};
 use mlx::{Array, Dtype, Result};
 use plugin_api::family::Caches;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -139,10 +139,12 @@ pub struct GdnDims {
 }
 
 impl GdnDims {
-    fn key_dim(&self) -> i32 {
+    /// Width of the keys (and queries), all heads.
+    pub fn key_dim(&self) -> i32 {
         self.k_heads * self.k_dim
     }
-    fn value_dim(&self) -> i32 {
+    /// Width of the values, all heads.
+    pub fn value_dim(&self) -> i32 {
         self.v_heads * self.v_dim
     }
     /// Channels of the convolution (q, k and v side by side).
@@ -172,20 +174,23 @@ pub struct GatedDeltaNet {
 }
 
 impl GatedDeltaNet {
-    /// Loads `{prefix}.{in_proj_qkv,in_proj_z,in_proj_b,in_proj_a,conv1d,dt_bias,A_log,norm,out_proj}`.
-    pub fn load(w: &dyn Weights, prefix: &str, dims: GdnDims, eps: f32) -> Result<Self> {
-        let l = |n: &str| Linear::load(w, &format!("{prefix}.{n}"));
-        let a_log = w.require(&format!("{prefix}.A_log"))?;
+    /// Loads `{prefix}.{in_proj_qkv,in_proj_z,in_proj_b,in_proj_a,conv1d,dt_bias,A_log,norm,out_proj}`
+    /// of a layer over a `hidden`-wide residual stream.
+    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, dims: GdnDims, eps: f32) -> Result<Self> {
+        let l = |n: &str, i: i32, o: i32| Linear::load(w, &format!("{prefix}.{n}"), i, o);
+        let t = |n: &str, shape: &[i32]| w.tensor(&format!("{prefix}.{n}"), shape, Kind::Float);
+        let (c, vh) = (dims.conv_dim(), dims.v_heads);
+        let a_log = t("A_log", &[vh])?;
         Ok(GatedDeltaNet {
-            in_qkv: l("in_proj_qkv")?,
-            in_z: l("in_proj_z")?,
-            in_b: l("in_proj_b")?,
-            in_a: l("in_proj_a")?,
-            conv_w: w.require(&format!("{prefix}.conv1d.weight"))?,
-            dt_bias: w.require(&format!("{prefix}.dt_bias"))?,
+            in_qkv: l("in_proj_qkv", hidden, c)?,
+            in_z: l("in_proj_z", hidden, dims.value_dim())?,
+            in_b: l("in_proj_b", hidden, vh)?,
+            in_a: l("in_proj_a", hidden, vh)?,
+            conv_w: t("conv1d.weight", &[c, dims.conv_kernel, 1])?,
+            dt_bias: t("dt_bias", &[vh])?,
             neg_a: a_log.astype(Dtype::F32)?.exp()?.neg()?,
-            norm_w: w.require(&format!("{prefix}.norm.weight"))?,
-            out: l("out_proj")?,
+            norm_w: t("norm.weight", &[dims.v_dim])?,
+            out: l("out_proj", dims.value_dim(), hidden)?,
             dims,
             eps,
             path: ScanPath::Auto,

@@ -40,12 +40,18 @@ pub struct MoeConfig {
     pub decoder_sparse_step: i32,
     /// layers that keep a dense MLP
     pub mlp_only_layers: Vec<i32>,
+    /// width of each routed expert's MLP
+    pub intermediate: i32,
+    /// width of the shared expert's MLP
+    pub shared_intermediate: i32,
 }
 
 /// The parsed text config.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub hidden_size: i32,
+    /// Width of the dense MLPs (absent in MoE configs whose layers are all sparse).
+    pub intermediate_size: Option<i32>,
     pub num_hidden_layers: i32,
     pub num_attention_heads: i32,
     pub num_key_value_heads: i32,
@@ -113,6 +119,8 @@ impl Config {
                 norm_topk_prob: field_or(c, "norm_topk_prob", true)?,
                 decoder_sparse_step: field_or(c, "decoder_sparse_step", 1)?,
                 mlp_only_layers: field_or(c, "mlp_only_layers", Vec::new())?,
+                intermediate: field(c, "moe_intermediate_size")?,
+                shared_intermediate: field(c, "shared_expert_intermediate_size")?,
             })
         } else {
             None
@@ -123,6 +131,7 @@ impl Config {
         };
         Ok(Config {
             hidden_size: hidden,
+            intermediate_size: field_or(c, "intermediate_size", None)?,
             num_hidden_layers: n_layers,
             num_attention_heads: heads,
             num_key_value_heads: field_or(c, "num_key_value_heads", heads)?,
@@ -174,15 +183,17 @@ pub struct GatedAttention {
 impl GatedAttention {
     /// Loads `{prefix}.{q,k,v,o}_proj` and `{prefix}.{q,k}_norm`.
     pub fn load(w: &dyn Weights, prefix: &str, cfg: &Config, rope: Rope) -> Result<Self> {
-        let l = |n: &str| Linear::load(w, &format!("{prefix}.{n}"));
-        let eps = cfg.rms_norm_eps;
+        let l = |n: &str, i: i32, o: i32| Linear::load(w, &format!("{prefix}.{n}"), i, o);
+        let (eps, h, d) = (cfg.rms_norm_eps, cfg.hidden_size, cfg.head_dim);
+        let (hq, hkv) = (cfg.num_attention_heads, cfg.num_key_value_heads);
         Ok(GatedAttention {
-            q: l("q_proj")?,
-            k: l("k_proj")?,
-            v: l("v_proj")?,
-            o: l("o_proj")?,
-            q_norm: RmsNorm::load(w, &format!("{prefix}.q_norm"), eps)?,
-            k_norm: RmsNorm::load(w, &format!("{prefix}.k_norm"), eps)?,
+            // Each query head carries its output gate: 2·d rows per head.
+            q: l("q_proj", h, hq * 2 * d)?,
+            k: l("k_proj", h, hkv * d)?,
+            v: l("v_proj", h, hkv * d)?,
+            o: l("o_proj", hq * d, h)?,
+            q_norm: RmsNorm::load(w, &format!("{prefix}.q_norm"), d, eps)?,
+            k_norm: RmsNorm::load(w, &format!("{prefix}.k_norm"), d, eps)?,
             n_heads: cfg.num_attention_heads,
             n_kv_heads: cfg.num_key_value_heads,
             head_dim: cfg.head_dim,
@@ -244,23 +255,26 @@ impl Layer {
     /// `{p}.mlp`, the two norms): linear attention or gated full attention,
     /// a sparse MoE block or a dense MLP.
     pub fn load(w: &dyn Weights, p: &str, cfg: &Config, linear: bool, sparse: bool, rope: &Rope) -> Result<Self> {
-        let eps = cfg.rms_norm_eps;
+        let (eps, h) = (cfg.rms_norm_eps, cfg.hidden_size);
         let mixer = if linear {
-            Mixer::Linear(Box::new(GatedDeltaNet::load(w, &format!("{p}.linear_attn"), cfg.gdn, eps)?))
+            Mixer::Linear(Box::new(GatedDeltaNet::load(w, &format!("{p}.linear_attn"), h, cfg.gdn, eps)?))
         } else {
             Mixer::Full(Box::new(GatedAttention::load(w, &format!("{p}.self_attn"), cfg, rope.clone())?))
         };
         let mlp = match &cfg.moe {
-            Some(m) if sparse => {
-                Mlp::Sparse(Box::new(SparseMoe::load(w, &format!("{p}.mlp"), m.top_k, m.norm_topk_prob)?))
+            Some(m) if sparse => Mlp::Sparse(Box::new(SparseMoe::load(w, &format!("{p}.mlp"), h, m)?)),
+            _ => {
+                let inter = cfg
+                    .intermediate_size
+                    .ok_or_else(|| Error(format!("config: missing field `intermediate_size` ({p} has a dense MLP)")))?;
+                Mlp::Dense(Box::new(GatedMlp::load(w, &format!("{p}.mlp"), h, inter)?))
             }
-            _ => Mlp::Dense(Box::new(GatedMlp::load(w, &format!("{p}.mlp"))?)),
         };
         Ok(Layer {
             mixer,
             mlp,
-            input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), eps)?,
-            post_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), eps)?,
+            input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), h, eps)?,
+            post_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), h, eps)?,
         })
     }
 
@@ -301,11 +315,16 @@ impl Qwen3_5 {
                 Layer::load(w, &p, cfg, cfg.linear[i as usize], cfg.is_sparse(i), &rope)
             })
             .collect::<Result<Vec<_>>>()?;
+        let (h, v) = (cfg.hidden_size, cfg.vocab_size);
         Ok(Qwen3_5 {
-            embed: Embedding::load(w, &format!("{PREFIX}embed_tokens"))?,
+            embed: Embedding::load(w, &format!("{PREFIX}embed_tokens"), v, h)?,
             layers,
-            norm: RmsNorm::load(w, &format!("{PREFIX}norm"), eps)?,
-            lm_head: if cfg.tie_word_embeddings { None } else { Some(Linear::load(w, "language_model.lm_head")?) },
+            norm: RmsNorm::load(w, &format!("{PREFIX}norm"), h, eps)?,
+            lm_head: if cfg.tie_word_embeddings {
+                None
+            } else {
+                Some(Linear::load(w, "language_model.lm_head", h, v)?)
+            },
         })
     }
 

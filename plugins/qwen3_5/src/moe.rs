@@ -1,7 +1,7 @@
 //! The sparse MoE block of Qwen3.5-MoE: top-k softmax routing over experts
 //! run through `gather_mm` / `gather_qmm`, plus a sigmoid-gated shared expert.
 
-use mlx::nn::{GatedMlp, Linear, Weights};
+use mlx::nn::{GatedMlp, GluActivation, Linear, Weights};
 use mlx::quant::QuantSpec;
 use mlx::{Array, Dtype, Error, Result};
 use std::collections::HashMap;
@@ -22,22 +22,24 @@ pub struct SparseMoe {
 }
 
 impl SparseMoe {
-    /// Loads `{prefix}.{gate,switch_mlp,shared_expert,shared_expert_gate}`.
-    pub fn load(w: &dyn Weights, prefix: &str, top_k: i32, norm_topk: bool) -> Result<Self> {
+    /// Loads `{prefix}.{gate,switch_mlp,shared_expert,shared_expert_gate}`
+    /// over a `hidden`-wide residual stream.
+    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, m: &crate::MoeConfig) -> Result<Self> {
         Ok(SparseMoe {
-            router: Linear::load(w, &format!("{prefix}.gate"))?,
+            router: Linear::load(w, &format!("{prefix}.gate"), hidden, m.num_experts)?,
             experts: {
                 let stacked = StackedExperts::new(w, prefix)?;
                 let w: &dyn Weights = match &stacked {
                     Some(s) => s,
                     None => w,
                 };
-                SwitchGlu::load(w, &format!("{prefix}.switch_mlp"))?
+                let p = format!("{prefix}.switch_mlp");
+                SwitchGlu::load(w, &p, m.num_experts, hidden, m.intermediate, GluActivation::Silu)?
             },
-            shared: GatedMlp::load(w, &format!("{prefix}.shared_expert"))?,
-            shared_gate: Linear::load(w, &format!("{prefix}.shared_expert_gate"))?,
-            top_k,
-            norm_topk,
+            shared: GatedMlp::load(w, &format!("{prefix}.shared_expert"), hidden, m.shared_intermediate)?,
+            shared_gate: Linear::load(w, &format!("{prefix}.shared_expert_gate"), hidden, 1)?,
+            top_k: m.top_k,
+            norm_topk: m.norm_topk_prob,
         })
     }
 

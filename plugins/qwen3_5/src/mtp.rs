@@ -69,27 +69,19 @@ impl MtpDrafter {
         let layers = (0..n)
             .map(|i| Layer::load(w, &format!("{MTP_PREFIX}layers.{i}"), cfg, false, cfg.moe.is_some(), &rope))
             .collect::<Result<Vec<_>>>()?;
-        let h = cfg.hidden_size;
-        let fc_name = format!("{MTP_PREFIX}fc.weight");
-        let fc_w = w.require(&fc_name)?;
-        // Packed (quantized) weights only keep the output rows comparable.
-        let dense = w.get(&format!("{MTP_PREFIX}fc.scales")).is_none();
-        if fc_w.ndim() != 2 || fc_w.dim(0) != h || (dense && fc_w.dim(1) != 2 * h) {
-            return Err(Error(format!("{fc_name}: shape {:?}, expected [{h}, {}]", fc_w.shape(), 2 * h)));
-        }
-        let fc = Linear::load(w, &format!("{MTP_PREFIX}fc"))?;
+        let (h, v) = (cfg.hidden_size, cfg.vocab_size);
         Ok(MtpDrafter {
-            embed: Embedding::load(target, &format!("{PREFIX}embed_tokens"))?,
+            embed: Embedding::load(target, &format!("{PREFIX}embed_tokens"), v, h)?,
             lm_head: if tcfg.tie_word_embeddings {
                 None
             } else {
-                Some(Linear::load(target, "language_model.lm_head")?)
+                Some(Linear::load(target, "language_model.lm_head", h, v)?)
             },
-            fc,
-            norm_embed: RmsNorm::load(w, &format!("{MTP_PREFIX}pre_fc_norm_embedding"), eps)?,
-            norm_hidden: RmsNorm::load(w, &format!("{MTP_PREFIX}pre_fc_norm_hidden"), eps)?,
+            fc: Linear::load(w, &format!("{MTP_PREFIX}fc"), 2 * h, h)?,
+            norm_embed: RmsNorm::load(w, &format!("{MTP_PREFIX}pre_fc_norm_embedding"), h, eps)?,
+            norm_hidden: RmsNorm::load(w, &format!("{MTP_PREFIX}pre_fc_norm_hidden"), h, eps)?,
             layers,
-            norm: RmsNorm::load(w, &format!("{MTP_PREFIX}norm"), eps)?,
+            norm: RmsNorm::load(w, &format!("{MTP_PREFIX}norm"), h, eps)?,
             hidden_size: h,
         })
     }

@@ -2,9 +2,9 @@
 //! the test plugins (reload-a/b, wrong-shape) that only differ in what their
 //! forward does to the logits. Included with `#[path]` by each crate.
 
-use mlx::nn::{Embedding, GatedMlp, Linear, RmsNorm, Rope, Weights};
+use mlx::nn::{Rope, Weights};
 use mlx::{Error, Result};
-use plugin_api::layers::{field, field_or, rope_scaling, Attention, DecoderLm, PreNormBlock};
+use plugin_api::layers::{field, field_or, rope_scaling, AttentionShape, DecoderLm, DecoderShape};
 use plugin_api::{CacheKind, ModelPlan};
 use serde_json::Value;
 
@@ -33,22 +33,19 @@ pub fn build(plan: &ModelPlan, w: &dyn Weights) -> Result<DecoderLm> {
     let head_dim: i32 = field(&c, "head_dim")?;
     let eps: f32 = field(&c, "rms_norm_eps")?;
     let rope = Rope::new(head_dim, field_or(&c, "rope_theta", 10000.0)?, false, &rope_scaling(&c)?)?;
-    let blocks = (0..field::<i32>(&c, "num_hidden_layers")?)
-        .map(|i| {
-            let p = format!("model.layers.{i}");
-            Ok(PreNormBlock {
-                attn: Attention::load(w, &format!("{p}.self_attn"), heads, kv, head_dim, rope.clone(), None)?,
-                mlp: GatedMlp::load(w, &format!("{p}.mlp"))?,
-                input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm"), eps)?,
-                post_attn_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), eps)?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let tied: bool = field_or(&c, "tie_word_embeddings", true)?;
-    Ok(DecoderLm {
-        embed: Embedding::load(w, "model.embed_tokens")?,
-        blocks,
-        norm: RmsNorm::load(w, "model.norm", eps)?,
-        lm_head: if tied { None } else { Some(Linear::load(w, "lm_head")?) },
-    })
+    let shape = DecoderShape {
+        vocab: field(&c, "vocab_size")?,
+        layers: field(&c, "num_hidden_layers")?,
+        intermediate: field(&c, "intermediate_size")?,
+        rms_norm_eps: eps,
+        attention: AttentionShape {
+            hidden: field(&c, "hidden_size")?,
+            n_heads: heads,
+            n_kv_heads: kv,
+            head_dim,
+            qk_norm_eps: None,
+        },
+        tied: field_or(&c, "tie_word_embeddings", true)?,
+    };
+    DecoderLm::load(w, &shape, &rope)
 }

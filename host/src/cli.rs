@@ -56,6 +56,9 @@ pub struct ModelArgs {
     /// Use this family even if another plugin claims the model_type first.
     #[arg(long)]
     pub family: Option<String>,
+    /// Refuse a checkpoint with tensors the model does not use (by default a warning).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// Sampling and generation flags (mlx-lm's names).
@@ -99,9 +102,11 @@ pub struct SpecArgs {
     /// A draft checkpoint (e.g. a gemma4_assistant folder) to draft with.
     #[arg(long = "draft-model")]
     pub draft_model: Option<PathBuf>,
-    /// Tokens drafted per verify step (1-8), by the MTP head or the draft model.
-    #[arg(long = "mtp-depth", alias = "draft-depth", alias = "num-draft-tokens", default_value_t = 2)]
-    pub depth: usize,
+    /// Tokens drafted per verify step (1-8, default 2), by the MTP head or the
+    /// draft model. Given explicitly, a checkpoint whose MTP head cannot be
+    /// built is an error rather than a warning.
+    #[arg(long = "mtp-depth", alias = "draft-depth", alias = "num-draft-tokens")]
+    pub depth: Option<usize>,
     /// Don't use the checkpoint's own multi-token-prediction head.
     #[arg(long = "no-mtp")]
     pub no_mtp: bool,
@@ -275,7 +280,10 @@ fn registry(dirs: &[PathBuf], fresh: bool) -> Registry {
 }
 
 pub(crate) fn load(m: &ModelArgs, s: &SamplingArgs, watch: bool) -> Result<LoadedModel> {
-    let spec = SpecParams { depth: s.spec.depth, min_confidence: s.spec.min_confidence };
+    let spec = SpecParams {
+        depth: s.spec.depth.unwrap_or(SpecParams::default().depth),
+        min_confidence: s.spec.min_confidence,
+    };
     spec.validate()?;
     let path = default_model::resolve(m.model.as_deref())?;
     let reg = registry(&m.plugin_dirs, watch);
@@ -298,9 +306,33 @@ pub(crate) fn load(m: &ModelArgs, s: &SamplingArgs, watch: bool) -> Result<Loade
     model.spec = spec;
     model.drafter = match &s.spec.draft_model {
         Some(dir) => Some(Drafter::load(dir, &reg, None, &model).map_err(crate::memory::explain)?),
-        None if !s.spec.no_mtp => Drafter::from_target(&model)?,
+        None if !s.spec.no_mtp => match Drafter::from_target(&model) {
+            Ok(d) => d,
+            // The checkpoint's own draft head is optional: a broken one
+            // leaves the model serving without it, unless it was asked for.
+            Err(e) if s.spec.depth.is_none() => {
+                eprintln!("famlx: warning: speculative decoding off: {e:#}");
+                None
+            }
+            Err(e) => return Err(e.context("--mtp-depth was given")),
+        },
         None => None,
     };
+    let unused = model.unused_tensors();
+    if !unused.is_empty() {
+        let msg = format!(
+            "{}: {} of the checkpoint {} not used by the {} plugin: {}",
+            path.display(),
+            crate::model::count(unused.len(), "tensor"),
+            if unused.len() == 1 { "is" } else { "are" },
+            model.family.name,
+            mlx::nn::fold_names(&unused)
+        );
+        if m.strict {
+            bail!("{msg} (--strict)");
+        }
+        eprintln!("famlx: warning: {msg}");
+    }
     if let Some(d) = &model.drafter {
         tracing::info!("speculative decoding: {} drafter ({}), depth {}", d.family, d.source, model.spec.depth);
     }

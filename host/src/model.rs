@@ -15,7 +15,8 @@ use plugin_api::{
     ArrayHandle, CacheBox, ForwardInput, Fusion, LogitsWanted, ModelBox, ModelPlan, QuantSpec, WeightStore,
     WeightStore_TO,
 };
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -26,11 +27,17 @@ pub struct HostWeights {
     pub tensors: HashMap<String, Array>,
     /// Declared quantization.
     pub quant: QuantConfig,
+    /// Names a plugin has read (to find the tensors no part of the model uses).
+    read: RefCell<HashSet<String>>,
 }
 
 impl WeightStore for HostWeights {
     fn get(&self, name: RStr<'_>) -> ROption<ArrayHandle> {
-        self.tensors.get(name.as_str()).map(|a| ArrayHandle::from(a.clone())).into()
+        let t = self.tensors.get(name.as_str());
+        if t.is_some() {
+            self.read.borrow_mut().insert(name.as_str().to_string());
+        }
+        t.map(|a| ArrayHandle::from(a.clone())).into()
     }
     fn quant(&self, prefix: RStr<'_>) -> ROption<QuantSpec> {
         let p = prefix.as_str();
@@ -52,6 +59,8 @@ pub(crate) struct Source {
     /// The config as JSON text.
     pub(crate) config_text: String,
     config_path: String,
+    /// The checkpoint folder or file, for errors about its tensors.
+    pub(crate) location: String,
     tensors: HashMap<String, Array>,
     quant: QuantConfig,
 }
@@ -64,6 +73,7 @@ impl Source {
             model_type: ck.model_type.clone(),
             config_text: serde_json::to_string(&ck.config)?,
             config_path: config_source(path),
+            location: path.display().to_string(),
             tensors: std::mem::take(&mut ck.tensors),
             quant: ck.quant.clone(),
         };
@@ -74,7 +84,7 @@ impl Source {
 /// Plans, rewrites and builds a model with `fam` from `src`.
 fn assemble(fam: &FamilyEntry, src: &Source) -> Result<(ModelPlan, Rc<HostWeights>, ModelBox)> {
     let (plan, weights) = plan_and_rewrite(fam, src)?;
-    let model = build(fam, &plan, &weights)?;
+    let model = build(fam, &plan, &weights).map_err(|e| anyhow!("{}: {e:#}", src.location))?;
     Ok((plan, weights, model))
 }
 
@@ -85,7 +95,8 @@ pub(crate) fn plan_and_rewrite(fam: &FamilyEntry, src: &Source) -> Result<(Model
         .plan(RStr::from(src.config_text.as_str()))
         .into_result()
         .map_err(|e| anyhow!("{}: {e}", src.config_path))?;
-    let mut weights = HostWeights::rewritten(fam, &plan, &src.tensors, &src.quant)?;
+    let mut weights =
+        HostWeights::rewritten(fam, &plan, &src.tensors, &src.quant).map_err(|e| anyhow!("{}: {e:#}", src.location))?;
     for f in fam.family.fusions(&plan) {
         weights.fuse(&f)?;
     }
@@ -115,7 +126,20 @@ impl HostWeights {
                 out.insert(p.0.into_string(), p.1.into_array());
             }
         }
-        Ok(HostWeights { tensors: out, quant: quant.clone() })
+        Ok(HostWeights::new(out, quant.clone()))
+    }
+
+    /// Weights held under these names.
+    pub fn new(tensors: HashMap<String, Array>, quant: QuantConfig) -> HostWeights {
+        HostWeights { tensors, quant, read: RefCell::default() }
+    }
+
+    /// The names no plugin has read so far, sorted.
+    pub fn unread(&self) -> Vec<String> {
+        let read = self.read.borrow();
+        let mut v: Vec<String> = self.tensors.keys().filter(|k| !read.contains(*k)).cloned().collect();
+        v.sort();
+        v
     }
 
     /// Applies one [`Fusion`]: concatenates the parts' tensors along axis 0
@@ -260,6 +284,7 @@ impl LoadedModel {
             model_type: s.model_type.clone(),
             config_text: s.config_text.clone(),
             config_path: s.config_path.clone(),
+            location: s.location.clone(),
             tensors: HashMap::new(),
             quant: s.quant.clone(),
         });
@@ -299,6 +324,17 @@ impl LoadedModel {
             self.reset_caches()?;
         }
         Ok(same)
+    }
+
+    /// The checkpoint's tensors that no part of the model reads: neither the
+    /// model's build nor the family's own drafter (tried now if none was
+    /// built, so an MTP head left off with `--no-mtp` does not count).
+    pub fn unused_tensors(&self) -> Vec<String> {
+        if self.drafter.is_none() {
+            // Only its reads matter: a head that cannot be built was reported where it was asked for.
+            let _ = Drafter::from_target(self);
+        }
+        self.weights.unread()
     }
 
     /// The tokenizer, or an error saying why there is none.
@@ -428,8 +464,24 @@ fn config_source(path: &Path) -> String {
     }
 }
 
-/// Builds the family's model from host weights.
+/// Builds the family's model from host weights. When that fails, the error
+/// also lists the checkpoint's tensors the build never read (a renamed or
+/// misplaced tensor shows up as missing under one name, unused under another).
 pub fn build(fam: &FamilyEntry, plan: &ModelPlan, weights: &HostWeights) -> Result<ModelBox> {
     let store = WeightStore_TO::from_ptr(weights, TD_Opaque);
-    fam.family.build(plan, store).into_result().map_err(|e| plugin_err(&fam.name, "build", e))
+    fam.family.build(plan, store).into_result().map_err(|e| {
+        // Only for a build that failed on its tensors (the rest is noise).
+        let unread = if e.contains("missing weight") { weights.unread() } else { Vec::new() };
+        let e = if unread.is_empty() {
+            e.to_string()
+        } else {
+            format!("{e}; {} unexpected: {}", count(unread.len(), "tensor"), mlx::nn::fold_names(&unread))
+        };
+        plugin_err(&fam.name, "build", e.into())
+    })
+}
+
+/// `1 tensor`, `3 tensors`.
+pub fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }

@@ -105,7 +105,7 @@ impl Drafter {
             .family
             .build_drafter(&m.plan, store, &m.plan, store2)
             .into_result()
-            .map_err(|e| anyhow!("{} plugin: building the drafter: {e}", m.family.name))?;
+            .map_err(|e| anyhow!("{}: {} plugin: building the drafter: {e}", m.source.location, m.family.name))?;
         d.into_option().map(|d| Drafter::new(&m.family.name, "mtp".into(), d, None)).transpose()
     }
 

@@ -176,3 +176,179 @@ fn a_tensor_in_two_shards_is_refused() {
         &["stored twice", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"],
     );
 }
+
+fn edit_config(dir: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let p = dir.join("config.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(&p, v.to_string()).unwrap();
+}
+
+/// Configs that cannot describe the checkpoint are refused at load, naming
+/// the field (or the tensors that do not fit) and both values.
+#[test]
+fn impossible_configs_name_the_field() {
+    type Edit = fn(&mut serde_json::Value);
+    let cases: &[(&str, Edit, &[&str])] = &[
+        ("llama-bf16", |c| c["num_hidden_layers"] = (-3).into(), &["num_hidden_layers", "-3"]),
+        ("llama-bf16", |c| c["num_attention_heads"] = 0.into(), &["num_attention_heads", "is 0"]),
+        ("llama-bf16", |c| c["num_attention_heads"] = 3.into(), &["num_key_value_heads", "(3)"]),
+        ("llama-bf16", |c| c["num_key_value_heads"] = 0.into(), &["num_key_value_heads", "is 0"]),
+        ("llama-bf16", |c| c["num_hidden_layers"] = 1_000_000_000.into(), &["num_hidden_layers", "1000000000"]),
+        ("llama-bf16", |c| c["hidden_act"] = "foo".into(), &["hidden_act", "\"foo\""]),
+        ("llama-bf16", |c| c["rope_theta"] = 0.into(), &["rope_theta", "is 0"]),
+        ("llama-tied-f32", |c| c["rms_norm_eps"] = (-1.0).into(), &["rms_norm_eps"]),
+        ("qwen3-bf16", |c| c["head_dim"] = 0.into(), &["head_dim", "is 0"]),
+        ("gemma4-hf-bf16", |c| c["text_config"]["num_hidden_layers"] = 100_000_000.into(), &["num_hidden_layers"]),
+        (
+            "gemma4-bf16",
+            |c| drop(c["text_config"].as_object_mut().unwrap().remove("hidden_size")),
+            &["hidden_size", "missing"],
+        ),
+        ("gemma4-bf16", |c| c["text_config"]["hidden_activation"] = "foo".into(), &["hidden_activation", "\"foo\""]),
+        ("qwen3_5-hf-bf16", |c| c["text_config"]["num_hidden_layers"] = 100_000_000.into(), &["num_hidden_layers"]),
+        ("qwen3_5-bf16", |c| c["text_config"]["linear_num_key_heads"] = 3.into(), &["linear_num_key_heads"]),
+        // Shapes the weights do not have: every mismatched tensor listed, with both shapes.
+        ("llama-bf16", |c| c["hidden_size"] = 128.into(), &["model.embed_tokens.weight", "[512, 64]", "[512, 128]"]),
+        ("qwen3-q4", |c| c["vocab_size"] = 1024.into(), &["model.embed_tokens.weight", "expected [1024, 8]"]),
+    ];
+    for (fixture, edit, must) in cases {
+        let ck = fixture_copy(fixture);
+        edit_config(ck.path(), edit);
+        let m = ck.path().display().to_string();
+        let mut want = vec![m.as_str()];
+        want.extend_from_slice(must);
+        expect_error(&["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "2"], &want);
+    }
+}
+
+/// Replaces tensors of a single-file checkpoint.
+fn edit_tensors(path: &Path, f: impl Fn(&str, &mlx::Array) -> Option<mlx::Array>) {
+    let (tensors, meta) = mlx::io::load_safetensors(path).unwrap();
+    let meta: Vec<(&str, &str)> = meta.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let kept: Vec<(String, mlx::Array)> = tensors.iter().filter_map(|(k, a)| f(k, a).map(|a| (k.clone(), a))).collect();
+    let refs: Vec<(&str, &mlx::Array)> = kept.iter().map(|(k, a)| (k.as_str(), a)).collect();
+    mlx::io::save_safetensors(path, &refs, &meta).unwrap();
+}
+
+#[test]
+fn tensors_that_do_not_fit_are_named() {
+    let _g = common::mlx_lock();
+    type Edit = fn(&str, &mlx::Array) -> Option<mlx::Array>;
+    let cases: &[(&str, Edit, &[&str])] = &[
+        // A transposed projection.
+        (
+            "llama-hf-bf16",
+            |k, a| {
+                Some(if k == "model.layers.0.self_attn.q_proj.weight" {
+                    a.t().unwrap().contiguous().unwrap()
+                } else {
+                    a.clone()
+                })
+            },
+            &["model.layers.0.self_attn.q_proj.weight"],
+        ),
+        // An integer weight.
+        (
+            "llama-tied-f32",
+            |k, a| Some(if k == "model.norm.weight" { a.astype(mlx::Dtype::I32).unwrap() } else { a.clone() }),
+            &["model.norm.weight", "int32"],
+        ),
+        // Two tensors gone: both listed.
+        (
+            "llama-tied-f32",
+            |k, a| {
+                (!k.ends_with("layers.0.mlp.up_proj.weight") && !k.ends_with("layers.1.mlp.up_proj.weight"))
+                    .then(|| a.clone())
+            },
+            &["2 missing weights", "model.layers.{0-1}.mlp.up_proj.weight"],
+        ),
+    ];
+    for (fixture, edit, must) in cases {
+        let ck = fixture_copy(fixture);
+        for f in std::fs::read_dir(ck.path()).unwrap() {
+            let p = f.unwrap().path();
+            if p.extension().is_some_and(|e| e == "safetensors") {
+                edit_tensors(&p, edit);
+            }
+        }
+        let m = ck.path().display().to_string();
+        let mut want = vec![m.as_str()];
+        want.extend_from_slice(must);
+        expect_error(&["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "2"], &want);
+    }
+}
+
+/// A GGUF with no key/value heads is refused naming its metadata key (it
+/// was a division by zero).
+#[test]
+fn gguf_with_zero_kv_heads() {
+    let mut b = std::fs::read(default_gguf()).unwrap();
+    let key = b"llama.attention.head_count_kv";
+    let at = b.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    let ty = u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    assert_eq!(ty, 4, "head_count_kv is a u32");
+    b[at + 4..at + 8].copy_from_slice(&0u32.to_le_bytes());
+    let dir = Scratch::new("gguf-kv0");
+    let p = dir.path().join("kv0.gguf");
+    std::fs::write(&p, b).unwrap();
+    expect_error(&args(&generate(&p)), &["kv0.gguf", "llama.attention.head_count_kv", "is 0"]);
+}
+
+/// Runs `famlx generate --json` on `dir` and returns (stdout JSON, stderr lines).
+fn generate_json(dir: &Path, extra: &[&str]) -> (serde_json::Value, Vec<String>) {
+    let m = dir.display().to_string();
+    let mut a = vec!["generate", "--model", &m, "--prompt-ids", "1,2,3", "--max-tokens", "3", "--json"];
+    a.extend_from_slice(extra);
+    let o = run(&a);
+    let (_, err) = texts(&o);
+    let lines = err.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
+    (common::json_of(&o), lines)
+}
+
+/// An incomplete MTP head leaves the text model serving, with one warning
+/// line naming what is missing; asking for it with --mtp-depth is an error.
+#[test]
+fn incomplete_mtp_head_degrades_with_one_warning() {
+    let _g = common::mlx_lock();
+    let ck = fixture_copy("qwen3_5-mtp-hf-bf16");
+    edit_tensors(&ck.path().join("model.safetensors"), |k, a| {
+        (k != "mtp.layers.0.self_attn.q_proj.weight").then(|| a.clone())
+    });
+    let (v, err) = generate_json(ck.path(), &[]);
+    assert_eq!(v["tokens"].as_array().map(Vec::len), Some(3), "{v}");
+    assert!(v["draft"].is_null(), "no drafting without the head: {v}");
+    assert_eq!(err.len(), 1, "one warning line: {err:?}");
+    assert!(
+        err[0].starts_with("famlx: warning: speculative decoding off")
+            && err[0].contains("language_model.mtp.layers.0.self_attn.q_proj.weight"),
+        "{err:?}"
+    );
+    let m = ck.path().display().to_string();
+    expect_error(
+        &["generate", "--model", &m, "--prompt-ids", "1,2,3", "--max-tokens", "3", "--mtp-depth", "2"],
+        &["--mtp-depth", "language_model.mtp.layers.0.self_attn.q_proj.weight"],
+    );
+}
+
+/// A tensor no part of the model reads is a warning naming it (an untied
+/// head run as tied would silently give other tokens); --strict refuses.
+#[test]
+fn unread_tensors_warn_and_strict_refuses() {
+    let ck = fixture_copy("llama-bf16");
+    edit_config(ck.path(), |c| c["tie_word_embeddings"] = true.into());
+    let (_, err) = generate_json(ck.path(), &[]);
+    assert_eq!(err.len(), 1, "{err:?}");
+    assert!(
+        err[0].starts_with("famlx: warning: ") && err[0].contains("1 tensor") && err[0].contains("lm_head.weight"),
+        "{err:?}"
+    );
+    let m = ck.path().display().to_string();
+    expect_error(
+        &["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "2", "--strict"],
+        &["lm_head.weight", "--strict"],
+    );
+    // The intact checkpoint reads every tensor: no warning.
+    let (_, err) = generate_json(&common::fixture("llama-bf16"), &["--strict"]);
+    assert!(err.is_empty(), "{err:?}");
+}

@@ -179,12 +179,35 @@ fn panic_msg(p: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
+thread_local! {
+    /// Where the last panic on this thread happened (recorded by the hook below).
+    static PANIC_AT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Replaces this plugin's panic hook (a plugin links its own copy of std,
+/// so this leaves the host's alone) with one that records where a panic
+/// happened instead of printing it: the panic reaches the host as one error
+/// line through [`guard`], not as a report on stderr.
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let at = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+            PANIC_AT.with(|p| *p.borrow_mut() = at);
+        }))
+    });
+}
+
 /// Runs `f`, turning errors and panics into the stable error type.
 pub fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> RResult<T, RString> {
+    quiet_panics();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => ROk(v),
         Ok(Err(e)) => RErr(e.0.into()),
-        Err(p) => RErr(format!("panic in {what}: {}", panic_msg(p)).into()),
+        Err(p) => {
+            let at = PANIC_AT.with(|a| a.borrow_mut().take()).map(|a| format!(" (at {a})")).unwrap_or_default();
+            RErr(format!("panic in {what}: {}{at}", panic_msg(p)).into())
+        }
     }
 }
 

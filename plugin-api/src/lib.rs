@@ -12,6 +12,7 @@
 
 #![allow(non_local_definitions)] // abi_stable's sabi_trait expands to such impls
 
+pub mod config;
 pub mod family;
 mod handle;
 pub mod layers;

@@ -86,6 +86,11 @@ impl AssistantConfig {
             centroid_intermediate_top_k: field_or(&c, "centroid_intermediate_top_k", 32)?,
             tie_word_embeddings: field_or(&c, "tie_word_embeddings", true)?,
         };
+        plugin_api::config::in_range(
+            "backbone_hidden_size",
+            cfg.backbone_hidden_size,
+            plugin_api::config::limits::HIDDEN,
+        )?;
         if cfg.use_ordered_embeddings
             && (cfg.num_centroids < 1
                 || cfg.text.vocab_size % cfg.num_centroids != 0

@@ -19,6 +19,7 @@ use abi_stable::std_types::ROption;
 use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
 use mlx::nn::{geglu, Embedding, GateUp, GluActivation, Kind, Linear, RmsNorm, Rope, RopeScaling, SwitchGlu, Weights};
 use mlx::{arange, Array, Dtype, Error, Result};
+use plugin_api::config::{at_most, divides, in_range, limits, one_of, positive_finite, DecoderFields};
 use plugin_api::family::{Caches, DraftForward, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::{eos_ids, field, field_or, lm_output, rope_one_token, HeadNorms};
 use plugin_api::{AttnMask, AttnOptions, CacheKind, ModelPlan, QuantClass, QuantSpec};
@@ -146,14 +147,26 @@ impl Config {
     pub fn parse(c: &Value) -> Result<Config> {
         let model_type: String = field_or(c, "model_type", "gemma4_text".to_string())?;
         let t = text_part(c);
-        let n: i32 = field_or(t, "num_hidden_layers", 35)?;
+        let n: i32 = field(t, "num_hidden_layers")?;
+        // Checked before it sizes anything (layer_types, the plan's caches).
+        in_range("num_hidden_layers", n, limits::LAYERS)?;
+        let act = t.get("hidden_activation").or_else(|| t.get("hidden_act")).and_then(Value::as_str);
+        // mlx-lm runs the tanh approximation of GELU for every GELU name.
+        one_of("hidden_activation", act, &["gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu"])?;
         // mlx-lm's gemma4 wrapper takes the vocabulary from the top level.
         let vocab: i32 = match c.get("vocab_size").filter(|_| !std::ptr::eq(t, c)) {
             Some(v) if !v.is_null() => field(c, "vocab_size")?,
             _ => field_or(t, "vocab_size", 262144)?,
         };
         let full = match t.get("layer_types").filter(|v| !v.is_null()) {
-            Some(_) => field::<Vec<String>>(t, "layer_types")?.iter().map(|s| s == "full_attention").collect(),
+            Some(_) => field::<Vec<String>>(t, "layer_types")?
+                .iter()
+                .map(|s| match s.as_str() {
+                    "full_attention" => Ok(true),
+                    "sliding_attention" => Ok(false),
+                    other => Err(Error(format!("config: layer_types: unsupported layer type {other:?}"))),
+                })
+                .collect::<Result<Vec<bool>>>()?,
             None => {
                 let p: i32 = field_or(t, "sliding_window_pattern", 5)?;
                 (0..n).map(|i| (i % p.max(1)) == p - 1).collect::<Vec<bool>>()
@@ -172,13 +185,15 @@ impl Config {
         };
         let cfg = Config {
             model_type,
-            hidden_size: field_or(t, "hidden_size", 1536)?,
+            // The shape fields are required: a default would silently
+            // describe another model than the checkpoint's.
+            hidden_size: field(t, "hidden_size")?,
             num_hidden_layers: n,
-            intermediate_size: field_or(t, "intermediate_size", 6144)?,
-            num_attention_heads: field_or(t, "num_attention_heads", 8)?,
-            num_key_value_heads: field_or(t, "num_key_value_heads", 1)?,
+            intermediate_size: field(t, "intermediate_size")?,
+            num_attention_heads: field(t, "num_attention_heads")?,
+            num_key_value_heads: field(t, "num_key_value_heads")?,
             num_global_key_value_heads: field_or(t, "num_global_key_value_heads", None)?,
-            head_dim: field_or(t, "head_dim", 256)?,
+            head_dim: field(t, "head_dim")?,
             global_head_dim: field_or(t, "global_head_dim", 512)?,
             rms_norm_eps: field_or(t, "rms_norm_eps", 1e-6)?,
             vocab_size: vocab,
@@ -200,6 +215,7 @@ impl Config {
             tie_word_embeddings: field_or(t, "tie_word_embeddings", field_or(c, "tie_word_embeddings", true)?)?,
             max_position_embeddings: field_or(t, "max_position_embeddings", 131072)?,
         };
+        cfg.check()?;
         if cfg.num_kv_shared_layers < 0 || cfg.num_kv_shared_layers > n {
             return Err(Error(format!("config: num_kv_shared_layers {} out of range", cfg.num_kv_shared_layers)));
         }
@@ -219,6 +235,49 @@ impl Config {
             )));
         }
         Ok(cfg)
+    }
+
+    /// Every field in range, naming the field otherwise.
+    fn check(&self) -> Result<()> {
+        DecoderFields {
+            hidden: self.hidden_size,
+            layers: self.num_hidden_layers,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            vocab: self.vocab_size,
+        }
+        .check()?;
+        at_most("global_head_dim", self.global_head_dim, limits::HEAD_DIM)?;
+        if let Some(h) = self.num_global_key_value_heads {
+            in_range("num_global_key_value_heads", h, limits::HEADS)?;
+            divides("num_global_key_value_heads", h, "num_attention_heads", self.num_attention_heads)?;
+        }
+        at_most("hidden_size_per_layer_input", self.hidden_size_per_layer_input, limits::HIDDEN)?;
+        if self.hidden_size_per_layer_input > 0 {
+            in_range("vocab_size_per_layer_input", self.vocab_size_per_layer_input, limits::VOCAB)?;
+        }
+        positive_finite("rms_norm_eps", self.rms_norm_eps)?;
+        for (which, r) in [("full_attention", &self.rope_full), ("sliding_attention", &self.rope_sliding)] {
+            positive_finite(&format!("rope_parameters.{which}.rope_theta"), r.theta)?;
+            if !(0.0..=1.0).contains(&r.partial_rotary_factor) {
+                return Err(Error(format!(
+                    "config: field `rope_parameters.{which}.partial_rotary_factor` is {}, must be in [0, 1]",
+                    r.partial_rotary_factor
+                )));
+            }
+            positive_finite(&format!("rope_parameters.{which}.factor"), r.factor)?;
+        }
+        if let Some(c) = self.final_logit_softcapping {
+            if !c.is_finite() {
+                return Err(Error(format!("config: field `final_logit_softcapping` is {c}, must be finite")));
+            }
+        }
+        if self.enable_moe_block {
+            in_range("num_experts", self.num_experts, limits::EXPERTS)?;
+        }
+        Ok(())
     }
 
     /// Index of the first layer that owns no K/V.

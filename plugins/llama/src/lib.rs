@@ -3,6 +3,7 @@
 
 use mlx::nn::{Rope, RopeScaling, Weights};
 use mlx::{Array, Error, Result};
+use plugin_api::config::{implied_head_dim, one_of, positive_finite, DecoderFields};
 use plugin_api::family::{FamilySpec, ModelForward};
 use plugin_api::layers::{eos_ids, field, field_or, rope_scaling, AttentionShape, DecoderLm, DecoderShape};
 use plugin_api::{CacheKind, ModelPlan};
@@ -33,13 +34,18 @@ impl Config {
     pub fn from_hf(c: &Value) -> Result<Config> {
         let hidden: i32 = field(c, "hidden_size")?;
         let heads: i32 = field(c, "num_attention_heads")?;
+        one_of("hidden_act", c.get("hidden_act").and_then(Value::as_str), &["silu", "swish"])?;
+        let head_dim = match c.get("head_dim").filter(|v| !v.is_null()) {
+            Some(_) => field(c, "head_dim")?,
+            None => implied_head_dim(hidden, heads)?,
+        };
         Ok(Config {
             hidden_size: hidden,
             num_hidden_layers: field(c, "num_hidden_layers")?,
             intermediate_size: field(c, "intermediate_size")?,
             num_attention_heads: heads,
             num_key_value_heads: field_or(c, "num_key_value_heads", heads)?,
-            head_dim: field_or(c, "head_dim", hidden / heads.max(1))?,
+            head_dim,
             rms_norm_eps: field(c, "rms_norm_eps")?,
             vocab_size: field(c, "vocab_size")?,
             rope_theta: field_or(c, "rope_theta", 10000.0)?,
@@ -60,13 +66,17 @@ impl Config {
             0 => field(c, "tokenizer.ggml.tokens.count")?,
             v => v,
         };
+        let head_dim = match c.get(k("attention.key_length")).filter(|v| !v.is_null()) {
+            Some(_) => field(c, &k("attention.key_length"))?,
+            None => implied_head_dim(hidden, heads).map_err(gguf_names)?,
+        };
         Ok(Config {
             hidden_size: hidden,
             num_hidden_layers: field(c, &k("block_count"))?,
             intermediate_size: field(c, &k("feed_forward_length"))?,
             num_attention_heads: heads,
             num_key_value_heads: field_or(c, &k("attention.head_count_kv"), heads)?,
-            head_dim: field_or(c, &k("attention.key_length"), hidden / heads.max(1))?,
+            head_dim,
             rms_norm_eps: field(c, &k("attention.layer_norm_rms_epsilon"))?,
             vocab_size: vocab,
             rope_theta: field_or(c, &k("rope.freq_base"), 10000.0)?,
@@ -101,6 +111,23 @@ impl Config {
         })
     }
 
+    /// Every field in range: a config that cannot describe a real model is
+    /// refused naming the field, before anything is built.
+    fn check(&self) -> Result<()> {
+        DecoderFields {
+            hidden: self.hidden_size,
+            layers: self.num_hidden_layers,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            vocab: self.vocab_size,
+        }
+        .check()?;
+        positive_finite("rope_theta", self.rope_theta)?;
+        positive_finite("rms_norm_eps", self.rms_norm_eps)
+    }
+
     fn from_plan(plan: &ModelPlan) -> Result<Config> {
         let c: Value = serde_json::from_str(plan.config.as_str()).map_err(|e| Error(format!("plan config: {e}")))?;
         let mut cfg = Config::from_hf(&c)?;
@@ -111,6 +138,26 @@ impl Config {
 
 /// The family registration.
 pub struct LlamaFamily;
+
+/// An error about a config field, in the GGUF metadata's own key names.
+fn gguf_names(e: Error) -> Error {
+    const KEYS: [(&str, &str); 8] = [
+        ("hidden_size", "llama.embedding_length"),
+        ("num_hidden_layers", "llama.block_count"),
+        ("intermediate_size", "llama.feed_forward_length"),
+        ("num_attention_heads", "llama.attention.head_count"),
+        ("num_key_value_heads", "llama.attention.head_count_kv"),
+        ("head_dim", "llama.attention.key_length"),
+        ("rms_norm_eps", "llama.attention.layer_norm_rms_epsilon"),
+        ("rope_theta", "llama.rope.freq_base"),
+    ];
+    let mut m = e.0.replace("config: field", "GGUF metadata");
+    for (hf, key) in KEYS {
+        m = m.replace(&format!("`{hf}`"), &format!("`{key}`"));
+    }
+    m = m.replace("`vocab_size`", "`llama.vocab_size` (or the tokenizer's token count)");
+    Error(m)
+}
 
 /// GGUF tensor names → Hugging Face names.
 fn gguf_name(name: &str) -> Option<String> {
@@ -163,6 +210,7 @@ impl FamilySpec for LlamaFamily {
     fn plan(&self, config: &Value) -> Result<ModelPlan> {
         let gguf = config.get("format").and_then(Value::as_str) == Some("gguf");
         let cfg = if gguf { Config::from_gguf(config)? } else { Config::from_hf(config)? };
+        cfg.check().map_err(|e| if gguf { gguf_names(e) } else { e })?;
         Ok(ModelPlan {
             family: "llama".into(),
             model_type: field_or::<String>(config, "model_type", "llama".into())?.into(),

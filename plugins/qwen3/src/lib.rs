@@ -3,6 +3,7 @@
 
 use mlx::nn::{Rope, RopeScaling, Weights};
 use mlx::{Error, Result};
+use plugin_api::config::{one_of, positive_finite, DecoderFields};
 use plugin_api::family::{FamilySpec, ModelForward};
 use plugin_api::layers::{eos_ids, field, field_or, rope_scaling, AttentionShape, DecoderLm, DecoderShape};
 use plugin_api::{CacheKind, ModelPlan};
@@ -28,7 +29,8 @@ pub struct Config {
 impl Config {
     /// From config.json (or the plan's copy of it).
     pub fn parse(c: &Value) -> Result<Config> {
-        Ok(Config {
+        one_of("hidden_act", c.get("hidden_act").and_then(Value::as_str), &["silu", "swish"])?;
+        let cfg = Config {
             hidden_size: field(c, "hidden_size")?,
             num_hidden_layers: field(c, "num_hidden_layers")?,
             intermediate_size: field(c, "intermediate_size")?,
@@ -41,7 +43,20 @@ impl Config {
             rope_scaling: rope_scaling(c)?,
             tie_word_embeddings: field(c, "tie_word_embeddings")?,
             max_position_embeddings: field_or(c, "max_position_embeddings", 0)?,
-        })
+        };
+        DecoderFields {
+            hidden: cfg.hidden_size,
+            layers: cfg.num_hidden_layers,
+            intermediate: cfg.intermediate_size,
+            heads: cfg.num_attention_heads,
+            kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+            vocab: cfg.vocab_size,
+        }
+        .check()?;
+        positive_finite("rope_theta", cfg.rope_theta)?;
+        positive_finite("rms_norm_eps", cfg.rms_norm_eps)?;
+        Ok(cfg)
     }
 }
 

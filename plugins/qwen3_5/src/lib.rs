@@ -22,6 +22,7 @@ use mlx::fast::RopeOffset;
 use mlx::nn::{Embedding, GatedMlp, Linear, RmsNorm, Rope, Weights};
 use mlx::{Array, Error, Result};
 use moe::SparseMoe;
+use plugin_api::config::{at_most, divides, implied_head_dim, in_range, limits, one_of, positive_finite};
 use plugin_api::family::{Caches, DraftForward, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::{eos_ids, field, field_or, lm_output, rope_scaling};
 use plugin_api::{AttnOptions, CacheKind, ModelPlan, QuantClass, QuantSpec};
@@ -85,13 +86,23 @@ impl Config {
         let hidden: i32 = field(c, "hidden_size")?;
         let heads: i32 = field(c, "num_attention_heads")?;
         let n_layers: i32 = field(c, "num_hidden_layers")?;
-        let head_dim: i32 = field_or(c, "head_dim", hidden / heads.max(1))?;
+        // Checked before it sizes anything (layer_types, the plan's caches).
+        in_range("num_hidden_layers", n_layers, limits::LAYERS)?;
+        one_of("hidden_act", c.get("hidden_act").and_then(Value::as_str), &["silu", "swish"])?;
+        let head_dim: i32 = match c.get("head_dim").filter(|v| !v.is_null()) {
+            Some(_) => field(c, "head_dim")?,
+            None => implied_head_dim(hidden, heads)?,
+        };
         // Rope settings live in `rope_parameters` (new configs) or at the top level.
         let rp = c.get("rope_parameters").filter(|v| v.is_object()).cloned().unwrap_or(Value::Null);
         let getf = |k: &str, d: f64| -> f64 { rp.get(k).or_else(|| c.get(k)).and_then(Value::as_f64).unwrap_or(d) };
         let partial = getf("partial_rotary_factor", 0.25);
+        if !(partial > 0.0 && partial <= 1.0) {
+            return Err(Error(format!("config: field `partial_rotary_factor` is {partial}, must be in (0, 1]")));
+        }
         let scaling = if rp.is_object() { rope_scaling(&json!({ "rope_scaling": rp }))? } else { rope_scaling(c)? };
         let interval: i32 = field_or(c, "full_attention_interval", 4)?;
+        in_range("full_attention_interval", interval, limits::LAYERS)?;
         let linear: Vec<bool> = match c.get("layer_types").and_then(Value::as_array) {
             Some(types) => {
                 if types.len() != n_layers as usize {
@@ -129,7 +140,7 @@ impl Config {
             Some(v) => v.as_bool().unwrap_or(false),
             None => false,
         };
-        Ok(Config {
+        let cfg = Config {
             hidden_size: hidden,
             intermediate_size: field_or(c, "intermediate_size", None)?,
             num_hidden_layers: n_layers,
@@ -153,7 +164,46 @@ impl Config {
             },
             moe,
             mtp_layers: field_or(c, "mtp_num_hidden_layers", 1)?,
-        })
+        };
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// Every field in range, naming the field otherwise.
+    fn check(&self) -> Result<()> {
+        in_range("hidden_size", self.hidden_size, limits::HIDDEN)?;
+        if let Some(i) = self.intermediate_size {
+            in_range("intermediate_size", i, limits::INTERMEDIATE)?;
+        }
+        in_range("num_attention_heads", self.num_attention_heads, limits::HEADS)?;
+        in_range("num_key_value_heads", self.num_key_value_heads, limits::HEADS)?;
+        divides("num_key_value_heads", self.num_key_value_heads, "num_attention_heads", self.num_attention_heads)?;
+        in_range("head_dim", self.head_dim, limits::HEAD_DIM)?;
+        in_range("vocab_size", self.vocab_size, limits::VOCAB)?;
+        positive_finite("rope_theta", self.rope_theta)?;
+        positive_finite("rms_norm_eps", self.rms_norm_eps)?;
+        if self.rope_dims < 2 || self.rope_dims % 2 != 0 {
+            return Err(Error(format!(
+                "config: head_dim {} times partial_rotary_factor gives {} rotated features, which must be even and at least 2",
+                self.head_dim, self.rope_dims
+            )));
+        }
+        let g = &self.gdn;
+        in_range("linear_num_key_heads", g.k_heads, limits::HEADS)?;
+        in_range("linear_num_value_heads", g.v_heads, limits::HEADS)?;
+        divides("linear_num_key_heads", g.k_heads, "linear_num_value_heads", g.v_heads)?;
+        in_range("linear_key_head_dim", g.k_dim, limits::HEAD_DIM)?;
+        in_range("linear_value_head_dim", g.v_dim, limits::HEAD_DIM)?;
+        in_range("linear_conv_kernel_dim", g.conv_kernel, 64)?;
+        at_most("mtp_num_hidden_layers", self.mtp_layers, limits::LAYERS)?;
+        if let Some(m) = &self.moe {
+            in_range("num_experts", m.num_experts, limits::EXPERTS)?;
+            in_range("num_experts_per_tok", m.top_k, m.num_experts)?;
+            in_range("moe_intermediate_size", m.intermediate, limits::INTERMEDIATE)?;
+            in_range("shared_expert_intermediate_size", m.shared_intermediate, limits::INTERMEDIATE)?;
+            in_range("decoder_sparse_step", m.decoder_sparse_step, limits::LAYERS)?;
+        }
+        Ok(())
     }
 
     fn is_sparse(&self, layer: i32) -> bool {

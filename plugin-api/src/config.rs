@@ -1,0 +1,139 @@
+//! Checks of config values, each error naming the field: a config that
+//! cannot describe a real model (no layers, heads that do not divide, a
+//! billion layers, an unknown activation) is refused when the plan is made,
+//! before anything is allocated or run.
+
+use mlx::{Error, Result};
+
+/// Bounds far above any released model (largest known: 126 layers, 128
+/// heads, head dim 512, width 18432, MLP 53248, vocabulary 262144, 512
+/// experts), so a corrupt or hostile config cannot make the host allocate
+/// or loop without bound, nor overflow a product of two of them.
+pub mod limits {
+    /// Decoder layers.
+    pub const LAYERS: i32 = 1024;
+    /// Attention heads (and key/value heads).
+    pub const HEADS: i32 = 1024;
+    /// Features per head.
+    pub const HEAD_DIM: i32 = 4096;
+    /// Width of the residual stream.
+    pub const HIDDEN: i32 = 1 << 17;
+    /// Width of an MLP.
+    pub const INTERMEDIATE: i32 = 1 << 19;
+    /// Vocabulary.
+    pub const VOCAB: i32 = 1 << 22;
+    /// Routed experts.
+    pub const EXPERTS: i32 = 1 << 14;
+}
+
+/// `value` must lie in `1..=max`.
+pub fn in_range(field: &str, value: i32, max: i32) -> Result<()> {
+    if value < 1 {
+        return Err(Error(format!("config: field `{field}` is {value}, must be at least 1")));
+    }
+    if value > max {
+        return Err(Error(format!("config: field `{field}` is {value}, more than famlx supports ({max})")));
+    }
+    Ok(())
+}
+
+/// `value` must lie in `0..=max`.
+pub fn at_most(field: &str, value: i32, max: i32) -> Result<()> {
+    if !(0..=max).contains(&value) {
+        return Err(Error(format!("config: field `{field}` is {value}, must be in 0..={max}")));
+    }
+    Ok(())
+}
+
+/// `part` must divide `whole` (e.g. key/value heads into query heads).
+pub fn divides(part_field: &str, part: i32, whole_field: &str, whole: i32) -> Result<()> {
+    if part < 1 || whole % part != 0 {
+        return Err(Error(format!("config: field `{part_field}` ({part}) must divide `{whole_field}` ({whole})")));
+    }
+    Ok(())
+}
+
+/// `value` must be finite and greater than zero (rope bases, norm epsilons).
+pub fn positive_finite(field: &str, value: f32) -> Result<()> {
+    if !(value.is_finite() && value > 0.0) {
+        return Err(Error(format!("config: field `{field}` is {value}, must be a positive number")));
+    }
+    Ok(())
+}
+
+/// `value`, when the config has it, must be one of `allowed`.
+pub fn one_of(field: &str, value: Option<&str>, allowed: &[&str]) -> Result<()> {
+    match value {
+        Some(v) if !allowed.contains(&v) => Err(Error(format!(
+            "config: field `{field}` is {v:?}, which this family does not implement (supported: {})",
+            allowed.join(", ")
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The usual shape fields of a decoder, checked together.
+#[derive(Debug, Clone, Copy)]
+pub struct DecoderFields {
+    /// `hidden_size`
+    pub hidden: i32,
+    /// `num_hidden_layers`
+    pub layers: i32,
+    /// `intermediate_size`
+    pub intermediate: i32,
+    /// `num_attention_heads`
+    pub heads: i32,
+    /// `num_key_value_heads`
+    pub kv_heads: i32,
+    /// `head_dim`
+    pub head_dim: i32,
+    /// `vocab_size`
+    pub vocab: i32,
+}
+
+impl DecoderFields {
+    /// Every field within its limits, and the key/value heads dividing the
+    /// query heads (grouped-query attention).
+    pub fn check(&self) -> Result<()> {
+        in_range("hidden_size", self.hidden, limits::HIDDEN)?;
+        in_range("num_hidden_layers", self.layers, limits::LAYERS)?;
+        in_range("intermediate_size", self.intermediate, limits::INTERMEDIATE)?;
+        in_range("num_attention_heads", self.heads, limits::HEADS)?;
+        in_range("num_key_value_heads", self.kv_heads, limits::HEADS)?;
+        in_range("head_dim", self.head_dim, limits::HEAD_DIM)?;
+        in_range("vocab_size", self.vocab, limits::VOCAB)?;
+        divides("num_key_value_heads", self.kv_heads, "num_attention_heads", self.heads)
+    }
+}
+
+/// The head width a config implies when it has no `head_dim`:
+/// `hidden_size / num_attention_heads`, which must divide evenly.
+pub fn implied_head_dim(hidden: i32, heads: i32) -> Result<i32> {
+    in_range("num_attention_heads", heads, limits::HEADS)?;
+    if hidden % heads != 0 {
+        return Err(Error(format!(
+            "config: field `num_attention_heads` ({heads}) must divide `hidden_size` ({hidden}) when there is no `head_dim`"
+        )));
+    }
+    Ok(hidden / heads)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_field_and_value() {
+        assert!(in_range("num_hidden_layers", -3, 8).unwrap_err().0.contains("`num_hidden_layers` is -3"));
+        assert!(in_range("num_hidden_layers", 1_000_000_000, 1024).unwrap_err().0.contains("1000000000"));
+        let e = divides("num_key_value_heads", 3, "num_attention_heads", 8).unwrap_err().0;
+        assert!(e.contains("(3)") && e.contains("(8)"), "{e}");
+        assert!(divides("num_key_value_heads", 0, "num_attention_heads", 8).is_err());
+        assert!(positive_finite("rope_theta", 0.0).is_err());
+        assert!(positive_finite("rope_theta", f32::NAN).is_err());
+        assert!(one_of("hidden_act", Some("foo"), &["silu"]).unwrap_err().0.contains("\"foo\""));
+        assert!(one_of("hidden_act", None, &["silu"]).is_ok());
+        assert!(implied_head_dim(64, 3).unwrap_err().0.contains("must divide `hidden_size`"));
+        assert_eq!(implied_head_dim(64, 4).unwrap(), 16);
+    }
+}

@@ -67,17 +67,19 @@ pub struct SamplingArgs {
     /// Most tokens to generate.
     #[arg(long = "max-tokens", short = 'm', default_value_t = 256)]
     pub max_tokens: usize,
+    // Negative numbers are taken as values (and then refused by the rule),
+    // not as unknown flags.
     /// Sampling temperature (0: greedy).
-    #[arg(long = "temperature", alias = "temp", default_value_t = 0.0)]
+    #[arg(long = "temperature", alias = "temp", default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
-    /// Nucleus sampling mass.
-    #[arg(long = "top-p", default_value_t = 1.0)]
+    /// Nucleus sampling mass, in [0, 1].
+    #[arg(long = "top-p", default_value_t = 1.0, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Keep only the k most likely tokens (0: off).
-    #[arg(long = "top-k", default_value_t = 0)]
+    #[arg(long = "top-k", default_value_t = 0, allow_negative_numbers = true)]
     pub top_k: i32,
-    /// Min-p filtering (0: off).
-    #[arg(long = "min-p", default_value_t = 0.0)]
+    /// Min-p filtering, in [0, 1] (0: off).
+    #[arg(long = "min-p", default_value_t = 0.0, allow_negative_numbers = true)]
     pub min_p: f32,
     /// Random seed.
     #[arg(long)]
@@ -111,7 +113,7 @@ pub struct SpecArgs {
     #[arg(long = "no-mtp")]
     pub no_mtp: bool,
     /// Stop a draft early once the drafter's top probability is below this (0: off).
-    #[arg(long = "draft-min-confidence", default_value_t = 0.0)]
+    #[arg(long = "draft-min-confidence", default_value_t = 0.0, allow_negative_numbers = true)]
     pub min_confidence: f32,
 }
 
@@ -274,7 +276,8 @@ fn registry(dirs: &[PathBuf], fresh: bool) -> Registry {
         eprintln!("famlx: warning: {w}");
     }
     for f in &r.refused {
-        tracing::warn!("refused plugin {}: {}", f.path.display(), f.reason);
+        // The reason starts with the path.
+        eprintln!("famlx: warning: refused plugin {}", f.reason);
     }
     r
 }
@@ -300,6 +303,9 @@ pub(crate) fn load(m: &ModelArgs, s: &SamplingArgs, watch: bool) -> Result<Loade
         b.finish_and_clear();
     }
     let mut model = model.map_err(crate::memory::explain)?;
+    for w in model.tokenizer.iter().flat_map(|t| t.warnings()) {
+        eprintln!("famlx: warning: {w}");
+    }
     if !watch {
         model.release_source();
     }
@@ -358,8 +364,14 @@ pub(crate) fn params(s: &SamplingArgs, model: &LoadedModel) -> Result<GenParams>
     if !(0.0..=1.0).contains(&s.top_p) {
         bail!("--top-p must be in [0, 1], got {}", s.top_p);
     }
-    if s.temperature < 0.0 {
-        bail!("--temperature must be ≥ 0, got {}", s.temperature);
+    if !(s.temperature.is_finite() && s.temperature >= 0.0) {
+        bail!("--temperature must be a finite number ≥ 0, got {}", s.temperature);
+    }
+    if !(0.0..=1.0).contains(&s.min_p) {
+        bail!("--min-p must be in [0, 1], got {}", s.min_p);
+    }
+    if s.top_k < 0 {
+        bail!("--top-k must be ≥ 0 (0: off), got {}", s.top_k);
     }
     if s.prefill_step_size == 0 {
         bail!("--prefill-step-size must be ≥ 1");
@@ -697,7 +709,7 @@ fn run_plugins(a: PluginArgs) -> Result<()> {
     if !reg.refused.is_empty() {
         println!("refused:");
         for r in &reg.refused {
-            println!("  {}: {}", r.path.display(), r.reason);
+            println!("  {}", r.reason);
         }
     }
     for w in &reg.warnings {

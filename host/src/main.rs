@@ -5,7 +5,9 @@ use clap::Parser;
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FAMLX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colour only on a terminal: escape codes in a log file or a pipe are noise.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
     let cli = famlx::cli::Cli::parse();
     let r = famlx::cli::run(cli);
     // Work still queued on MLX's stream thread (a command that failed

@@ -33,6 +33,10 @@ pub fn chat_ids(tok: &Tokenizer, messages: &[Message], extra: &Map<String, Value
     let tpl = ChatTemplate::new(src, bos.as_deref(), eos.as_deref()).map_err(|e| anyhow!("{e}"))?;
     let msgs: Vec<Value> = messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect();
     let text = tpl.render(&msgs, None, true, extra).map_err(|e| anyhow!("{e}"))?;
+    if text.trim().is_empty() {
+        // Generating from nothing would give an answer to no question.
+        anyhow::bail!("the chat template rendered an empty prompt; pass --raw to send the text as it is");
+    }
     tok.encode(&text, true).map_err(|e| anyhow!("{e}"))
 }
 

@@ -167,3 +167,59 @@ fn library_refuses_bad_ids_and_reload_without_source() {
     a.extend(["--mtp-depth".to_string(), "0".to_string()]);
     expect_error(&args(&a), &["--mtp-depth"]);
 }
+
+/// Sampling flags are checked against their rules, negative numbers taken
+/// as values (not as unknown flags).
+#[test]
+fn sampling_flags_follow_their_rules() {
+    let m = fixture("llama-tied-f32").display().to_string();
+    let base = ["generate", "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "2"];
+    for (flag, value, must) in [
+        ("--temperature", "nan", "NaN"),
+        ("--temperature", "-1", "-1"),
+        ("--temperature", "inf", "inf"),
+        ("--min-p", "2", "[0, 1]"),
+        ("--min-p", "-1", "[0, 1]"),
+        ("--top-k", "-1", "≥ 0"),
+        ("--top-p", "-0.5", "[0, 1]"),
+        ("--draft-min-confidence", "-0.1", "[0, 1)"),
+    ] {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend([flag, value]);
+        expect_error(&a, &[flag, must]);
+    }
+}
+
+/// Warnings on a pipe carry no colour codes, and a refused plugin's path
+/// is printed once.
+#[test]
+fn logs_are_plain_and_name_a_refused_plugin_once() {
+    let dir = Scratch::new("junk-plugin");
+    let junk =
+        dir.path().join(format!("{}junk{}", famlx::plugins::plugin_pattern().0, famlx::plugins::plugin_pattern().1));
+    std::fs::write(&junk, b"not a library").unwrap();
+    let m = fixture("llama-tied-f32").display().to_string();
+    let d = dir.path().display().to_string();
+    let o = run(&["generate", "--plugin-dir", &d, "--model", &m, "--prompt-ids", "1,2", "--max-tokens", "2"]);
+    let (out, err) = texts(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(!err.contains('\x1b'), "colour codes on a pipe: {err:?}");
+    let line = err.lines().find(|l| l.contains("refused plugin")).unwrap_or_else(|| panic!("no warning: {err}"));
+    assert!(line.starts_with("famlx: warning: "), "{line}");
+    assert_eq!(line.matches(&junk.display().to_string()).count(), 1, "{line}");
+}
+
+/// An empty chat template file is ignored with a warning (the prompt is
+/// not silently dropped).
+#[test]
+fn empty_chat_template_is_ignored_with_a_warning() {
+    let ck = fixture_copy("qwen3-bf16");
+    std::fs::write(ck.path().join("chat_template.jinja"), "  \n").unwrap();
+    let m = ck.path().display().to_string();
+    let o = run(&["generate", "--model", &m, "--prompt", "hello there", "--max-tokens", "2", "--json"]);
+    let (out, err) = texts(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(err.contains("chat_template.jinja: empty chat template, ignored"), "{err}");
+    let v = common::json_of(&o);
+    assert!(v["prompt_tokens"].as_u64().unwrap() > 2, "the prompt was dropped: {v}");
+}

@@ -15,6 +15,10 @@ use crate::error::{Error, Result};
 
 const TEMPLATE_NAME: &str = "chat_template";
 
+/// Instructions one render may run: real templates need well under a
+/// million, even for long conversations with tools.
+pub const FUEL: u64 = 50_000_000;
+
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -55,6 +59,9 @@ impl ChatTemplate {
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.set_formatter(python_formatter);
+        // A template is code from the checkpoint: bound its work, so a loop
+        // nest that would run for hours fails in about a second instead.
+        env.set_fuel(Some(FUEL));
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson_filter);

@@ -48,6 +48,8 @@ pub struct Tokenizer {
     special_ids: Arc<Vec<u32>>,
     /// Where the tokenizer came from, for error messages.
     origin: String,
+    /// What was ignored while loading (e.g. an empty chat template file).
+    warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -219,8 +221,16 @@ impl Tokenizer {
         // The chat template: tokenizer_config's, overridden by a chat_template.jinja file (as
         // transformers does), else chat_template.json.
         let mut template_origin = cfg_path.display().to_string();
+        let mut warnings = Vec::new();
+        // An empty template would render every conversation as nothing: it
+        // is ignored (with a warning) in favour of the next source.
+        let mut empty = |what: String| warnings.push(format!("{what}: empty chat template, ignored"));
         let (mut chat_template, named_templates) = match cfg.get("chat_template") {
             None | Some(Value::Null) => (None, Vec::new()),
+            Some(Value::String(s)) if s.trim().is_empty() => {
+                empty(cfg_path.display().to_string());
+                (None, Vec::new())
+            }
             Some(Value::String(s)) => (Some(s.clone()), Vec::new()),
             Some(Value::Array(list)) => {
                 let mut named = Vec::new();
@@ -247,6 +257,7 @@ impl Tokenizer {
         };
         let jinja_path = dir.join("chat_template.jinja");
         match std::fs::read_to_string(&jinja_path) {
+            Ok(s) if s.trim().is_empty() => empty(jinja_path.display().to_string()),
             Ok(s) => {
                 chat_template = Some(s);
                 template_origin = jinja_path.display().to_string();
@@ -256,6 +267,7 @@ impl Tokenizer {
                 if chat_template.is_none() {
                     if let Some(v) = read_json_opt(&ct_path)? {
                         match v.get("chat_template") {
+                            Some(Value::String(s)) if s.trim().is_empty() => empty(ct_path.display().to_string()),
                             Some(Value::String(s)) => {
                                 chat_template = Some(s.clone());
                                 template_origin = ct_path.display().to_string();
@@ -284,6 +296,7 @@ impl Tokenizer {
             chat_template,
             named_templates,
             origin: tok_path.display().to_string(),
+            warnings,
         };
         // Compile now so a broken template is reported at load time, naming its file.
         if let Some(src) = &tok.chat_template {
@@ -307,8 +320,13 @@ impl Tokenizer {
     /// Supported: `gpt2` byte-level BPE with the `smollm`, `gpt2`/`default`, `llama-bpe` and
     /// `qwen2` pre-tokenizers (and aliases), and `llama` SentencePiece vocabularies.
     pub fn from_gguf(meta: &HashMap<String, MetaValue>) -> Result<Tokenizer> {
-        let g = gguf::build(meta)?;
+        let mut g = gguf::build(meta)?;
         let eos_token = g.eos_ids.first().and_then(|&id| g.inner.id_to_token(id));
+        let mut warnings = Vec::new();
+        if g.chat_template.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            warnings.push("GGUF metadata tokenizer.chat_template: empty chat template, ignored".to_string());
+            g.chat_template = None;
+        }
         if let Some(src) = &g.chat_template {
             ChatTemplate::with_origin(
                 src,
@@ -328,6 +346,7 @@ impl Tokenizer {
             chat_template: g.chat_template,
             named_templates: Vec::new(),
             origin: "GGUF tokenizer".to_string(),
+            warnings,
         })
     }
 
@@ -406,6 +425,11 @@ impl Tokenizer {
     /// (never a second BOS), and nothing is added without a BOS token.
     pub fn set_add_bos(&mut self, on: bool) {
         self.add_bos = on;
+    }
+
+    /// What loading ignored, one line each (for the caller to show).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The default chat template source, if the checkpoint has one.

@@ -135,3 +135,19 @@ fn custom_templates_match_transformers() {
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// A template that would loop for hours (or recurse without end) fails
+/// quickly with an error naming where it came from, instead of hanging.
+#[test]
+fn runaway_templates_stop() {
+    let loops = "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}";
+    let t = ChatTemplate::with_origin(loops, None, None, "chat_template.jinja").unwrap();
+    let start = std::time::Instant::now();
+    let e = t.render(&[], None, true, &Default::default()).unwrap_err().to_string();
+    assert!(e.contains("chat_template.jinja") && e.contains("fuel"), "{e}");
+    assert!(start.elapsed().as_secs() < 30, "took {:?}", start.elapsed());
+    let rec = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+    let t = ChatTemplate::with_origin(rec, None, None, "chat_template.jinja").unwrap();
+    let e = t.render(&[], None, true, &Default::default()).unwrap_err().to_string();
+    assert!(e.contains("chat_template.jinja"), "{e}");
+}

@@ -42,7 +42,7 @@ pub struct LoadedPlugin {
 pub struct Refused {
     /// The file.
     pub path: PathBuf,
-    /// The reason, one line.
+    /// The reason, one line, starting with the path.
     pub reason: String,
 }
 
@@ -178,7 +178,9 @@ fn one_line(s: &str) -> String {
 fn check_stamps(path: &Path) -> Result<()> {
     // SAFETY: loading a library runs its initialisers; plugins are trusted code
     // the user put in a plugin directory.
-    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| anyhow!("cannot load: {e}"))?;
+    // The loader's message repeats the path the caller already prints.
+    let lib = unsafe { libloading::Library::new(path) }
+        .map_err(|e| anyhow!("cannot load: {}", e.to_string().replace(&format!("{}: ", path.display()), "")))?;
     let abi: libloading::Symbol<extern "C" fn() -> u32> = unsafe { lib.get(ABI_VERSION_SYMBOL) }
         .map_err(|_| anyhow!("not a famlx plugin (no famlx_plugin_abi_version symbol)"))?;
     let theirs = abi();

@@ -226,6 +226,17 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut model = crate::cli::load(&a.model, &a.sampling, false)?;
     let mut p = crate::cli::params(&a.sampling, &model)?;
     p.max_tokens = a.generation_tokens;
+    // Every run generates exactly -g tokens: prompt and generation must fit.
+    let total = a.prompt_tokens + a.generation_tokens;
+    if model.context_room(total).is_err() {
+        bail!(
+            "-p {} + -g {} = {total} tokens, more than the model's context of {} tokens; \
+             pass --max-kv-size N to bench with a sliding window",
+            a.prompt_tokens,
+            a.generation_tokens,
+            model.plan.max_position_embeddings
+        );
+    }
     // No stop tokens: every run generates exactly -g tokens.
     p.stop_ids.clear();
     let seed = a.sampling.seed.unwrap_or(0);

@@ -13,10 +13,8 @@ use crate::speculative::{Drafter, SpecParams};
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Map, Value};
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// LLM inference on MLX; every model family is a plugin.
@@ -263,7 +261,7 @@ pub fn run(cli: Cli) -> Result<()> {
     mlx::check_runtime().map_err(|e| anyhow!("{}", e.0))?;
     match cli.command {
         Command::Generate(a) => run_generate(a),
-        Command::Chat(a) => run_chat(a),
+        Command::Chat(a) => crate::chat::run(a),
         Command::Bench(a) => crate::bench::run(a),
         Command::Plugins(a) => run_plugins(a),
         Command::CachePrompt(a) => run_cache_prompt(a),
@@ -391,10 +389,12 @@ pub(crate) fn params(s: &SamplingArgs, model: &LoadedModel) -> Result<GenParams>
         stop_ids: stop,
         checkpoint_prompt: false,
         census: false,
+        cancel: None,
     })
 }
 
-fn template_kwargs(think: Think) -> Map<String, Value> {
+/// The chat template's keyword arguments for a thinking mode.
+pub(crate) fn template_kwargs(think: Think) -> Map<String, Value> {
     let mut m = Map::new();
     match think {
         Think::On => {
@@ -464,8 +464,11 @@ fn run_cache_prompt(a: CachePromptArgs) -> Result<()> {
 }
 
 fn generate_once(a: &GenerateArgs, model: &mut LoadedModel) -> Result<()> {
-    let p = params(&a.sampling, model)?;
+    let mut p = params(&a.sampling, model)?;
     let prompt = encode_prompt(model, &a.prompt)?;
+    if let Some(room) = model.context_room(prompt.len())? {
+        p.max_tokens = p.max_tokens.min(room);
+    }
     // Without a file this is an empty cache: the whole prompt is prefilled.
     let mut cache = PromptCache::default();
     if let Some(f) = &a.prompt_cache_file {
@@ -536,153 +539,6 @@ fn print_stats(s: &GenStats) {
     if let Some(d) = s.draft {
         let rate = if d.proposed > 0 { 100.0 * d.accepted as f64 / d.proposed as f64 } else { 0.0 };
         eprintln!("Drafts: {} of {} accepted ({rate:.1}%) in {} verify steps", d.accepted, d.proposed, d.rounds);
-    }
-}
-
-fn run_chat(a: ChatArgs) -> Result<()> {
-    let mut model = load(&a.model, &a.sampling, a.watch)?;
-    let p = params(&a.sampling, &model)?;
-    let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };
-    let tty = std::io::stdout().is_terminal();
-    let cancel = Arc::new(AtomicBool::new(false));
-    {
-        let c = cancel.clone();
-        // Ctrl-C stops the current answer, not the program.
-        let _ = ctrlc::set_handler(move || c.store(true, Ordering::SeqCst));
-    }
-    let mut history: Vec<Message> = Vec::new();
-    if let Some(s) = &a.system {
-        history.push(Message::new("system", s));
-    }
-    let kwargs = template_kwargs(a.think);
-    let mut cache = PromptCache::default();
-    // Read stdin on a thread so plugin reloads are served while waiting for input.
-    let (tx, rx) = std::sync::mpsc::channel::<std::io::Result<String>>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut prompt_shown = false;
-    loop {
-        if tty && !prompt_shown {
-            print!(">> ");
-            let _ = std::io::stdout().flush();
-            prompt_shown = true;
-        }
-        let line = match &watcher {
-            Some(w) => match rx.try_recv() {
-                Ok(l) => l,
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
-                Err(std::sync::mpsc::TryRecvError::Empty) => {
-                    let changed = w.changed(Duration::from_millis(20));
-                    match reload_if_changed(&mut model, &changed) {
-                        Reload::Unrelated => {}
-                        Reload::Failed(msg) => eprintln!("{msg}"),
-                        Reload::Swapped(msg) => {
-                            eprintln!("{msg}");
-                            if model.cache_offset() == 0 {
-                                cache.clear();
-                            }
-                        }
-                    }
-                    continue;
-                }
-            },
-            None => match rx.recv() {
-                Ok(l) => l,
-                Err(_) => break,
-            },
-        };
-        prompt_shown = false;
-        let line = line?;
-        let line = line.trim();
-        match line {
-            "" => continue,
-            "/exit" | "/quit" => break,
-            "/reset" => {
-                history.retain(|m| m.role == "system");
-                model.reset_caches()?;
-                cache.clear();
-                println!("(history cleared)");
-                continue;
-            }
-            _ => {}
-        }
-        history.push(Message::new("user", line));
-        let tok = model.tokenizer()?.clone();
-        let ids = chat_ids(&tok, &history, &kwargs)?;
-        cancel.store(false, Ordering::SeqCst);
-        let mut detok = tok.detokenizer();
-        let mut answer = String::new();
-        let mut styler = ThinkStyler::new(tty);
-        let stop_ids = p.stop_ids.clone();
-        let (_, prefilled) = cache.generate(&mut model, &ids, &p, |id| {
-            if cancel.load(Ordering::SeqCst) {
-                return false;
-            }
-            if !stop_ids.contains(&id) {
-                let piece = detok.push(id);
-                answer.push_str(&piece);
-                styler.print(&piece);
-            }
-            true
-        })?;
-        tracing::debug!("prefilled {prefilled} of {} prompt tokens", ids.len());
-        let rest = detok.finish();
-        answer.push_str(&rest);
-        styler.print(&rest);
-        styler.end();
-        println!();
-        history.push(Message::new("assistant", &answer));
-    }
-    Ok(())
-}
-
-/// Prints streamed text, dimming `<think>…</think>` reasoning on a terminal.
-struct ThinkStyler {
-    tty: bool,
-    in_think: bool,
-}
-
-impl ThinkStyler {
-    fn new(tty: bool) -> Self {
-        ThinkStyler { tty, in_think: false }
-    }
-    fn print(&mut self, s: &str) {
-        let mut out = std::io::stdout();
-        if !self.tty {
-            let _ = write!(out, "{s}");
-            let _ = out.flush();
-            return;
-        }
-        let mut rest = s;
-        while !rest.is_empty() {
-            let tag = if self.in_think { "</think>" } else { "<think>" };
-            match rest.find(tag) {
-                Some(i) => {
-                    let _ = write!(out, "{}", &rest[..i]);
-                    self.in_think = !self.in_think;
-                    let _ = write!(out, "{}{tag}", if self.in_think { "\x1b[2m" } else { "" });
-                    if !self.in_think {
-                        let _ = write!(out, "\x1b[0m\x1b[1m");
-                    }
-                    rest = &rest[i + tag.len()..];
-                }
-                None => {
-                    let _ = write!(out, "{rest}");
-                    rest = "";
-                }
-            }
-        }
-        let _ = out.flush();
-    }
-    fn end(&mut self) {
-        if self.tty {
-            print!("\x1b[0m");
-        }
     }
 }
 

@@ -7,6 +7,8 @@ use crate::sample::{sample, SamplerParams};
 use anyhow::{anyhow, bail, Result};
 use mlx::{Array, Dtype};
 use plugin_api::LogitsWanted;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Generation settings.
@@ -27,6 +29,30 @@ pub struct GenParams {
     /// Record the primitives of one steady decode step's graph in
     /// [`GenStats::census`] (a diagnostic: what MLX schedules per token).
     pub census: bool,
+    /// Set (e.g. by Ctrl-C) to stop: checked between prefill chunks, which
+    /// then fail with [`Interrupted`], and before each token is emitted.
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+/// The error of a generation stopped through [`GenParams::cancel`] before
+/// its first token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Fails with [`Interrupted`] once `cancel` is set.
+fn check_cancel(cancel: Option<&AtomicBool>) -> Result<()> {
+    match cancel {
+        Some(c) if c.load(Ordering::SeqCst) => Err(Interrupted.into()),
+        _ => Ok(()),
+    }
 }
 
 impl Default for GenParams {
@@ -38,6 +64,7 @@ impl Default for GenParams {
             stop_ids: Vec::new(),
             checkpoint_prompt: false,
             census: false,
+            cancel: None,
         }
     }
 }
@@ -176,8 +203,19 @@ pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array
 /// when a quantized cache starts quantizing and what a rotating window
 /// holds, so this split gives mlx-lm's tokens with those caches.
 pub fn prefill_last_alone(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array> {
+    prefill_last_alone_until(m, prompt, step, None)
+}
+
+/// [`prefill_last_alone`], stopping with [`Interrupted`] between chunks once
+/// `cancel` is set.
+pub(crate) fn prefill_last_alone_until(
+    m: &mut LoadedModel,
+    prompt: &[u32],
+    step: usize,
+    cancel: Option<&AtomicBool>,
+) -> Result<Array> {
     let mut out = None;
-    prefill_chunks(m, prompt, step, false, |_, _, _, last| {
+    prefill_chunks(m, prompt, step, false, cancel, |_, _, _, last| {
         out = last;
         Ok(())
     })?;
@@ -192,6 +230,7 @@ pub(crate) fn prefill_chunks(
     prompt: &[u32],
     step: usize,
     want_hidden: bool,
+    cancel: Option<&AtomicBool>,
     mut f: impl FnMut(&mut LoadedModel, &[u32], Option<Array>, Option<Array>) -> Result<()>,
 ) -> Result<()> {
     let Some((_, head)) = prompt.split_last() else {
@@ -199,12 +238,14 @@ pub(crate) fn prefill_chunks(
     };
     check_ids(m, prompt)?;
     for chunk in head.chunks(step.max(1)) {
+        check_cancel(cancel)?;
         let (_, h) = m.forward_io(&ids_array(chunk)?, LogitsWanted::None, want_hidden)?;
         m.eval_caches()?;
         release_buffers();
         crate::memory::check()?;
         f(m, chunk, h, None)?;
     }
+    check_cancel(cancel)?;
     let last = &prompt[head.len()..];
     let (logits, h) = m.forward_io(&ids_array(last)?, LogitsWanted::Last, want_hidden)?;
     let logits = logits.ok_or_else(|| anyhow!("the model returned no logits"))?;
@@ -240,7 +281,7 @@ fn generate_inner(
 ) -> Result<GenStats> {
     mlx::memory::reset_peak();
     let t0 = Instant::now();
-    let logits = prefill_last_alone(m, prompt, p.prefill_step)?;
+    let logits = prefill_last_alone_until(m, prompt, p.prefill_step, p.cancel.as_deref())?;
     checkpoint_prompt(m, p);
     let mut y = sample(&logits, &p.sampler).map_err(merr)?;
     mlx::async_eval(&[&y]).map_err(merr)?;
@@ -347,7 +388,7 @@ pub(crate) fn emit(
     tokens.push(tok);
     if p.stop_ids.contains(&tok) {
         Some(Finish::Stop)
-    } else if !on_token(tok) {
+    } else if p.cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst)) || !on_token(tok) {
         Some(Finish::Cancelled)
     } else {
         None

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cache;
+pub mod chat;
 pub mod checkpoint;
 pub mod cli;
 pub mod default_model;

@@ -337,6 +337,24 @@ impl LoadedModel {
         self.weights.unread()
     }
 
+    /// How many tokens may follow a prompt of `prompt_len` before the
+    /// model's context is full (`None`: no bound, the context is unknown or
+    /// a `--max-kv-size` window keeps only the newest tokens). A prompt that
+    /// does not fit is an error naming both lengths, before any work.
+    pub fn context_room(&self, prompt_len: usize) -> Result<Option<usize>> {
+        let ctx = self.plan.max_position_embeddings as usize;
+        if ctx == 0 || self.cache_opts.max_kv_size.is_some() {
+            return Ok(None);
+        }
+        if prompt_len > ctx {
+            anyhow::bail!(
+                "the prompt is {prompt_len} tokens, longer than the model's context of {ctx} tokens; \
+                 pass --max-kv-size N to keep only the newest N tokens in the cache"
+            );
+        }
+        Ok(Some(ctx - prompt_len))
+    }
+
     /// The tokenizer, or an error saying why there is none.
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
         self.tokenizer

@@ -285,7 +285,7 @@ pub fn generate_speculative(
     // tokens that follow them, once those are known.
     let mut pending: Option<(Array, Vec<u32>)> = None;
     let mut logits = None;
-    prefill_chunks(m, prompt, p.prefill_step, true, |m, chunk, hidden, last| {
+    prefill_chunks(m, prompt, p.prefill_step, true, p.cancel.as_deref(), |m, chunk, hidden, last| {
         let hidden = hidden.ok_or_else(|| anyhow!("no hidden state"))?;
         if let Some((h, mut toks)) = pending.take() {
             toks.push(chunk[0]);

@@ -118,6 +118,22 @@ pub fn implied_head_dim(hidden: i32, heads: i32) -> Result<i32> {
     Ok(hidden / heads)
 }
 
+/// The context a model runs to: `max_position_embeddings`, extended by a
+/// rope scaling that stretches positions (`factor` times the original
+/// length; Llama 3 configs already give the extended length). 0: unknown.
+pub fn context_length(max_position_embeddings: i32, scaling: &mlx::nn::RopeScaling) -> u32 {
+    use mlx::nn::RopeScaling;
+    let mpe = max_position_embeddings.max(0) as f64;
+    let scaled = match scaling {
+        RopeScaling::None => mpe,
+        RopeScaling::Linear { factor } => mpe * *factor as f64,
+        RopeScaling::Llama3 { factor, original_max_position_embeddings, .. } => {
+            mpe.max(*original_max_position_embeddings as f64 * *factor as f64)
+        }
+    };
+    scaled.min(u32::MAX as f64) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

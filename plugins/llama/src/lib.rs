@@ -219,7 +219,7 @@ impl FamilySpec for LlamaFamily {
             eos_ids: eos_ids(config).into(),
             vocab_size: cfg.vocab_size as u32,
             hidden_size: cfg.hidden_size as u32,
-            max_position_embeddings: cfg.max_position_embeddings.max(0) as u32,
+            max_position_embeddings: plugin_api::config::context_length(cfg.max_position_embeddings, &cfg.rope_scaling),
             modalities: vec!["text".into()].into(),
             dtype: field_or::<String>(config, "torch_dtype", "bfloat16".into())?.into(),
             add_bos: abi_stable::std_types::ROption::RNone,

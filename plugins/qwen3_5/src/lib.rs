@@ -494,7 +494,7 @@ impl FamilySpec for Qwen3_5Family {
             eos_ids: eos.into(),
             vocab_size: cfg.vocab_size as u32,
             hidden_size: cfg.hidden_size as u32,
-            max_position_embeddings: cfg.max_position_embeddings.max(0) as u32,
+            max_position_embeddings: plugin_api::config::context_length(cfg.max_position_embeddings, &cfg.rope_scaling),
             modalities: vec!["text".into()].into(),
             dtype: dtype.into(),
             add_bos: abi_stable::std_types::ROption::RNone,

@@ -1,0 +1,330 @@
+//! `famlx chat`: the REPL. A conversation whose caches stay warm across
+//! turns (each turn prefills only what is new), slash commands, Ctrl-C that
+//! stops whatever runs (a long prefill included) and quits on a second
+//! press at the prompt, and hot reload of the serving plugin with `--watch`.
+
+use crate::cli::{load, params, template_kwargs, ChatArgs};
+use crate::generate::Interrupted;
+use crate::plugins::search_dirs;
+use crate::prompt::{chat_ids, Message};
+use crate::reload::{reload_if_changed, PluginWatcher, Reload};
+use crate::session::PromptCache;
+use anyhow::Result;
+use std::collections::VecDeque;
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The REPL's commands, for `/help`.
+const COMMANDS: &[(&str, &str)] = &[
+    ("/help", "list these commands"),
+    ("/reset", "forget the conversation (the system message stays)"),
+    ("/exit, /quit", "leave (also Ctrl-D, or Ctrl-C twice at the prompt)"),
+];
+
+/// What the REPL reacts to.
+enum Event {
+    /// A line typed (without its newline).
+    Line(String),
+    /// A line that is not UTF-8.
+    NotText,
+    /// End of input (Ctrl-D).
+    Eof,
+    /// Ctrl-C.
+    Interrupt,
+}
+
+/// What a typed line asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Command<'a> {
+    /// Nothing (blank line).
+    Nothing,
+    /// A message for the model.
+    Say(&'a str),
+    /// `/help`
+    Help,
+    /// `/reset`
+    Reset,
+    /// `/exit` or `/quit`
+    Exit,
+    /// An unknown `/command`.
+    Unknown(&'a str),
+}
+
+fn parse(line: &str) -> Command<'_> {
+    let t = line.trim();
+    match t {
+        "" => Command::Nothing,
+        "/help" | "/?" => Command::Help,
+        "/reset" | "/clear" => Command::Reset,
+        "/exit" | "/quit" | "/bye" => Command::Exit,
+        // `//text` sends `/text`.
+        _ if t.starts_with("//") => Command::Say(&t[1..]),
+        _ if t.starts_with('/') => Command::Unknown(t.split_whitespace().next().unwrap_or(t)),
+        _ => Command::Say(t),
+    }
+}
+
+/// Reads stdin on a thread, so a plugin reload (and Ctrl-C) is served while
+/// the REPL waits for input. A line that is not UTF-8 is reported, not fatal.
+fn spawn_reader(tx: std::sync::mpsc::Sender<Event>) {
+    std::thread::spawn(move || {
+        let mut input = std::io::stdin().lock();
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let ev = match input.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => Event::Eof,
+                Ok(_) => {
+                    while matches!(buf.last(), Some(b'\n' | b'\r')) {
+                        buf.pop();
+                    }
+                    match String::from_utf8(std::mem::take(&mut buf)) {
+                        Ok(s) => Event::Line(s),
+                        Err(_) => Event::NotText,
+                    }
+                }
+            };
+            let eof = matches!(ev, Event::Eof);
+            if tx.send(ev).is_err() || eof {
+                break;
+            }
+        }
+    });
+}
+
+/// Runs `famlx chat`.
+pub fn run(a: ChatArgs) -> Result<()> {
+    let mut model = load(&a.model, &a.sampling, a.watch)?;
+    let mut p = params(&a.sampling, &model)?;
+    let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };
+    let tty = std::io::stdout().is_terminal();
+    let cancel = Arc::new(AtomicBool::new(false));
+    p.cancel = Some(cancel.clone());
+    let (tx, rx) = channel::<Event>();
+    {
+        // Ctrl-C stops what runs (generation checks `cancel`) and tells the
+        // REPL, which quits on a second one at the prompt.
+        let (c, tx) = (cancel.clone(), tx.clone());
+        let _ = ctrlc::set_handler(move || {
+            c.store(true, Ordering::SeqCst);
+            let _ = tx.send(Event::Interrupt);
+        });
+    }
+    spawn_reader(tx);
+    let name = a.model.model.clone().unwrap_or_else(|| crate::default_model::NAME.to_string());
+    eprintln!("famlx chat: {name} ({} family). /help for commands, Ctrl-D to quit.", model.family.name);
+
+    let mut history: Vec<Message> = Vec::new();
+    if let Some(s) = &a.system {
+        history.push(Message::new("system", s));
+    }
+    let kwargs = template_kwargs(a.think);
+    let mut cache = PromptCache::default();
+    let mut pending: VecDeque<Event> = VecDeque::new();
+    let mut armed = false;
+    loop {
+        if tty {
+            print!(">> ");
+            let _ = std::io::stdout().flush();
+        }
+        let ev = match pending.pop_front() {
+            Some(ev) => ev,
+            None => match next_event(&rx, &watcher, &mut model, &mut cache) {
+                Some(ev) => ev,
+                None => break,
+            },
+        };
+        let line = match ev {
+            Event::Eof => break,
+            Event::Interrupt if armed => break,
+            Event::Interrupt => {
+                armed = true;
+                eprintln!("\n(Ctrl-C again or Ctrl-D to quit)");
+                continue;
+            }
+            Event::NotText => {
+                armed = false;
+                eprintln!("famlx: warning: that line is not UTF-8 text; skipped");
+                continue;
+            }
+            Event::Line(l) => l,
+        };
+        armed = false;
+        let text = match parse(&line) {
+            Command::Nothing => continue,
+            Command::Exit => break,
+            Command::Help => {
+                for (c, what) in COMMANDS {
+                    println!("  {c:<14} {what}");
+                }
+                println!("  {:<14} sends a line that starts with /", "//text");
+                continue;
+            }
+            Command::Reset => {
+                history.retain(|m| m.role == "system");
+                model.reset_caches()?;
+                cache.clear();
+                println!("(history cleared)");
+                continue;
+            }
+            Command::Unknown(c) => {
+                eprintln!("unknown command {c}: /help lists the commands (start a line with // to send a /)");
+                continue;
+            }
+            Command::Say(t) => t.to_string(),
+        };
+        history.push(Message::new("user", &text));
+        cancel.store(false, Ordering::SeqCst);
+        match answer(&mut model, &mut cache, &history, &kwargs, &p, tty) {
+            Ok(reply) => history.push(Message::new("assistant", &reply)),
+            Err(e) => {
+                // The turn did not happen: the conversation stays as it was.
+                history.pop();
+                if e.downcast_ref::<Interrupted>().is_some() {
+                    eprintln!("(interrupted)");
+                } else {
+                    eprintln!("famlx: error: {e:#}");
+                }
+            }
+        }
+        // A Ctrl-C that stopped this turn is not one at the prompt; lines
+        // typed meanwhile are kept.
+        while let Ok(ev) = rx.try_recv() {
+            if !matches!(ev, Event::Interrupt) {
+                pending.push_back(ev);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Waits for the next event; with a watcher, serves plugin reloads while
+/// waiting. `None` when input is gone.
+fn next_event(
+    rx: &Receiver<Event>,
+    watcher: &Option<PluginWatcher>,
+    model: &mut crate::model::LoadedModel,
+    cache: &mut PromptCache,
+) -> Option<Event> {
+    let Some(w) = watcher else { return rx.recv().ok() };
+    loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(ev) => return Some(ev),
+            Err(RecvTimeoutError::Disconnected) => return None,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        match reload_if_changed(model, &w.changed(Duration::from_millis(0))) {
+            Reload::Unrelated => {}
+            Reload::Failed(msg) => eprintln!("{msg}"),
+            Reload::Swapped(msg) => {
+                eprintln!("{msg}");
+                if model.cache_offset() == 0 {
+                    cache.clear();
+                }
+            }
+        }
+    }
+}
+
+/// One turn: renders the conversation, checks it fits, generates and
+/// streams the reply. Returns the reply's text.
+fn answer(
+    model: &mut crate::model::LoadedModel,
+    cache: &mut PromptCache,
+    history: &[Message],
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+    p: &crate::generate::GenParams,
+    tty: bool,
+) -> Result<String> {
+    let tok = model.tokenizer()?.clone();
+    let ids = chat_ids(&tok, history, kwargs)?;
+    let mut p = p.clone();
+    if let Some(room) = model.context_room(ids.len())? {
+        p.max_tokens = p.max_tokens.min(room);
+    }
+    let mut detok = tok.detokenizer();
+    let mut reply = String::new();
+    let mut styler = ThinkStyler::new(tty);
+    let stop_ids = p.stop_ids.clone();
+    let (_, prefilled) = cache.generate(model, &ids, &p, |id| {
+        if !stop_ids.contains(&id) {
+            let piece = detok.push(id);
+            reply.push_str(&piece);
+            styler.print(&piece);
+        }
+        true
+    })?;
+    tracing::debug!("prefilled {prefilled} of {} prompt tokens", ids.len());
+    let rest = detok.finish();
+    reply.push_str(&rest);
+    styler.print(&rest);
+    styler.end();
+    println!();
+    Ok(reply)
+}
+
+/// Prints streamed text, dimming `<think>…</think>` reasoning on a terminal.
+struct ThinkStyler {
+    tty: bool,
+    in_think: bool,
+}
+
+impl ThinkStyler {
+    fn new(tty: bool) -> Self {
+        ThinkStyler { tty, in_think: false }
+    }
+
+    fn print(&mut self, s: &str) {
+        let mut out = std::io::stdout();
+        if !self.tty {
+            let _ = write!(out, "{s}");
+            let _ = out.flush();
+            return;
+        }
+        let mut rest = s;
+        while !rest.is_empty() {
+            let tag = if self.in_think { "</think>" } else { "<think>" };
+            match rest.find(tag) {
+                Some(i) => {
+                    let _ = write!(out, "{}", &rest[..i]);
+                    self.in_think = !self.in_think;
+                    let _ = write!(out, "{}{tag}", if self.in_think { "\x1b[2m" } else { "" });
+                    if !self.in_think {
+                        let _ = write!(out, "\x1b[0m\x1b[1m");
+                    }
+                    rest = &rest[i + tag.len()..];
+                }
+                None => {
+                    let _ = write!(out, "{rest}");
+                    rest = "";
+                }
+            }
+        }
+        let _ = out.flush();
+    }
+
+    fn end(&mut self) {
+        if self.tty {
+            print!("\x1b[0m");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_to_commands() {
+        assert_eq!(parse("  "), Command::Nothing);
+        assert_eq!(parse("/help"), Command::Help);
+        assert_eq!(parse("/reset"), Command::Reset);
+        assert_eq!(parse(" /quit "), Command::Exit);
+        assert_eq!(parse("/frobnicate now"), Command::Unknown("/frobnicate"));
+        assert_eq!(parse("//usr/bin is a path"), Command::Say("/usr/bin is a path"));
+        assert_eq!(parse("hello"), Command::Say("hello"));
+    }
+}

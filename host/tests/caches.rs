@@ -40,8 +40,7 @@ fn greedy(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Vec<u32> {
         sampler: SamplerParams { temperature: 0.0, ..Default::default() },
         prefill_step: step,
         stop_ids: Vec::new(),
-        checkpoint_prompt: false,
-        census: false,
+        ..Default::default()
     };
     generate(m, prompt, &p, |_| true).unwrap_or_else(|e| panic!("generate: {e:#}")).tokens
 }

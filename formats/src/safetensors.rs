@@ -125,6 +125,27 @@ pub fn check_header(head: &[u8], file_len: u64) -> Result<Header> {
     Ok(Header { tensors, metadata })
 }
 
+/// The shard files a `model.safetensors.index.json` lists in its
+/// `weight_map`, each a path inside the checkpoint folder: an absolute path
+/// or one climbing out with `..` is refused, naming the tensor it is for.
+pub fn index_shards(json: &[u8]) -> Result<Vec<String>> {
+    let v: serde_json::Value = serde_json::from_slice(json).map_err(|e| Error(format!("invalid JSON: {e}")))?;
+    let map =
+        v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::new("missing field `weight_map`"))?;
+    let mut files = std::collections::BTreeSet::new();
+    for (tensor, f) in map {
+        let f = f.as_str().ok_or_else(|| Error(format!("weight_map entry {tensor:?} is not a file name")))?;
+        let p = Path::new(f);
+        if f.is_empty() || !p.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+            return Err(Error(format!(
+                "weight_map entry {tensor:?}: shard path {f:?} leaves the checkpoint folder (only names inside it are allowed)"
+            )));
+        }
+        files.insert(f.to_string());
+    }
+    Ok(files.into_iter().collect())
+}
+
 /// Reads and checks the header of the safetensors file at `path`. Errors
 /// start with the path.
 pub fn check_file(path: &Path) -> Result<Header> {
@@ -184,6 +205,19 @@ mod tests {
         assert!(e.0.contains("truncated") && e.0.contains("tensor w"), "{e}");
         let e = check(r#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}}"#, 16).unwrap_err();
         assert!(e.0.contains("tensor w"), "{e}");
+    }
+
+    #[test]
+    fn index_names_stay_inside_the_folder() {
+        let ok = br#"{"weight_map": {"a": "model-1.safetensors", "b": "sub/model-2.safetensors", "c": "model-1.safetensors"}}"#;
+        assert_eq!(index_shards(ok).unwrap(), ["model-1.safetensors", "sub/model-2.safetensors"]);
+        for bad in ["../../../../etc/passwd", "/etc/passwd", "a/../../b", ""] {
+            let j = format!(r#"{{"weight_map": {{"w": {bad:?}}}}}"#);
+            let e = index_shards(j.as_bytes()).unwrap_err().0;
+            assert!(e.contains("\"w\"") && e.contains("leaves the checkpoint folder"), "{bad}: {e}");
+        }
+        assert!(index_shards(b"{}").unwrap_err().0.contains("weight_map"));
+        assert!(index_shards(br#"{"weight_map": {"w": 3}}"#).unwrap_err().0.contains("not a file name"));
     }
 
     #[test]

@@ -5,29 +5,18 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use mlx::Array;
-use std::collections::{BTreeSet, HashMap};
-use std::path::{Component, Path, PathBuf};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 /// Lists the shard files of a checkpoint folder.
 pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.exists() {
-        let text = std::fs::read_to_string(&index).with_context(|| format!("{}: cannot read", index.display()))?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| anyhow!("{}: invalid JSON: {e}", index.display()))?;
-        let map = v
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| anyhow!("{}: missing field `weight_map`", index.display()))?;
-        let mut files = BTreeSet::new();
-        for (tensor, f) in map {
-            let f = f
-                .as_str()
-                .ok_or_else(|| anyhow!("{}: weight_map entry {tensor:?} is not a file name", index.display()))?;
-            files.insert(inside(dir, f).map_err(|e| anyhow!("{}: weight_map entry {tensor:?}: {e}", index.display()))?);
-        }
+        let text = std::fs::read(&index).with_context(|| format!("{}: cannot read", index.display()))?;
+        let names = famlx_formats::safetensors::index_shards(&text).map_err(|e| anyhow!("{}: {e}", index.display()))?;
         let mut out = Vec::new();
-        for p in files {
+        for f in names {
+            let p = dir.join(f);
             if !p.exists() {
                 bail!("{}: shard listed in {} is missing", p.display(), index.display());
             }
@@ -45,17 +34,6 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
         bail!("{}: no *.safetensors weights found", dir.display());
     }
     Ok(out)
-}
-
-/// `dir/name` for a shard name an index lists, refused when the name would
-/// leave the checkpoint folder (absolute, or climbing with `..`). Files
-/// inside may still be symbolic links (the Hugging Face cache's layout).
-fn inside(dir: &Path, name: &str) -> Result<PathBuf> {
-    let p = Path::new(name);
-    if name.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
-        bail!("shard path {name:?} leaves the checkpoint folder (only names inside it are allowed)");
-    }
-    Ok(dir.join(p))
 }
 
 /// Loads every tensor of a folder's shards (lazily), after checking each

@@ -1055,4 +1055,5 @@ impl ModelForward for Gemma4Text {
     }
 }
 
+#[cfg(feature = "export")]
 plugin_api::export_plugin!("famlx-plugin-gemma4", [Gemma4Family]);

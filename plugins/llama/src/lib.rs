@@ -284,4 +284,5 @@ impl FamilySpec for LlamaFamily {
     }
 }
 
+#[cfg(feature = "export")]
 plugin_api::export_plugin!("famlx-plugin-llama", [LlamaFamily]);

@@ -133,4 +133,5 @@ impl FamilySpec for Qwen3Family {
     }
 }
 
+#[cfg(feature = "export")]
 plugin_api::export_plugin!("famlx-plugin-qwen3", [Qwen3Family]);

@@ -593,4 +593,5 @@ impl FamilySpec for Qwen3_5Family {
     }
 }
 
+#[cfg(feature = "export")]
 plugin_api::export_plugin!("famlx-plugin-qwen3_5", [Qwen3_5Family]);

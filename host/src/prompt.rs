@@ -30,7 +30,8 @@ pub fn chat_ids(tok: &Tokenizer, messages: &[Message], extra: &Map<String, Value
     };
     let bos = tok.bos_token().map(|(s, _)| s);
     let eos = tok.eos_ids().first().and_then(|&i| tok.decode(&[i], false).ok());
-    let tpl = ChatTemplate::new(src, bos.as_deref(), eos.as_deref()).map_err(|e| anyhow!("{e}"))?;
+    let tpl = ChatTemplate::with_origin(src, bos.as_deref(), eos.as_deref(), tok.chat_template_origin())
+        .map_err(|e| anyhow!("{e}"))?;
     let msgs: Vec<Value> = messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect();
     let text = tpl.render(&msgs, None, true, extra).map_err(|e| anyhow!("{e}"))?;
     if text.trim().is_empty() {

@@ -48,6 +48,8 @@ pub struct Tokenizer {
     special_ids: Arc<Vec<u32>>,
     /// Where the tokenizer came from, for error messages.
     origin: String,
+    /// Where the chat template came from, for error messages.
+    template_origin: String,
     /// What was ignored while loading (e.g. an empty chat template file).
     warnings: Vec<String>,
 }
@@ -296,11 +298,12 @@ impl Tokenizer {
             chat_template,
             named_templates,
             origin: tok_path.display().to_string(),
+            template_origin,
             warnings,
         };
         // Compile now so a broken template is reported at load time, naming its file.
         if let Some(src) = &tok.chat_template {
-            ChatTemplate::with_origin(src, tok.bos_token_str(), tok.eos_token.as_deref(), &template_origin)?;
+            ChatTemplate::with_origin(src, tok.bos_token_str(), tok.eos_token.as_deref(), &tok.template_origin)?;
         }
         for (name, src) in &tok.named_templates {
             ChatTemplate::with_origin(
@@ -346,6 +349,7 @@ impl Tokenizer {
             chat_template: g.chat_template,
             named_templates: Vec::new(),
             origin: "GGUF tokenizer".to_string(),
+            template_origin: "GGUF metadata tokenizer.chat_template".to_string(),
             warnings,
         })
     }
@@ -432,6 +436,11 @@ impl Tokenizer {
         &self.warnings
     }
 
+    /// Where the default chat template came from (a file, or a metadata key).
+    pub fn chat_template_origin(&self) -> &str {
+        &self.template_origin
+    }
+
     /// The default chat template source, if the checkpoint has one.
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
@@ -447,7 +456,8 @@ impl Tokenizer {
         match &self.chat_template {
             None => Ok(None),
             Some(src) => {
-                ChatTemplate::with_origin(src, self.bos_token_str(), self.eos_token.as_deref(), &self.origin).map(Some)
+                ChatTemplate::with_origin(src, self.bos_token_str(), self.eos_token.as_deref(), &self.template_origin)
+                    .map(Some)
             }
         }
     }

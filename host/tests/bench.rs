@@ -52,3 +52,15 @@ fn bench_refuses_what_it_cannot_do() {
         assert_eq!(err.trim().lines().count(), 1, "{a:?}: not one line: {err}");
     }
 }
+
+/// A bench whose prompt and generation do not fit the model's context (256
+/// for this fixture) is refused naming the lengths; a sliding window allows it.
+#[test]
+fn bench_checks_the_context() {
+    let m = fixture("llama-bf16").display().to_string();
+    let o = run(&["bench", "--model", &m, "-p", "250", "-g", "10", "-n", "1"]);
+    let (_, err) = texts(&o);
+    assert!(!o.status.success() && err.contains("-p 250 + -g 10 = 260") && err.contains("256"), "{err}");
+    let v = json_of(&run(&["bench", "--model", &m, "-p", "250", "-g", "10", "-n", "1", "--max-kv-size", "64", "--json"]));
+    assert!(v.get("trials").is_some(), "{v}");
+}

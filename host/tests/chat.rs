@@ -102,10 +102,15 @@ fn commands_banner_and_bad_lines() {
     let mut c = Chat::start(&[]);
     let banner = c.wait_for("famlx chat:", 60);
     assert!(banner.contains("qwen3") && banner.contains("/help"), "{banner}");
-    c.send(b"hello\n/help\n/frobnicate\n\xff\xfe not text\nhi again\n");
+    c.send(b"hello\n/help\n/frobnicate\n\xff\xfe not text\n");
     c.wait_for("prefilled", 60);
     c.wait_for("unknown command /frobnicate", 30);
     c.wait_for("not UTF-8", 30);
+    // A message longer than the model's context (40960) is refused; the REPL goes on.
+    c.send(("word ".repeat(14_000) + "\n").as_bytes());
+    let e = c.wait_for("famlx: error:", 60);
+    assert!(e.contains("40960"), "{e}");
+    c.send(b"hi again\n");
     c.wait_for("prefilled", 60);
     drop(c.stdin.take());
     assert!(c.wait_exit(30).success());

@@ -61,6 +61,7 @@ fn bench_checks_the_context() {
     let o = run(&["bench", "--model", &m, "-p", "250", "-g", "10", "-n", "1"]);
     let (_, err) = texts(&o);
     assert!(!o.status.success() && err.contains("-p 250 + -g 10 = 260") && err.contains("256"), "{err}");
-    let v = json_of(&run(&["bench", "--model", &m, "-p", "250", "-g", "10", "-n", "1", "--max-kv-size", "64", "--json"]));
+    let v =
+        json_of(&run(&["bench", "--model", &m, "-p", "250", "-g", "10", "-n", "1", "--max-kv-size", "64", "--json"]));
     assert!(v.get("trials").is_some(), "{v}");
 }

@@ -36,7 +36,7 @@ impl StreamingDetokenizer {
 
     fn decode(&self, ids: &[u32]) -> String {
         // Decoding known ids does not fail in practice; unknown ids are skipped by tokenizers.
-        self.tok.decode(ids, self.skip_special).unwrap_or_default()
+        crate::guard::guarded(|| self.tok.decode(ids, self.skip_special)).ok().and_then(Result::ok).unwrap_or_default()
     }
 
     /// The text `ids[prefix..]` adds after `ids[prefix..read]`, and whether it is complete.

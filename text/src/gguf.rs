@@ -241,7 +241,9 @@ pub(crate) fn build(meta: &HashMap<String, MetaValue>) -> Result<GgufTokenizer> 
             )))
         }
     };
-    let inner = tokenizers::Tokenizer::from_bytes(serde_json::to_vec(&json_tok).expect("JSON values serialize"))
+    let bytes = serde_json::to_vec(&json_tok).expect("JSON values serialize");
+    let inner = crate::guard::guarded(|| tokenizers::Tokenizer::from_bytes(&bytes))
+        .map_err(|e| Error::new(format!("GGUF metadata tokenizer.ggml.*: {e}")))?
         .map_err(|e| Error::new(format!("GGUF metadata tokenizer.ggml.*: cannot build the tokenizer: {e}")))?;
 
     let declared = m.bool("tokenizer.ggml.add_bos_token")?;

@@ -15,6 +15,7 @@
 mod detok;
 mod error;
 mod gguf;
+mod guard;
 mod template;
 mod tokenizer;
 

@@ -133,9 +133,11 @@ impl Tokenizer {
         })?;
         let head: TokenizerJsonHead = serde_json::from_slice(&bytes)
             .map_err(|e| Error::new(format!("{}: not valid JSON: {e}", tok_path.display())))?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| {
-            Error::new(format!("{}: not a tokenizer the tokenizers library can load: {e}", tok_path.display()))
-        })?;
+        let inner = crate::guard::guarded(|| tokenizers::Tokenizer::from_bytes(&bytes))
+            .map_err(|e| Error::new(format!("{}: {e}", tok_path.display())))?
+            .map_err(|e| {
+                Error::new(format!("{}: not a tokenizer the tokenizers library can load: {e}", tok_path.display()))
+            })?;
         drop(bytes);
 
         let cfg_path = dir.join("tokenizer_config.json");
@@ -367,9 +369,8 @@ impl Tokenizer {
     /// already carries BOS never gets a second one.
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
         // The post-processor is left out (`false`): BOS is our decision, made below.
-        let enc = self
-            .inner
-            .encode_fast(text, false)
+        let enc = crate::guard::guarded(|| self.inner.encode_fast(text, false))
+            .map_err(|e| Error::new(format!("{}: encode failed: {e}", self.origin)))?
             .map_err(|e| Error::new(format!("{}: encode failed: {e}", self.origin)))?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         if add_bos && self.add_bos {
@@ -386,7 +387,9 @@ impl Tokenizer {
     /// Decodes ids to text, leaving out special tokens when `skip_special`. Unknown ids are
     /// skipped. No `clean_up_tokenization_spaces` is applied, so streamed and whole decodes agree.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        self.inner.decode(ids, skip_special).map_err(|e| Error::new(format!("{}: decode failed: {e}", self.origin)))
+        crate::guard::guarded(|| self.inner.decode(ids, skip_special))
+            .map_err(|e| Error::new(format!("{}: decode failed: {e}", self.origin)))?
+            .map_err(|e| Error::new(format!("{}: decode failed: {e}", self.origin)))
     }
 
     /// The BOS token and its id, if the tokenizer has one.

@@ -9,7 +9,7 @@
 
 use crate::cli::{ModelArgs, SamplingArgs};
 use crate::generate::{generate, GenStats};
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -196,13 +196,12 @@ fn census_json(c: Option<&[(String, usize)]>) -> Value {
 /// (`mx.random.seed(seed)`, then `mx.random.randint(0, vocab, (1, n))`), so
 /// the same seed gives both tools the same prompt.
 pub fn random_prompt(vocab: u32, n: usize, seed: u64) -> Result<Vec<u32>> {
-    let merr = |e: mlx::Error| anyhow!("{}", e.0);
     if vocab == 0 || vocab > i32::MAX as u32 {
         bail!("cannot draw prompt ids from a vocabulary of {vocab} tokens");
     }
-    mlx::random::seed(seed).map_err(merr)?;
-    let ids = mlx::random::randint(0, vocab as i32, &[1, n as i32], mlx::Dtype::I32, None).map_err(merr)?;
-    Ok(ids.to_vec::<i32>().map_err(merr)?.into_iter().map(|i| i as u32).collect())
+    mlx::random::seed(seed)?;
+    let ids = mlx::random::randint(0, vocab as i32, &[1, n as i32], mlx::Dtype::I32, None)?;
+    Ok(ids.to_vec::<i32>()?.into_iter().map(|i| i as u32).collect())
 }
 
 /// `--max-tokens`'s default, read from the flag's definition.
@@ -243,7 +242,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let prompt = random_prompt(model.plan.vocab_size, a.prompt_tokens, seed)?;
     if let Some(s) = a.sampling.seed {
         // Sampling (temperature > 0) starts from the same state in every process.
-        mlx::random::seed(s).map_err(|e| anyhow!("{}", e.0))?;
+        mlx::random::seed(s)?;
     }
     let model_name = a.model.model.clone().unwrap_or_else(|| "default".into());
     let run_once =

@@ -150,7 +150,7 @@ impl SamplingArgs {
             quantized_kv_start: c.quantized_kv_start,
             ..CacheOptions::default()
         };
-        o.validate().map_err(|e| anyhow!("{}", e.0))?;
+        o.validate()?;
         Ok(o)
     }
 }
@@ -258,7 +258,7 @@ pub struct PluginArgs {
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
-    mlx::check_runtime().map_err(|e| anyhow!("{}", e.0))?;
+    mlx::check_runtime()?;
     match cli.command {
         Command::Generate(a) => run_generate(a),
         Command::Chat(a) => crate::chat::run(a),
@@ -357,7 +357,7 @@ fn progress(msg: &str) -> Option<indicatif::ProgressBar> {
 
 pub(crate) fn params(s: &SamplingArgs, model: &LoadedModel) -> Result<GenParams> {
     if let Some(seed) = s.seed {
-        mlx::random::seed(seed).map_err(|e| anyhow!("{}", e.0))?;
+        mlx::random::seed(seed)?;
     }
     if !(0.0..=1.0).contains(&s.top_p) {
         bail!("--top-p must be in [0, 1], got {}", s.top_p);

@@ -125,14 +125,10 @@ pub struct DecodeSplit {
     pub wait_s: f64,
 }
 
-fn merr(e: mlx::Error) -> anyhow::Error {
-    anyhow!("{}", e.0)
-}
-
 /// `[1, n]` int32 token ids.
 pub(crate) fn ids_array(ids: &[u32]) -> Result<Array> {
     let v: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-    Array::from_slice(&v, &[1, v.len() as i32]).map_err(merr)
+    Array::from_slice(&v, &[1, v.len() as i32]).map_err(Into::into)
 }
 
 /// Refuses token ids outside the model's vocabulary: MLX's embedding
@@ -194,7 +190,7 @@ pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array
     let logits =
         m.forward(&ids_array(rest)?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("the model returned no logits"))?;
     let v = logits.dim(-1);
-    logits.reshape(&[1, v]).map_err(merr)
+    logits.reshape(&[1, v]).map_err(Into::into)
 }
 
 /// Feeds `prompt` as mlx-lm's `generate_step` does: all but the last token
@@ -250,7 +246,7 @@ pub(crate) fn prefill_chunks(
     let (logits, h) = m.forward_io(&ids_array(last)?, LogitsWanted::Last, want_hidden)?;
     let logits = logits.ok_or_else(|| anyhow!("the model returned no logits"))?;
     let v = logits.dim(-1);
-    f(m, last, h, Some(logits.reshape(&[1, v]).map_err(merr)?))
+    f(m, last, h, Some(logits.reshape(&[1, v])?))
 }
 
 /// Generates after `prompt`, calling `on_token` with each id (return false to stop).
@@ -283,8 +279,8 @@ fn generate_inner(
     let t0 = Instant::now();
     let logits = prefill_last_alone_until(m, prompt, p.prefill_step, p.cancel.as_deref())?;
     checkpoint_prompt(m, p);
-    let mut y = sample(&logits, &p.sampler).map_err(merr)?;
-    mlx::async_eval(&[&y]).map_err(merr)?;
+    let mut y = sample(&logits, &p.sampler)?;
+    mlx::async_eval(&[&y])?;
     let mut tokens = Vec::new();
     let mut t_first = None;
     let mut finish = Finish::Length;
@@ -296,16 +292,14 @@ fn generate_inner(
         let t_build = Instant::now();
         // Queue the next step before reading this token, so the device never waits on the host.
         let next = if i + 1 < p.max_tokens {
-            let l = m
-                .forward(&y.reshape(&[1, 1]).map_err(merr)?, LogitsWanted::Last)?
-                .ok_or_else(|| anyhow!("no logits"))?;
+            let l = m.forward(&y.reshape(&[1, 1])?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("no logits"))?;
             let v = l.dim(-1);
-            let ny = sample(&l.reshape(&[1, v]).map_err(merr)?, &p.sampler).map_err(merr)?;
+            let ny = sample(&l.reshape(&[1, v])?, &p.sampler)?;
             if p.census && i == 1 {
-                census = Some(mlx::graph_census(&[&ny]).map_err(merr)?);
+                census = Some(mlx::graph_census(&[&ny])?);
             }
             let t_launch = Instant::now();
-            mlx::async_eval(&[&ny]).map_err(merr)?;
+            mlx::async_eval(&[&ny])?;
             if i > 0 {
                 split.launch_s += t_launch.elapsed().as_secs_f64();
             }
@@ -316,7 +310,7 @@ fn generate_inner(
             None
         };
         let t_wait = Instant::now();
-        let tok = y.item_i64().map_err(merr)? as u32;
+        let tok = y.item_i64()? as u32;
         if t_first.is_some() {
             split.build_s += t_wait.duration_since(t_build).as_secs_f64();
             split.wait_s += t_wait.elapsed().as_secs_f64();
@@ -340,7 +334,7 @@ fn generate_inner(
         // The queued step consumed one token the caller never saw: take it
         // back, once it has run (no work of this call outlives it: a process
         // exiting under it corrupts MLX's heap).
-        mlx::synchronize().map_err(merr)?;
+        mlx::synchronize()?;
         for c in &m.caches {
             c.lock().trim(1);
         }

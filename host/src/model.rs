@@ -384,7 +384,7 @@ impl LoadedModel {
 
     /// Puts the caches back as `snap` recorded them; `snap` stays usable.
     pub fn restore(&mut self, snap: &CacheSnapshot) -> Result<()> {
-        snap.restore_into(&self.caches).map_err(|e| anyhow!("{}", e.0))
+        snap.restore_into(&self.caches).map_err(Into::into)
     }
 
     /// Drops the last `n` tokens from every cache. Returns false, changing
@@ -470,7 +470,7 @@ impl LoadedModel {
     pub fn eval_caches(&self) -> Result<()> {
         let arrays: Vec<Array> = self.caches.iter().flat_map(|c| c.lock().arrays()).collect();
         let refs: Vec<&Array> = arrays.iter().collect();
-        mlx::eval(&refs).map_err(|e| anyhow!("{}", e.0))
+        mlx::eval(&refs).map_err(Into::into)
     }
 }
 

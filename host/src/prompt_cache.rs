@@ -77,10 +77,6 @@ fn cache_flags(o: &crate::cache::CacheOptions) -> String {
     )
 }
 
-fn merr(e: mlx::Error) -> anyhow::Error {
-    anyhow!("{}", e.0)
-}
-
 fn check_name(path: &Path) -> Result<()> {
     // MLX appends `.safetensors` to other names, so the file would not be where the user asked.
     if path.extension().and_then(|e| e.to_str()) != Some("safetensors") {
@@ -101,7 +97,7 @@ impl LoadedModel {
         let mut arrays: Vec<(String, Array)> = Vec::new();
         let mut layers = Vec::with_capacity(self.caches.len());
         for (i, c) in self.caches.iter().enumerate() {
-            let (a, meta) = c.lock().save().map_err(merr)?;
+            let (a, meta) = c.lock().save()?;
             arrays.extend(a.into_iter().map(|(n, x)| (format!("cache.{i}.{n}"), x)));
             layers.push(meta);
         }
@@ -113,7 +109,7 @@ impl LoadedModel {
             vec![("format", FORMAT), ("caches", &layers), ("token_ids", &ids_text), ("cache_flags", &flags)];
         meta.extend(id.fields());
         let refs: Vec<(&str, &Array)> = arrays.iter().map(|(n, a)| (n.as_str(), a)).collect();
-        mlx::io::save_safetensors(path, &refs, &meta).map_err(merr)
+        mlx::io::save_safetensors(path, &refs, &meta).map_err(Into::into)
     }
 
     /// Replaces the caches with those saved in `path` and returns the token
@@ -122,7 +118,7 @@ impl LoadedModel {
     /// size, quantization start, `--max-kv-size`) than this run's, as
     /// mlx-lm does: the caches would silently not be what the flags say.
     pub fn load_prompt_cache(&mut self, path: &Path) -> Result<Vec<u32>> {
-        let (arrays, meta) = mlx::io::load_safetensors(path).map_err(merr)?;
+        let (arrays, meta) = mlx::io::load_safetensors(path)?;
         let shown = path.display();
         if meta.get("format").map(String::as_str) != Some(FORMAT) {
             bail!("{shown}: not a famlx prompt cache (no `format: {FORMAT}` metadata)");
@@ -172,7 +168,7 @@ impl LoadedModel {
         }
         // Read the tensors now, so a truncated file fails here, naming it, not mid-generation.
         let all: Vec<Array> = caches.iter().flat_map(|c| c.lock().arrays()).collect();
-        mlx::eval(&all.iter().collect::<Vec<_>>()).map_err(merr)?;
+        mlx::eval(&all.iter().collect::<Vec<_>>())?;
         self.set_caches(caches);
         Ok(ids)
     }

@@ -76,10 +76,6 @@ pub struct Drafter {
     _weights: Option<Rc<HostWeights>>,
 }
 
-fn merr(e: mlx::Error) -> anyhow::Error {
-    anyhow!("{}", e.0)
-}
-
 impl Drafter {
     fn new(family: &str, source: String, drafter: DrafterBox, weights: Option<Rc<HostWeights>>) -> Result<Self> {
         let mut d = Drafter {
@@ -173,7 +169,7 @@ impl Drafter {
     fn reset(&mut self) -> Result<()> {
         self.lead = 0;
         let kinds: Vec<_> = self.drafter.cache_kinds().into_iter().collect();
-        self.caches = make_caches(&kinds, &CacheOptions::default()).map_err(merr)?;
+        self.caches = make_caches(&kinds, &CacheOptions::default())?;
         self.boxes = self.caches.iter().map(SharedCache::boxed).collect();
         Ok(())
     }
@@ -194,7 +190,7 @@ impl Drafter {
 
     fn eval_caches(&self) -> Result<()> {
         let arrays: Vec<Array> = self.caches.iter().flat_map(|c| c.lock().arrays()).collect();
-        mlx::eval(&arrays.iter().collect::<Vec<_>>()).map_err(merr)
+        mlx::eval(&arrays.iter().collect::<Vec<_>>()).map_err(Into::into)
     }
 
     /// One step: (logits `[1, V]`, hidden `[1, 1, H]`).
@@ -213,15 +209,15 @@ impl Drafter {
                 logits.shape(),
             ));
         }
-        let logits = logits.reshape(&[1, v]).map_err(merr)?;
+        let logits = logits.reshape(&[1, v])?;
         // A padded table on either side (checked at load): cut the draft's
         // extra rows, or give the target's extra ids no probability.
         let logits = match v.cmp(&want) {
             std::cmp::Ordering::Equal => logits,
-            std::cmp::Ordering::Greater => logits.slice_axis(1, 0, want).map_err(merr)?,
+            std::cmp::Ordering::Greater => logits.slice_axis(1, 0, want)?,
             std::cmp::Ordering::Less => {
-                let pad = mlx::full(&[1, want - v], &Array::f32(f32::NEG_INFINITY), logits.dtype()).map_err(merr)?;
-                mlx::concatenate(&[&logits, &pad], 1).map_err(merr)?
+                let pad = mlx::full(&[1, want - v], &Array::f32(f32::NEG_INFINITY), logits.dtype())?;
+                mlx::concatenate(&[&logits, &pad], 1)?
             }
         };
         Ok((logits, ArrayHandle::into_array(out.hidden)))
@@ -247,9 +243,9 @@ fn rewind(m: &mut LoadedModel, cp: Option<&Checkpoint>, fed: usize, keep: usize,
         return Ok(());
     }
     let cp = cp.ok_or_else(|| anyhow!("internal: a cache cannot rewind and no checkpoint was taken"))?;
-    cp.restore_into(&m.caches).map_err(merr)?;
+    cp.restore_into(&m.caches)?;
     if keep > 0 {
-        m.forward(&tokens.slice_axis(1, 0, keep as i32).map_err(merr)?, LogitsWanted::None)?;
+        m.forward(&tokens.slice_axis(1, 0, keep as i32)?, LogitsWanted::None)?;
         m.eval_caches()?;
     }
     Ok(())
@@ -299,7 +295,7 @@ pub fn generate_speculative(
     let logits = logits.ok_or_else(|| anyhow!("the model returned no logits"))?;
     crate::generate::checkpoint_prompt(m, p);
     let (mut hid, first_toks) = pending.take().ok_or_else(|| anyhow!("the prompt is empty"))?;
-    let mut y = sample(&logits, &p.sampler).map_err(merr)?.reshape(&[1, 1]).map_err(merr)?;
+    let mut y = sample(&logits, &p.sampler)?.reshape(&[1, 1])?;
     let mut pend_tokens = concat_ids(&first_toks, &y)?;
 
     let mut tokens = Vec::new();
@@ -316,7 +312,7 @@ pub fn generate_speculative(
             break; // only when asked for no tokens at all
         }
         // Emit y (decided last round; not in the target's caches yet).
-        let tok = y.item_i64().map_err(merr)? as u32;
+        let tok = y.item_i64()? as u32;
         release.tick(tokens.len());
         crate::memory::check()?;
         t_first.get_or_insert_with(Instant::now);
@@ -337,9 +333,9 @@ pub fn generate_speculative(
         let mut drafts: Vec<Array> = vec![y.clone()];
         let mut qs: Vec<Array> = Vec::new();
         for i in 0..depth {
-            let t = sample(&lg, &p.sampler).map_err(merr)?.reshape(&[1, 1]).map_err(merr)?;
+            let t = sample(&lg, &p.sampler)?.reshape(&[1, 1])?;
             if !greedy {
-                qs.push(probs(&lg, &p.sampler).map_err(merr)?);
+                qs.push(probs(&lg, &p.sampler)?);
             }
             drafts.push(t.clone());
             if i + 1 == depth || !confident(&lg, &p.sampler, sp.min_confidence)? {
@@ -349,17 +345,17 @@ pub fn generate_speculative(
         }
         let k = drafts.len() - 1;
         // Verify [y, d1..dk] in one forward.
-        let fed = mlx::concatenate(&drafts.iter().collect::<Vec<_>>(), 1).map_err(merr)?;
+        let fed = mlx::concatenate(&drafts.iter().collect::<Vec<_>>(), 1)?;
         let snap = Checkpoint::take(&m.caches, k as i64 + 1, k as i64);
         let (vl, vh) = m.forward_io(&fed, LogitsWanted::All, true)?;
         let (vl, vh) = (vl.ok_or_else(|| anyhow!("no logits"))?, vh.ok_or_else(|| anyhow!("no hidden state"))?);
-        let vl = vl.reshape(&[k as i32 + 1, -1]).map_err(merr)?;
-        let draft_ids = fed.slice_axis(1, 1, k as i32 + 1).map_err(merr)?.reshape(&[-1]).map_err(merr)?;
+        let vl = vl.reshape(&[k as i32 + 1, -1])?;
+        let draft_ids = fed.slice_axis(1, 1, k as i32 + 1)?.reshape(&[-1])?;
         let (accepted, bonus, dv) = if greedy {
-            let tgt = vl.argmax(-1, false).map_err(merr)?.astype(Dtype::I32).map_err(merr)?;
-            mlx::eval(&[&tgt, &draft_ids]).map_err(merr)?;
-            let tv = tgt.to_vec::<i32>().map_err(merr)?;
-            let dv = draft_ids.to_vec::<i32>().map_err(merr)?;
+            let tgt = vl.argmax(-1, false)?.astype(Dtype::I32)?;
+            mlx::eval(&[&tgt, &draft_ids])?;
+            let tv = tgt.to_vec::<i32>()?;
+            let dv = draft_ids.to_vec::<i32>()?;
             let a = dv.iter().zip(&tv).take_while(|(d, t)| d == t).count();
             (a, tv[a], dv)
         } else {
@@ -373,10 +369,10 @@ pub fn generate_speculative(
         if !d.trim_to(own_keep) {
             d.reset()?;
         }
-        hid = vh.slice_axis(1, 0, accepted as i32 + 1).map_err(merr)?;
+        hid = vh.slice_axis(1, 0, accepted as i32 + 1)?;
         let next: Vec<u32> = dv[..accepted].iter().map(|&t| t as u32).chain([bonus as u32]).collect();
         pend_tokens = ids_array(&next)?;
-        y = Array::from_slice(&[bonus], &[1, 1]).map_err(merr)?;
+        y = Array::from_slice(&[bonus], &[1, 1])?;
         last_round = Some((snap, fed, accepted + 1));
         for (j, &t) in dv[..accepted].iter().enumerate() {
             // The caches hold y, d1..da; the invariant wants them to end
@@ -407,20 +403,20 @@ fn confident(logits: &Array, sampler: &crate::sample::SamplerParams, min: f32) -
         return Ok(true);
     }
     let p = if sampler.temperature > 0.0 {
-        probs(logits, sampler).map_err(merr)?
+        probs(logits, sampler)?
     } else {
-        logits.astype(Dtype::F32).map_err(merr)?.softmax(&[-1], true).map_err(merr)?
+        logits.astype(Dtype::F32)?.softmax(&[-1], true)?
     };
-    Ok(p.max_all().map_err(merr)?.item_f32().map_err(merr)? >= min)
+    Ok(p.max_all()?.item_f32()? >= min)
 }
 
 /// `[1, n + 1]` ids: `ids` then the (device) token `y`.
 fn concat_ids(ids: &[u32], y: &Array) -> Result<Array> {
-    let y = y.reshape(&[1, 1]).map_err(merr)?.astype(Dtype::I32).map_err(merr)?;
+    let y = y.reshape(&[1, 1])?.astype(Dtype::I32)?;
     if ids.is_empty() {
         return Ok(y);
     }
-    mlx::concatenate(&[&ids_array(ids)?, &y], 1).map_err(merr)
+    mlx::concatenate(&[&ids_array(ids)?, &y], 1).map_err(Into::into)
 }
 
 /// Rejection sampling of the drafts against the target's rows of logits
@@ -432,26 +428,24 @@ fn rejection(
     drafts: &Array,
     sp: &crate::sample::SamplerParams,
 ) -> Result<(usize, i32, Vec<i32>)> {
-    let e = merr;
     let k = q_rows.len() as i32;
-    let p_all = probs(target_logits, sp).map_err(e)?; // [k+1, V]
-    let q = mlx::concatenate(&q_rows.iter().collect::<Vec<_>>(), 0).map_err(e)?; // [k, V]
-    let p_k = p_all.slice_axis(0, 0, k).map_err(e)?;
-    let idx = drafts.reshape(&[k, 1]).map_err(e)?;
-    let pd = p_k.take_along_axis(&idx, -1).map_err(e)?;
-    let qd = q.take_along_axis(&idx, -1).map_err(e)?;
-    let u = mlx::random::uniform(0.0, 1.0, &[k, 1], Dtype::F32, None).map_err(e)?;
+    let p_all = probs(target_logits, sp)?; // [k+1, V]
+    let q = mlx::concatenate(&q_rows.iter().collect::<Vec<_>>(), 0)?; // [k, V]
+    let p_k = p_all.slice_axis(0, 0, k)?;
+    let idx = drafts.reshape(&[k, 1])?;
+    let pd = p_k.take_along_axis(&idx, -1)?;
+    let qd = q.take_along_axis(&idx, -1)?;
+    let u = mlx::random::uniform(0.0, 1.0, &[k, 1], Dtype::F32, None)?;
     // Accept with probability min(1, p/q), i.e. when u·q < p.
-    let accept = u.mul(&qd).map_err(e)?.lt(&pd).map_err(e)?.reshape(&[-1]).map_err(e)?;
-    let resid = p_k.sub(&q).map_err(e)?.maximum(&Array::f32(0.0)).map_err(e)?;
-    let resid_tok = mlx::random::categorical(&resid.log().map_err(e)?, -1, None).map_err(e)?;
-    let last = p_all.slice_axis(0, k, k + 1).map_err(e)?;
-    let bonus = mlx::random::categorical(&last.log().map_err(e)?, -1, None).map_err(e)?;
-    let (resid_tok, bonus) = (resid_tok.astype(Dtype::I32).map_err(e)?, bonus.astype(Dtype::I32).map_err(e)?);
-    mlx::eval(&[&accept, &resid_tok, &bonus, drafts]).map_err(e)?;
-    let acc = accept.to_vec::<bool>().map_err(e)?;
+    let accept = u.mul(&qd)?.lt(&pd)?.reshape(&[-1])?;
+    let resid = p_k.sub(&q)?.maximum(&Array::f32(0.0))?;
+    let resid_tok = mlx::random::categorical(&resid.log()?, -1, None)?;
+    let last = p_all.slice_axis(0, k, k + 1)?;
+    let bonus = mlx::random::categorical(&last.log()?, -1, None)?;
+    let (resid_tok, bonus) = (resid_tok.astype(Dtype::I32)?, bonus.astype(Dtype::I32)?);
+    mlx::eval(&[&accept, &resid_tok, &bonus, drafts])?;
+    let acc = accept.to_vec::<bool>()?;
     let a = acc.iter().take_while(|&&x| x).count();
-    let b =
-        if a < k as usize { resid_tok.to_vec::<i32>().map_err(e)?[a] } else { bonus.to_vec::<i32>().map_err(e)?[0] };
-    Ok((a, b, drafts.to_vec::<i32>().map_err(e)?))
+    let b = if a < k as usize { resid_tok.to_vec::<i32>()?[a] } else { bonus.to_vec::<i32>()?[0] };
+    Ok((a, b, drafts.to_vec::<i32>()?))
 }

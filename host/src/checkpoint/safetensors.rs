@@ -44,7 +44,7 @@ pub fn load_dir(dir: &Path) -> Result<HashMap<String, Array>> {
     let mut from: HashMap<String, PathBuf> = HashMap::new();
     for f in shard_files(dir)? {
         famlx_formats::safetensors::check_file(&f).map_err(|e| anyhow!("{e}"))?;
-        let (t, _) = mlx::io::load_safetensors(&f).map_err(|e| anyhow!("{}", e.0))?;
+        let (t, _) = mlx::io::load_safetensors(&f)?;
         for (name, a) in t {
             if let Some(prev) = from.insert(name.clone(), f.clone()) {
                 bail!("tensor {name} is stored twice: in {} and in {}", prev.display(), f.display());

@@ -1,7 +1,8 @@
 //! The array handle.
 
+use crate::dtype::Dtype;
 use crate::dtype::Element;
-use crate::{check, out1, Dtype, Error, Result};
+use crate::error::{check, Error, Result};
 use mlx_sys as sys;
 use std::fmt;
 
@@ -225,4 +226,12 @@ pub fn graph_census(arrays: &[&Array]) -> Result<Vec<(String, usize)>> {
 /// Waits for all queued work on the default stream.
 pub fn synchronize() -> Result<()> {
     check(unsafe { sys::mlxs_synchronize() })
+}
+
+/// Runs a shim call that writes one array handle.
+pub(crate) fn out1(f: impl FnOnce(*mut mlx_sys::mlxs_array) -> std::ffi::c_int) -> Result<Array> {
+    let mut out: mlx_sys::mlxs_array = std::ptr::null_mut();
+    check(f(&mut out))?;
+    // SAFETY: on success the shim wrote a fresh owned handle.
+    Ok(unsafe { Array::from_raw(out) })
 }

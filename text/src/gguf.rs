@@ -9,6 +9,7 @@ pub use famlx_formats::gguf::MetaValue;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
+use crate::special::{is_end_token_name, push_unique};
 
 /// Reads the metadata of a GGUF file (v2 or v3, little-endian), after
 /// checking the whole file's structure against its size.
@@ -255,7 +256,7 @@ pub(crate) fn build(meta: &HashMap<String, MetaValue>) -> Result<GgufTokenizer> 
         }
     }
     for (id, t) in tokens.iter().enumerate() {
-        if types[id] == TOKEN_CONTROL && crate::tokenizer::is_end_token_name(t) {
+        if types[id] == TOKEN_CONTROL && is_end_token_name(t) {
             push_unique(&mut eos_ids, id as u32);
         }
     }
@@ -267,12 +268,6 @@ pub(crate) fn build(meta: &HashMap<String, MetaValue>) -> Result<GgufTokenizer> 
         add_bos_declared: declared.is_some(),
         chat_template: m.str("tokenizer.chat_template")?.map(str::to_string),
     })
-}
-
-pub(crate) fn push_unique(v: &mut Vec<u32>, id: u32) {
-    if !v.contains(&id) {
-        v.push(id);
-    }
 }
 
 fn vocab_json(tokens: &[String]) -> Value {

@@ -16,6 +16,7 @@ mod detok;
 mod error;
 mod gguf;
 mod guard;
+mod special;
 mod template;
 mod tokenizer;
 

@@ -9,27 +9,9 @@ use serde_json::Value;
 
 use crate::detok::StreamingDetokenizer;
 use crate::error::{Error, Result};
-use crate::gguf::{self, push_unique, MetaValue};
+use crate::gguf::{self, MetaValue};
+use crate::special::{is_end_token_name, push_unique};
 use crate::template::ChatTemplate;
-
-/// Token names that end a turn or the text. Those present as special tokens count as EOS, so
-/// generation stops on any of them even when the config names only one.
-const END_TOKEN_NAMES: &[&str] = &[
-    "<|im_end|>",
-    "<|eot_id|>",
-    "<|eom_id|>",
-    "<|end_of_text|>",
-    "<|endoftext|>",
-    "<end_of_turn>",
-    "<|end|>",
-    "<eos>",
-    "</s>",
-    "<|return|>",
-];
-
-pub(crate) fn is_end_token_name(t: &str) -> bool {
-    END_TOKEN_NAMES.contains(&t)
-}
 
 /// A tokenizer with its BOS/EOS conventions and chat template.
 #[derive(Clone)]

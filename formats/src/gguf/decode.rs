@@ -8,7 +8,7 @@
 //! (`ggml-common.h`); this is our own reading of them, checked in the tests
 //! against the `gguf` Python package's dequantizer.
 
-use super::{GgmlType, PlainDtype, TensorInfo};
+use super::types::{GgmlType, PlainDtype, TensorInfo};
 use crate::{Error, Result};
 use half::f16;
 use std::borrow::Cow;

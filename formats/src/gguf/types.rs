@@ -183,3 +183,31 @@ impl GgmlType {
             .ok_or_else(|| Error(format!("shape {dims:?} of type {} overflows", self.name())))
     }
 }
+
+/// One entry of the tensor table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// The tensor's name.
+    pub name: String,
+    /// Dimensions in GGML order (fastest-varying first; MLX's shape is the reverse).
+    pub dims: Vec<u64>,
+    /// The storage type.
+    pub ggml_type: GgmlType,
+    /// Where its data starts, from the start of the file.
+    pub start: u64,
+    /// Bytes of data (`None` for types famlx cannot size, which it cannot read either).
+    pub nbytes: Option<u64>,
+}
+
+impl TensorInfo {
+    /// The shape as MLX orders it (slowest-varying first).
+    pub fn shape(&self) -> Vec<i32> {
+        // Each dimension was checked to fit an i32 when parsed.
+        self.dims.iter().rev().map(|&d| d as i32).collect()
+    }
+
+    /// Number of elements.
+    pub fn elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+}

@@ -6,7 +6,7 @@
 //!     cargo bench -p famlx --bench plugin_boundary [-- MODEL_DIR_OR_GGUF [TOKENS]]
 
 use famlx::cache::CacheOptions;
-use famlx::generate::{generate, GenParams};
+use famlx::decode::{generate, GenParams};
 use famlx::model::LoadedModel;
 use famlx::plugins::{search_dirs, FamilyEntry, LoadedPlugin, Registry};
 use std::path::PathBuf;

@@ -2,8 +2,8 @@
 //! active model is rebuilt, load the new build from a fresh copy and rebuild
 //! the model from the weights already in memory.
 
-use crate::model::LoadedModel;
 use crate::plugins::{load_plugin, plugin_pattern};
+use crate::session::Session;
 use anyhow::{anyhow, Result};
 use notify_debouncer_mini::{new_debouncer, notify::RecursiveMode, DebounceEventResult, Debouncer};
 use std::path::{Path, PathBuf};
@@ -105,12 +105,12 @@ pub enum Reload {
 }
 
 /// Reloads the active model's plugin if it is among `changed`.
-pub fn reload_if_changed(model: &mut LoadedModel, changed: &[PathBuf]) -> Reload {
-    let serving = model.family.plugin_path.clone();
+pub fn reload_if_changed(s: &mut Session, changed: &[PathBuf]) -> Reload {
+    let serving = s.model.family.plugin_path.clone();
     let Some(path) = changed.iter().find(|p| same_file(p, &serving)) else {
         return Reload::Unrelated;
     };
-    let name = model.family.name.clone();
+    let name = s.model.family.name.clone();
     // Latency is measured from the file's last write, so it includes the debounce.
     let written = std::fs::metadata(path).and_then(|m| m.modified()).ok();
     let result = (|| -> Result<bool> {
@@ -121,7 +121,7 @@ pub fn reload_if_changed(model: &mut LoadedModel, changed: &[PathBuf]) -> Reload
             .find(|f| f.name == name)
             .cloned()
             .ok_or_else(|| anyhow!("the new build no longer provides family `{name}`"))?;
-        model.swap_family(fam)
+        s.swap_family(fam)
     })();
     match result {
         Ok(kept) => Reload::Swapped(format!(

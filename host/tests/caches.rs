@@ -5,10 +5,8 @@
 mod common;
 
 use common::{expected, fixture, ids, mlx_lock, registry, run, texts, FIXTURES};
-use famlx::cache::{
-    AttnArgs, CacheImpl, CacheOptions, CacheSnapshot, MaskArg, RecurrentCache, RotatingKvCache, SharedCache,
-};
-use famlx::generate::{generate, prefill_last_alone, GenParams};
+use famlx::cache::{AttnArgs, CacheImpl, CacheOptions, MaskArg, RecurrentCache, RotatingKvCache, SharedCache};
+use famlx::decode::{generate, prefill_last_alone, GenParams};
 use famlx::model::LoadedModel;
 use famlx::sample::SamplerParams;
 use mlx::fast::{scaled_dot_product_attention, Mask};
@@ -166,7 +164,7 @@ fn exact_rollback(what: &str, opts: CacheOptions, prompt: &[u32], extra: &[u32],
     m.reset_caches().unwrap();
     prefill_last_alone(&mut m, prompt, 16).unwrap();
     let snap = m.snapshot();
-    assert_eq!(snap.offset(), prompt.len() as i64);
+    assert_eq!(snap.tokens(), prompt.len() as i64);
     for &t in extra {
         step(&mut m, &[t]);
     }
@@ -221,7 +219,7 @@ fn recurrent_snapshot_restore() {
     let a = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
     let b = Array::from_slice(&[3.0f32], &[1]).unwrap();
     c.lock().set_state(vec![a, b], 5).unwrap();
-    let snap = CacheSnapshot::take(std::slice::from_ref(&c));
+    let snap = famlx::cache::Rollback::full(std::slice::from_ref(&c));
     let x = Array::from_slice(&[9.0f32, 9.0], &[2]).unwrap();
     let y = Array::from_slice(&[8.0f32], &[1]).unwrap();
     c.lock().set_state(vec![x, y], 1).unwrap();

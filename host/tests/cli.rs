@@ -6,7 +6,7 @@ mod common;
 
 use common::{expected, fixture, ids, json_of, mlx_lock, registry, run};
 use famlx::cache::CacheOptions;
-use famlx::generate::{generate, GenParams};
+use famlx::decode::{generate, GenParams};
 use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
 

@@ -30,11 +30,11 @@ use common::parity::{check_greedy, check_logits, check_prompts, check_tokenizer,
 use common::{expected, fixture, ids, mlx_lock, registry};
 use famlx::cache::CacheOptions;
 use famlx::checkpoint::Checkpoint;
-use famlx::generate::{generate, prefill, GenParams};
+use famlx::decode::{generate, prefill, GenParams};
+use famlx::decode::{Drafter, SpecParams};
 use famlx::model::HostWeights;
 use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
-use famlx::speculative::{Drafter, SpecParams};
 use mlx::Array;
 use plugin_api::CacheKind;
 use plugin_api::{CacheBox, DrafterBox, LogitsWanted, WeightStore_TO};
@@ -434,13 +434,13 @@ fn assistant_greedy_unchanged() {
             let mut plain = load(target);
             let want = generate(&mut plain, &prompt, &params, |_| true).unwrap().tokens;
             for depth in [1, 3] {
-                let mut m = load(target);
+                let mut m = famlx::session::Session::new(load(target));
                 m.drafter = Some(
-                    Drafter::load(&fixture(variant), &registry(), None, &m)
+                    Drafter::load(&fixture(variant), &registry(), None, &m.model)
                         .unwrap_or_else(|e| panic!("{variant}: {e:#}")),
                 );
                 m.spec = SpecParams { depth, min_confidence: 0.0 };
-                let got = generate(&mut m, &prompt, &params, |_| true).unwrap_or_else(|e| panic!("{variant}: {e:#}"));
+                let got = m.run(&prompt, &params, |_| true).unwrap_or_else(|e| panic!("{variant}: {e:#}"));
                 assert_eq!(got.tokens, want, "{variant}/{}/depth {depth}", p["name"]);
                 let st = got.draft.expect("draft stats");
                 assert!(st.proposed > 0 && st.rounds > 0, "{variant}: {st:?}");

@@ -7,7 +7,7 @@ mod common;
 
 use common::{cdylib, expected, fixture, fixture_copy, ids, mlx_lock, registry, texts, Scratch};
 use famlx::cache::CacheOptions;
-use famlx::generate::{generate, GenParams};
+use famlx::decode::{generate, GenParams};
 use famlx::model::LoadedModel;
 use famlx::plugins::{load_plugin, plugin_pattern, Registry};
 use plugin_api::ABI_VERSION;

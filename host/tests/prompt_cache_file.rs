@@ -6,10 +6,10 @@
 mod common;
 
 use famlx::cache::{self, CacheImpl, CacheOptions, RecurrentCache};
-use famlx::generate::{prefill, prefill_last_alone, GenParams};
+use famlx::decode::{prefill, prefill_last_alone, GenParams};
 use famlx::model::LoadedModel;
 use famlx::plugins::{search_dirs, Registry};
-use famlx::session::PromptCache;
+use famlx::session::Session;
 use mlx::{Array, Dtype};
 use std::collections::HashMap;
 use std::path::Path;
@@ -66,11 +66,11 @@ fn round_trip(what: &str, kind: &str, opts: CacheOptions, prompt: &[u32], suffix
     b.restore(&sb).unwrap();
 
     let full: Vec<u32> = prompt.iter().chain(suffix).copied().collect();
-    let (ta, pa) = PromptCache { cached: prompt.to_vec(), ..Default::default() }
-        .generate(&mut a, &full, &params(), |_| true)
-        .unwrap();
-    let (tb, pb) =
-        PromptCache { cached: got, ..Default::default() }.generate(&mut b, &full, &params(), |_| true).unwrap();
+    let (mut a, mut b) = (Session::new(a), Session::new(b));
+    a.cached = prompt.to_vec();
+    b.cached = got;
+    let (ta, pa) = a.generate(&full, &params(), |_| true).unwrap();
+    let (tb, pb) = b.generate(&full, &params(), |_| true).unwrap();
     assert_eq!(pb, suffix.len(), "{what}: only the suffix is prefilled");
     assert_eq!(pa, pb);
     assert_eq!(ta.tokens, tb.tokens, "{what}: same continuation");

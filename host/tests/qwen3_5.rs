@@ -16,9 +16,9 @@ mod common;
 use common::parity::{check_logits, check_prompts};
 use common::{expected, fixture, ids, mlx_lock};
 use famlx::cache::CacheOptions;
-use famlx::generate::{generate, prefill, GenParams};
+use famlx::decode::{generate, prefill, GenParams};
 use famlx::model::LoadedModel;
-use famlx::session::PromptCache;
+use famlx::session::Session;
 use famlx_plugin_qwen3_5::gdn::{scan, ScanPath};
 use mlx::{Array, Dtype};
 
@@ -106,7 +106,7 @@ fn plan_cache_kinds() {
     // converter dropped it); without `mtp.fc` there is no drafter.
     assert!(hf.weights.tensors.contains_key("language_model.mtp.norm.weight"));
     for model in [&m, &hf] {
-        assert!(famlx::speculative::Drafter::from_target(model).unwrap().is_none());
+        assert!(famlx::decode::Drafter::from_target(model).unwrap().is_none());
     }
     let mut a: Vec<_> = m.weights.tensors.keys().cloned().collect();
     let mut b: Vec<_> = hf.weights.tensors.keys().filter(|k| !k.contains(".mtp.")).cloned().collect();
@@ -254,12 +254,12 @@ fn prompt_reuse(variant: &str) {
     let exp = expected(variant);
     let f32_model = exp["activation_dtype"].as_str() == Some("float32");
     let prompts = exp["prompts"].as_array().unwrap();
-    let mut m = load(variant);
+    let m = load(variant);
     let p = greedy_params(8);
 
     let turn1 = ids(&prompts[2]["ids"]); // 40 tokens: more than one prefill chunk
-    let mut pc = PromptCache::default();
-    let (s1, fed1) = pc.generate(&mut m, &turn1, &p, |_| true).unwrap();
+    let mut pc = Session::new(m);
+    let (s1, fed1) = pc.generate(&turn1, &p, |_| true).unwrap();
     assert_eq!(fed1, turn1.len());
     assert_eq!(s1.tokens.len(), 8);
 
@@ -270,19 +270,20 @@ fn prompt_reuse(variant: &str) {
     // ids; Qwen's real id for "user", 872, would index past the embedding).
     turn2.extend_from_slice(&[511, 198, 510, 84, 82, 261, 198]);
     turn2.extend(ids(&prompts[1]["ids"]));
-    let vocab = m.plan.vocab_size;
+    let vocab = pc.model.plan.vocab_size;
     assert!(turn2.iter().all(|&t| t < vocab), "turn 2 stays inside the {vocab}-token vocabulary");
     let cached = turn1.len() + s1.tokens.len() - 1; // the last reply token was never fed
-    let snap = m.snapshot();
-    let pc_before = pc.clone();
+    let snap = pc.model.snapshot();
+    let pc_before = (pc.cached.clone(), pc.rollback.clone());
 
     // Logits of turn 2 through the reused caches vs a fresh prefill.
-    let start = pc.prepare(&mut m, &turn2).unwrap();
+    let start = pc.prepare(&turn2).unwrap();
     assert_eq!(start, cached, "turn 2 starts where the caches end");
+    let m = &mut pc.model;
     assert_eq!(m.cache_offset() as usize, cached);
-    let reused = prefill(&mut m, &turn2[start..], 16).unwrap();
+    let reused = prefill(m, &turn2[start..], 16).unwrap();
     m.reset_caches().unwrap();
-    let fresh = prefill(&mut m, &turn2, 16).unwrap();
+    let fresh = prefill(m, &turn2, 16).unwrap();
     let f = |a: &Array| -> Vec<f32> { a.astype(Dtype::F32).unwrap().to_vec().unwrap() };
     let (ours, want) = (f(&reused), f(&fresh));
     // The reused caches and the fresh prefill see the same chunk-aligned
@@ -290,25 +291,26 @@ fn prompt_reuse(variant: &str) {
     // Hold them to the fixture's parity tolerance (f32 or bf16).
     check_logits(variant, "turn2", f32_model, &ours, &want).unwrap();
 
-    // The same through PromptCache::generate, from the state after turn 1.
+    // The same through Session::generate, from the state after turn 1.
     m.restore(&snap).unwrap();
-    let mut pc = pc_before;
-    let (s2, fed2) = pc.generate(&mut m, &turn2, &p, |_| true).unwrap();
+    (pc.cached, pc.rollback) = pc_before;
+    let (s2, fed2) = pc.generate(&turn2, &p, |_| true).unwrap();
     assert_eq!(fed2, turn2.len() - cached, "turn 2 prefills only what the caches lack");
+    let m = &mut pc.model;
     m.reset_caches().unwrap();
-    let fresh2 = generate(&mut m, &turn2, &p, |_| true).unwrap();
+    let fresh2 = generate(m, &turn2, &p, |_| true).unwrap();
     assert_eq!(s2.tokens, fresh2.tokens, "reused caches give the same reply as a full re-prefill");
 
     // Edit history: the recurrent state cannot be trimmed, so it starts over.
-    let mut pc = PromptCache::default();
-    m.reset_caches().unwrap();
-    pc.generate(&mut m, &turn2, &p, |_| true).unwrap();
+    pc.reset().unwrap();
+    pc.generate(&turn2, &p, |_| true).unwrap();
     let mut edited = turn2.clone();
     edited[5] = (edited[5] + 1) % 509;
-    let (s3, fed3) = pc.generate(&mut m, &edited, &p, |_| true).unwrap();
+    let (s3, fed3) = pc.generate(&edited, &p, |_| true).unwrap();
     assert_eq!(fed3, edited.len(), "a recurrent cache cannot rewind: full prefill");
+    let m = &mut pc.model;
     m.reset_caches().unwrap();
-    let fresh3 = generate(&mut m, &edited, &p, |_| true).unwrap();
+    let fresh3 = generate(m, &edited, &p, |_| true).unwrap();
     assert_eq!(s3.tokens, fresh3.tokens, "starting over is a fresh run");
 }
 
@@ -428,21 +430,21 @@ fn exp_steps(case: &serde_json::Value) -> Vec<serde_json::Value> {
 }
 
 /// Greedy speculative decoding with the MTP head (the host's loop,
-/// `famlx::speculative`) gives the same tokens as plain greedy decoding, at
+/// `famlx::decode`) gives the same tokens as plain greedy decoding, at
 /// depths 1-3: exactly on the f32 MoE fixture, and for bf16 the same as
 /// mlx-lm's greedy run up to its first recorded tie (verifying several
 /// tokens in one forward rounds bf16 differently from one-token steps).
 #[test]
 fn mtp_greedy_output_unchanged() {
-    use famlx::speculative::{Drafter, SpecParams};
+    use famlx::decode::{Drafter, SpecParams};
     let _g = mlx_lock();
     for variant in MTP_FIXTURES {
         let exp = expected(variant);
         let f32_model = exp["activation_dtype"].as_str() == Some("float32");
         let mut plain = load(variant);
         for depth in 1..=3 {
-            let mut m = load(variant);
-            let d = Drafter::from_target(&m).unwrap().expect("MTP drafter from the target's checkpoint");
+            let mut m = Session::new(load(variant));
+            let d = Drafter::from_target(&m.model).unwrap().expect("MTP drafter from the target's checkpoint");
             assert_eq!(d.source, "mtp");
             m.drafter = Some(d);
             m.spec = SpecParams { depth, min_confidence: 0.0 };
@@ -451,11 +453,11 @@ fn mtp_greedy_output_unchanged() {
                 let name = p["name"].as_str().unwrap();
                 let prompt = ids(&p["ids"]);
                 let params = greedy_params(24);
-                m.reset_caches().unwrap();
-                let got = generate(&mut m, &prompt, &params, |_| true).unwrap();
+                m.reset().unwrap();
+                let got = m.run(&prompt, &params, |_| true).unwrap();
                 let stats = got.draft.expect("the drafter ran");
                 proposed += stats.proposed;
-                assert_eq!(m.cache_offset() as usize, prompt.len() + 23, "{variant}/{name} depth {depth}");
+                assert_eq!(m.model.cache_offset() as usize, prompt.len() + 23, "{variant}/{name} depth {depth}");
                 if f32_model {
                     plain.reset_caches().unwrap();
                     let want = generate(&mut plain, &prompt, &params, |_| true).unwrap();
@@ -474,7 +476,7 @@ fn mtp_greedy_output_unchanged() {
 /// asking a qwen3_5 checkpoint to draft for another model is refused.
 #[test]
 fn mtp_bad_weights_are_clear_errors() {
-    use famlx::speculative::Drafter;
+    use famlx::decode::Drafter;
     let _g = mlx_lock();
     let src = fixture("qwen3_5-mtp-hf-bf16");
     let (tensors, meta) = mlx::io::load_safetensors(&src.join("model.safetensors")).unwrap();

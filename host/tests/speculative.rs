@@ -9,34 +9,37 @@ mod common;
 
 use common::{fixture, mlx_lock};
 use famlx::cache::CacheOptions;
-use famlx::generate::{generate, GenParams, GenStats};
+use famlx::decode::{Drafter, GenParams, GenStats, SpecParams};
 use famlx::model::LoadedModel;
 use famlx::sample::SamplerParams;
-use famlx::session::PromptCache;
-use famlx::speculative::{Drafter, SpecParams};
+use famlx::session::Session;
 
 fn registry() -> famlx::plugins::Registry {
     famlx::plugins::Registry::discover(&famlx::plugins::search_dirs(&[]))
 }
 
-fn load(variant: &str, opts: CacheOptions) -> LoadedModel {
+fn load_model(variant: &str, opts: CacheOptions) -> LoadedModel {
     LoadedModel::load(&fixture(variant), &registry(), None, opts).unwrap_or_else(|e| panic!("{variant}: {e:#}"))
 }
 
-fn with_drafter(mut m: LoadedModel, draft: &str, depth: usize) -> LoadedModel {
-    let d = Drafter::load(&fixture(draft), &registry(), None, &m).unwrap_or_else(|e| panic!("{draft}: {e:#}"));
-    m.drafter = Some(d);
-    m.spec = SpecParams { depth, min_confidence: 0.0 };
-    m
+fn load(variant: &str, opts: CacheOptions) -> Session {
+    Session::new(load_model(variant, opts))
+}
+
+fn with_drafter(mut s: Session, draft: &str, depth: usize) -> Session {
+    let d = Drafter::load(&fixture(draft), &registry(), None, &s.model).unwrap_or_else(|e| panic!("{draft}: {e:#}"));
+    s.drafter = Some(d);
+    s.spec = SpecParams { depth, min_confidence: 0.0 };
+    s
 }
 
 fn params(max_tokens: usize) -> GenParams {
     GenParams { max_tokens, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() }
 }
 
-fn run(m: &mut LoadedModel, prompt: &[u32], p: &GenParams) -> GenStats {
-    m.reset_caches().unwrap();
-    generate(m, prompt, p, |_| true).unwrap_or_else(|e| panic!("generate: {e:#}"))
+fn run(s: &mut Session, prompt: &[u32], p: &GenParams) -> GenStats {
+    s.reset().unwrap();
+    s.run(prompt, p, |_| true).unwrap_or_else(|e| panic!("generate: {e:#}"))
 }
 
 const PROMPT: [u32; 21] = [1, 17, 52, 300, 11, 9, 250, 77, 101, 402, 5, 60, 61, 62, 200, 201, 33, 34, 35, 36, 37];
@@ -58,7 +61,7 @@ fn greedy_output_unchanged_by_draft_model() {
         assert!(d.proposed > 0 && d.rounds > 0, "depth {depth}: {d:?}");
         assert!(d.accepted < d.proposed, "depth {depth}: an unrelated draft model should miss sometimes: {d:?}");
         // The caches hold the prompt and every generated token but the last.
-        assert_eq!(m.cache_offset() as usize, PROMPT.len() + got.tokens.len() - 1, "depth {depth}");
+        assert_eq!(m.model.cache_offset() as usize, PROMPT.len() + got.tokens.len() - 1, "depth {depth}");
     }
 }
 
@@ -124,11 +127,11 @@ fn stops_inside_a_round() {
     p.stop_ids = vec![stop];
     let got = run(&mut m, &PROMPT, &p);
     assert_eq!(got.tokens, full.tokens[..=first_stop].to_vec());
-    assert_eq!(m.cache_offset() as usize, PROMPT.len() + got.tokens.len() - 1);
+    assert_eq!(m.model.cache_offset() as usize, PROMPT.len() + got.tokens.len() - 1);
     for n in [1, 2, 5, 6] {
         let got = run(&mut m, &PROMPT, &params(n));
         assert_eq!(got.tokens, full.tokens[..n].to_vec(), "max_tokens {n}");
-        assert_eq!(m.cache_offset() as usize, PROMPT.len() + n - 1, "max_tokens {n}");
+        assert_eq!(m.model.cache_offset() as usize, PROMPT.len() + n - 1, "max_tokens {n}");
     }
 }
 
@@ -138,12 +141,11 @@ fn prompt_reuse_with_drafter() {
     let _g = mlx_lock();
     let p = params(10);
     let mut m = with_drafter(load("llama-tied-f32", CacheOptions::default()), "llama-bf16", 2);
-    let mut cache = PromptCache::default();
-    let (t1, _) = cache.generate(&mut m, &PROMPT, &p, |_| true).unwrap();
+    let (t1, _) = m.generate(&PROMPT, &p, |_| true).unwrap();
     let mut turn2: Vec<u32> = PROMPT.to_vec();
     turn2.extend(&t1.tokens);
     turn2.extend([40, 41, 42]);
-    let (t2, prefilled) = cache.generate(&mut m, &turn2, &p, |_| true).unwrap();
+    let (t2, prefilled) = m.generate(&turn2, &p, |_| true).unwrap();
     assert_eq!(prefilled, 3 + 1, "only the new suffix (and the last reply token) is prefilled");
     let fresh = run(&mut load("llama-tied-f32", CacheOptions::default()), &turn2, &p);
     assert_eq!(t2.tokens, fresh.tokens);
@@ -154,7 +156,7 @@ fn prompt_reuse_with_drafter() {
 #[test]
 fn drafter_errors() {
     let _g = mlx_lock();
-    let m = load("llama-bf16", CacheOptions::default());
+    let m = load_model("llama-bf16", CacheOptions::default());
     assert!(Drafter::from_target(&m).unwrap().is_none());
     let e = Drafter::load(&fixture("no-such-draft"), &registry(), None, &m).err().unwrap();
     assert!(format!("{e:#}").contains("no-such-draft"), "{e:#}");
@@ -192,7 +194,7 @@ fn rejection_sampling_keeps_the_target_distribution() {
     let mut p = params(2);
     p.sampler = SamplerParams { temperature: 0.7, top_k: 3, ..Default::default() };
     let n = 300;
-    let draw = |m: &mut LoadedModel, seed0: u64| -> HashMap<(u32, u32), f64> {
+    let draw = |m: &mut Session, seed0: u64| -> HashMap<(u32, u32), f64> {
         let mut h = HashMap::new();
         for i in 0..n {
             mlx::random::seed(seed0 + i).unwrap();
@@ -240,7 +242,7 @@ fn padded_vocabulary_draft_model() {
     let p = params(16);
     let want = run(&mut load("llama-tied-f32", CacheOptions::default()), &PROMPT, &p);
     let mut m = load("llama-tied-f32", CacheOptions::default());
-    m.drafter = Some(Drafter::load(dir.path(), &registry(), None, &m).unwrap_or_else(|e| panic!("{e:#}")));
+    m.drafter = Some(Drafter::load(dir.path(), &registry(), None, &m.model).unwrap_or_else(|e| panic!("{e:#}")));
     m.spec = SpecParams { depth: 3, min_confidence: 0.0 };
     let got = run(&mut m, &PROMPT, &p);
     assert_eq!(got.tokens, want.tokens);
@@ -249,6 +251,6 @@ fn padded_vocabulary_draft_model() {
 
     // Without the tokenizer the sizes alone decide: refused, naming both.
     std::fs::remove_file(dir.path().join("tokenizer.json")).unwrap();
-    let e = Drafter::load(dir.path(), &registry(), None, &m).err().unwrap();
+    let e = Drafter::load(dir.path(), &registry(), None, &m.model).err().unwrap();
     assert!(format!("{e:#}").contains("520") && format!("{e:#}").contains("512"), "{e:#}");
 }

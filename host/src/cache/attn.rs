@@ -3,7 +3,6 @@
 //! one quantization, dequantize-then-SDPA otherwise; and the masks caches need.
 
 use super::store::{QBits, Seq};
-use super::MaskChoice;
 use mlx::fast::{scaled_dot_product_attention, Mask};
 use mlx::quant::{quantized_matmul, Quantized};
 use mlx::{arange, where_, Array, Dtype, Result};
@@ -143,4 +142,15 @@ pub fn window_mask(n: i32, offset: i32, window: i32) -> Result<Array> {
     let causal = qi.ge(&ki)?;
     let near = qi.lt(&ki.add(&Array::i32(window))?)?;
     causal.logical_and(&near)
+}
+
+/// The mask a cache needs for its last update.
+#[derive(Clone)]
+pub enum MaskChoice {
+    /// No mask.
+    None,
+    /// Lower-right aligned causal.
+    Causal,
+    /// Explicit boolean mask.
+    Array(Array),
 }

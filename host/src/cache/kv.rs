@@ -1,8 +1,9 @@
 //! The dense KV cache: pre-allocated buffers that grow geometrically, written
 //! in place with slice updates (no per-step concatenation).
 
+use super::layer::{field, tensor, CacheImpl, SavedCache};
 use super::quantized::QuantizedKvCache;
-use super::{field, tensor, CacheImpl, KvQuant, SavedCache};
+use super::store::KvQuant;
 use mlx::{zeros, Array, Result};
 use serde_json::{json, Value};
 use std::collections::HashMap;

@@ -2,9 +2,11 @@
 //! per-group scales and biases), each with its own bit width, in buffers that
 //! grow geometrically and are written in place like the dense cache's.
 
+use super::attn::MaskChoice;
 use super::attn::{attend, AttnArgs};
+use super::layer::{field, CacheImpl, SavedCache};
+use super::store::KvQuant;
 use super::store::{Kv, QBits};
-use super::{field, CacheImpl, KvQuant, MaskChoice, SavedCache};
 use mlx::{Array, Result};
 use serde_json::{json, Value};
 use std::collections::HashMap;

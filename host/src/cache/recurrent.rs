@@ -1,7 +1,7 @@
 //! Recurrent state (e.g. Qwen3.5's conv and delta-rule states): a fixed
 //! number of arrays replaced wholesale each step.
 
-use super::{field, tensor, CacheImpl, SavedCache};
+use super::layer::{field, tensor, CacheImpl, SavedCache};
 use mlx::{Array, Error, Result};
 use serde_json::{json, Value};
 use std::collections::HashMap;

@@ -9,9 +9,11 @@
 //!   `max_size - 1 - keep` cached positions (in temporal order) plus itself,
 //!   under a mask that is causal and `max_size` wide in that concatenation.
 
+use super::attn::MaskChoice;
 use super::attn::{attend, window_mask, AttnArgs};
+use super::layer::{field, CacheImpl, SavedCache};
+use super::store::KvQuant;
 use super::store::{Kv, QBits};
-use super::{field, CacheImpl, KvQuant, MaskChoice, SavedCache};
 use mlx::{Array, Error, Result};
 use serde_json::{json, Value};
 use std::collections::HashMap;

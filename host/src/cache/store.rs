@@ -292,3 +292,22 @@ impl Kv {
         Ok(Kv { k: Seq::from_named(arrays, "keys", q.0)?, v: Seq::from_named(arrays, "values", q.1)? })
     }
 }
+
+/// When and how a KV cache quantizes itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvQuant {
+    /// Keys (None: kept dense).
+    pub k: Option<QBits>,
+    /// Values (None: kept dense).
+    pub v: Option<QBits>,
+    /// Quantize once this many tokens are cached (mlx-lm's `quantized_kv_start`).
+    pub start: i64,
+}
+
+impl KvQuant {
+    /// Whether a cache holding `offset` tokens should be quantized now. As in
+    /// mlx-lm the check follows a model call, so the first call attends densely.
+    pub fn due(&self, offset: i64) -> bool {
+        (self.k.is_some() || self.v.is_some()) && offset > 0 && offset >= self.start
+    }
+}

@@ -21,7 +21,7 @@
 //! is 0.0 (everything before must match exactly).
 
 use super::ids;
-use famlx::generate::{generate, prefill, GenParams};
+use famlx::decode::{generate, prefill, GenParams};
 use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! Prompt caches on disk (`famlx cache-prompt`, like mlx-lm's
+//! Prompt cache files (`famlx cache-prompt`, like mlx-lm's
 //! `save_prompt_cache` / `load_prompt_cache`): every layer's cache in one
 //! safetensors file, tensors named `cache.{layer}.{field}`, and string
 //! metadata saying which model and cache layout it belongs to, how to

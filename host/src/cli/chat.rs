@@ -3,12 +3,13 @@
 //! stops whatever runs (a long prefill included) and quits on a second
 //! press at the prompt, and hot reload of the serving plugin with `--watch`.
 
-use crate::cli::{load, params, template_kwargs, ChatArgs};
-use crate::generate::Interrupted;
+use super::args::ChatArgs;
+use super::setup::{load, params, template_kwargs};
+use crate::decode::{GenParams, Interrupted};
 use crate::plugins::search_dirs;
 use crate::prompt::{chat_ids, Message};
 use crate::reload::{reload_if_changed, PluginWatcher, Reload};
-use crate::session::PromptCache;
+use crate::session::Session;
 use anyhow::Result;
 use std::collections::VecDeque;
 use std::io::{BufRead, IsTerminal, Write};
@@ -97,8 +98,8 @@ fn spawn_reader(tx: std::sync::mpsc::Sender<Event>) {
 
 /// Runs `famlx chat`.
 pub fn run(a: ChatArgs) -> Result<()> {
-    let mut model = load(&a.model, &a.sampling, a.watch)?;
-    let mut p = params(&a.sampling, &model)?;
+    let mut s = load(&a.model, &a.cache, Some(&a.spec), a.watch)?;
+    let mut p = params(&a.sampling, &a.cache, &s.model)?;
     let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };
     let tty = std::io::stdout().is_terminal();
     let cancel = Arc::new(AtomicBool::new(false));
@@ -115,14 +116,13 @@ pub fn run(a: ChatArgs) -> Result<()> {
     }
     spawn_reader(tx);
     let name = a.model.model.clone().unwrap_or_else(|| crate::default_model::NAME.to_string());
-    eprintln!("famlx chat: {name} ({} family). /help for commands, Ctrl-D to quit.", model.family.name);
+    eprintln!("famlx chat: {name} ({} family). /help for commands, Ctrl-D to quit.", s.model.family.name);
 
     let mut history: Vec<Message> = Vec::new();
     if let Some(s) = &a.system {
         history.push(Message::new("system", s));
     }
     let kwargs = template_kwargs(a.think);
-    let mut cache = PromptCache::default();
     let mut pending: VecDeque<Event> = VecDeque::new();
     let mut armed = false;
     loop {
@@ -132,7 +132,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         }
         let ev = match pending.pop_front() {
             Some(ev) => ev,
-            None => match next_event(&rx, &watcher, &mut model, &mut cache) {
+            None => match next_event(&rx, &watcher, &mut s) {
                 Some(ev) => ev,
                 None => break,
             },
@@ -165,8 +165,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             }
             Command::Reset => {
                 history.retain(|m| m.role == "system");
-                model.reset_caches()?;
-                cache.clear();
+                s.reset()?;
                 println!("(history cleared)");
                 continue;
             }
@@ -178,7 +177,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         };
         history.push(Message::new("user", &text));
         cancel.store(false, Ordering::SeqCst);
-        match answer(&mut model, &mut cache, &history, &kwargs, &p, tty) {
+        match answer(&mut s, &history, &kwargs, &p, tty) {
             Ok(reply) => history.push(Message::new("assistant", &reply)),
             Err(e) => {
                 // The turn did not happen: the conversation stays as it was.
@@ -203,12 +202,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
 
 /// Waits for the next event; with a watcher, serves plugin reloads while
 /// waiting. `None` when input is gone.
-fn next_event(
-    rx: &Receiver<Event>,
-    watcher: &Option<PluginWatcher>,
-    model: &mut crate::model::LoadedModel,
-    cache: &mut PromptCache,
-) -> Option<Event> {
+fn next_event(rx: &Receiver<Event>, watcher: &Option<PluginWatcher>, s: &mut Session) -> Option<Event> {
     let Some(w) = watcher else { return rx.recv().ok() };
     loop {
         match rx.recv_timeout(Duration::from_millis(20)) {
@@ -216,15 +210,9 @@ fn next_event(
             Err(RecvTimeoutError::Disconnected) => return None,
             Err(RecvTimeoutError::Timeout) => {}
         }
-        match reload_if_changed(model, &w.changed(Duration::from_millis(0))) {
+        match reload_if_changed(s, &w.changed(Duration::from_millis(0))) {
             Reload::Unrelated => {}
-            Reload::Failed(msg) => eprintln!("{msg}"),
-            Reload::Swapped(msg) => {
-                eprintln!("{msg}");
-                if model.cache_offset() == 0 {
-                    cache.clear();
-                }
-            }
+            Reload::Failed(msg) | Reload::Swapped(msg) => eprintln!("{msg}"),
         }
     }
 }
@@ -232,24 +220,23 @@ fn next_event(
 /// One turn: renders the conversation, checks it fits, generates and
 /// streams the reply. Returns the reply's text.
 fn answer(
-    model: &mut crate::model::LoadedModel,
-    cache: &mut PromptCache,
+    s: &mut Session,
     history: &[Message],
     kwargs: &serde_json::Map<String, serde_json::Value>,
-    p: &crate::generate::GenParams,
+    p: &GenParams,
     tty: bool,
 ) -> Result<String> {
-    let tok = model.tokenizer()?.clone();
+    let tok = s.model.tokenizer()?.clone();
     let ids = chat_ids(&tok, history, kwargs)?;
     let mut p = p.clone();
-    if let Some(room) = model.context_room(ids.len())? {
+    if let Some(room) = s.model.context_room(ids.len())? {
         p.max_tokens = p.max_tokens.min(room);
     }
     let mut detok = tok.detokenizer();
     let mut reply = String::new();
     let mut styler = ThinkStyler::new(tty);
     let stop_ids = p.stop_ids.clone();
-    let (_, prefilled) = cache.generate(model, &ids, &p, |id| {
+    let (_, prefilled) = s.generate(&ids, &p, |id| {
         if !stop_ids.contains(&id) {
             let piece = detok.push(id);
             reply.push_str(&piece);

@@ -7,8 +7,10 @@
 //! the first token; generation tok/s = tokens after the first / time after
 //! the first; peak MLX memory during the run.
 
-use crate::cli::{ModelArgs, SamplingArgs};
-use crate::generate::{generate, GenStats};
+use super::args::{CacheArgs, ModelArgs, SamplingArgs, SpecArgs};
+use super::setup::{load, params};
+use crate::decode::{GenParams, GenStats};
+use crate::session::Session;
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::{json, Value};
@@ -35,10 +37,16 @@ pub struct BenchArgs {
     /// Model and plugins.
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Sampling and KV cache flags (greedy by default; `--seed` also seeds
-    /// the prompt ids, 0 when absent; `-g`, not `--max-tokens`, sets the count).
+    /// Sampling flags (greedy by default; `--seed` also seeds the prompt
+    /// ids, 0 when absent; `-g`, not `--max-tokens`, sets the count).
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    /// Prefill and KV caches.
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Speculative decoding.
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 /// What one run measured.
@@ -53,7 +61,7 @@ pub struct Trial {
     /// Wall time of the whole run, seconds.
     pub total_time_s: f64,
     /// Where the decode time went (plain decoding only).
-    pub split: Option<crate::generate::DecodeSplit>,
+    pub split: Option<crate::decode::DecodeSplit>,
 }
 
 impl Trial {
@@ -68,7 +76,7 @@ impl Trial {
     }
 
     /// The trial as a JSON object.
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(self) -> Value {
         let mut v = json!({
             "prompt_tps": self.prompt_tps,
             "generation_tps": self.generation_tps,
@@ -124,8 +132,8 @@ pub fn summarize(trials: &[Trial]) -> Summary {
     let splits: Option<Vec<_>> = trials.iter().map(|t| t.split).collect();
     let split_of = |f: fn(&[f64]) -> f64| {
         let v = splits.as_ref().filter(|v| !v.is_empty())?;
-        let pick = |g: fn(&crate::generate::DecodeSplit) -> f64| f(&v.iter().map(g).collect::<Vec<f64>>());
-        Some(crate::generate::DecodeSplit {
+        let pick = |g: fn(&crate::decode::DecodeSplit) -> f64| f(&v.iter().map(g).collect::<Vec<f64>>());
+        Some(crate::decode::DecodeSplit {
             build_s: pick(|s| s.build_s),
             wait_s: pick(|s| s.wait_s),
             launch_s: pick(|s| s.launch_s),
@@ -222,49 +230,48 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if Some(a.sampling.max_tokens) != default_max_tokens() {
         bail!("famlx bench generates -g/--generation-tokens tokens per trial; --max-tokens does not apply");
     }
-    let mut model = crate::cli::load(&a.model, &a.sampling, false)?;
-    let mut p = crate::cli::params(&a.sampling, &model)?;
+    let mut s = load(&a.model, &a.cache, Some(&a.spec), false)?;
+    let mut p = params(&a.sampling, &a.cache, &s.model)?;
     p.max_tokens = a.generation_tokens;
     // Every run generates exactly -g tokens: prompt and generation must fit.
     let total = a.prompt_tokens + a.generation_tokens;
-    if model.context_room(total).is_err() {
+    if s.model.context_room(total).is_err() {
         bail!(
             "-p {} + -g {} = {total} tokens, more than the model's context of {} tokens; \
              pass --max-kv-size N to bench with a sliding window",
             a.prompt_tokens,
             a.generation_tokens,
-            model.plan.max_position_embeddings
+            s.model.plan.max_position_embeddings
         );
     }
     // No stop tokens: every run generates exactly -g tokens.
     p.stop_ids.clear();
     let seed = a.sampling.seed.unwrap_or(0);
-    let prompt = random_prompt(model.plan.vocab_size, a.prompt_tokens, seed)?;
+    let prompt = random_prompt(s.model.plan.vocab_size, a.prompt_tokens, seed)?;
     if let Some(s) = a.sampling.seed {
         // Sampling (temperature > 0) starts from the same state in every process.
         mlx::random::seed(s)?;
     }
     let model_name = a.model.model.clone().unwrap_or_else(|| "default".into());
-    let run_once =
-        |model: &mut crate::model::LoadedModel, p: &crate::generate::GenParams| -> Result<(Trial, GenStats)> {
-            model.reset_caches()?;
-            let t0 = Instant::now();
-            let stats = generate(model, &prompt, p, |_| true)?;
-            let total = t0.elapsed().as_secs_f64();
-            if stats.tokens.len() != a.generation_tokens {
-                bail!("generated {} tokens instead of {}", stats.tokens.len(), a.generation_tokens);
-            }
-            Ok((Trial::from_stats(&stats, total), stats))
-        };
+    let run_once = |s: &mut Session, p: &GenParams| -> Result<(Trial, GenStats)> {
+        s.reset()?;
+        let t0 = Instant::now();
+        let stats = s.run(&prompt, p, |_| true)?;
+        let total = t0.elapsed().as_secs_f64();
+        if stats.tokens.len() != a.generation_tokens {
+            bail!("generated {} tokens instead of {}", stats.tokens.len(), a.generation_tokens);
+        }
+        Ok((Trial::from_stats(&stats, total), stats))
+    };
     if !a.json {
         eprintln!("Running warmup..");
     }
     // The warm-up also counts what one decode step asks MLX to run.
-    let (warmup, warm_stats) = run_once(&mut model, &crate::generate::GenParams { census: true, ..p.clone() })?;
+    let (warmup, warm_stats) = run_once(&mut s, &GenParams { census: true, ..p.clone() })?;
     if !a.json {
         println!(
             "famlx bench: model={model_name} family={} prompt_tokens={} generation_tokens={} batch_size={} seed={seed} backend={}",
-            model.family.name,
+            s.model.family.name,
             a.prompt_tokens,
             a.generation_tokens,
             a.batch_size,
@@ -273,7 +280,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let mut trials = Vec::with_capacity(a.num_trials);
     for i in 0..a.num_trials {
-        let (t, _) = run_once(&mut model, &p)?;
+        let (t, _) = run_once(&mut s, &p)?;
         if !a.json {
             eprintln!(
                 "Trial {}:  prompt_tps={:.3}, generation_tps={:.3}, peak_memory={:.3}, total_time={:.3}",
@@ -287,10 +294,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
         trials.push(t);
     }
     if a.json {
-        let s = summarize(&trials);
+        let summary = summarize(&trials);
         let out = json!({
             "model": model_name,
-            "family": model.family.name.to_string(),
+            "family": s.model.family.name.to_string(),
             "prompt_tokens": a.prompt_tokens,
             "generation_tokens": a.generation_tokens,
             "batch_size": a.batch_size,
@@ -300,9 +307,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "mlx_version": mlx::runtime_version(),
             "warmup": warmup.to_json(),
             "decode_graph": census_json(warm_stats.census.as_deref()),
-            "trials": trials.iter().map(Trial::to_json).collect::<Vec<_>>(),
-            "average": s.average.to_json(),
-            "median": s.median.to_json(),
+            "trials": trials.iter().copied().map(Trial::to_json).collect::<Vec<_>>(),
+            "average": summary.average.to_json(),
+            "median": summary.median.to_json(),
         });
         println!("{out}");
     } else {
@@ -334,7 +341,7 @@ mod tests {
 
     #[test]
     fn the_decode_split_is_summarised_only_when_every_trial_has_one() {
-        use crate::generate::DecodeSplit;
+        use crate::decode::DecodeSplit;
         let with = |b: f64, w: f64| Trial {
             split: Some(DecodeSplit { build_s: b, wait_s: w, launch_s: b / 2.0 }),
             ..t(1.0, 1.0, 0)

@@ -1,0 +1,123 @@
+//! `famlx generate` and `famlx cache-prompt`.
+
+use super::args::{CachePromptArgs, GenerateArgs};
+use super::setup::{encode_prompt, load, params};
+use crate::decode::{prefill_last_alone, GenStats};
+use crate::plugins::search_dirs;
+use crate::reload::{reload_if_changed, PluginWatcher, Reload};
+use crate::session::Session;
+use anyhow::Result;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::time::Duration;
+
+/// Runs `famlx generate`.
+pub(crate) fn run(a: GenerateArgs) -> Result<()> {
+    let mut s = load(&a.model, &a.cache, Some(&a.spec), a.watch)?;
+    let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };
+    generate_once(&a, &mut s)?;
+    let Some(w) = watcher else { return Ok(()) };
+    loop {
+        let changed = w.changed(Duration::from_secs(3600));
+        match reload_if_changed(&mut s, &changed) {
+            Reload::Unrelated => continue,
+            Reload::Failed(msg) => eprintln!("{msg}"),
+            Reload::Swapped(msg) => {
+                eprintln!("{msg}");
+                s.reset()?;
+                generate_once(&a, &mut s)?;
+            }
+        }
+    }
+}
+
+/// Runs `famlx cache-prompt`.
+pub(crate) fn run_cache_prompt(a: CachePromptArgs) -> Result<()> {
+    let mut model = load(&a.model, &a.cache, None, false)?.model;
+    let ids = encode_prompt(&model, &a.prompt)?;
+    // As mlx-lm's cache_prompt: the whole prompt goes into the caches (its last token alone).
+    prefill_last_alone(&mut model, &ids, a.cache.prefill_step_size.max(1)).map_err(crate::memory::explain)?;
+    model.eval_caches()?;
+    model.save_prompt_cache(&a.prompt_cache_file, &ids)?;
+    eprintln!("Saved {} prompt tokens to {}", ids.len(), a.prompt_cache_file.display());
+    Ok(())
+}
+
+fn generate_once(a: &GenerateArgs, s: &mut Session) -> Result<()> {
+    let mut p = params(&a.sampling, &a.cache, &s.model)?;
+    let prompt = encode_prompt(&s.model, &a.prompt)?;
+    if let Some(room) = s.model.context_room(prompt.len())? {
+        p.max_tokens = p.max_tokens.min(room);
+    }
+    // Without a file nothing is cached: the whole prompt is prefilled.
+    s.forget();
+    if let Some(f) = &a.prompt_cache_file {
+        s.cached = s.model.load_prompt_cache(f)?;
+    }
+    let mut detok = s.model.tokenizer.as_ref().map(|t| t.detokenizer());
+    let mut text = String::new();
+    let stream = !a.json;
+    let stop_ids = p.stop_ids.clone();
+    let (stats, prefilled) = s.generate(&prompt, &p, |id| {
+        if stop_ids.contains(&id) {
+            return true;
+        }
+        if let Some(d) = detok.as_mut() {
+            let piece = d.push(id);
+            if stream {
+                print!("{piece}");
+                let _ = std::io::stdout().flush();
+            }
+            text.push_str(&piece);
+        }
+        true
+    })?;
+    if let Some(d) = detok.as_mut() {
+        let piece = d.finish();
+        if stream {
+            print!("{piece}");
+        }
+        text.push_str(&piece);
+    }
+    if a.json {
+        let mut j = stats_json(&stats, &text);
+        j["prefilled_tokens"] = prefilled.into();
+        j["cached_tokens"] = (prompt.len() - prefilled).into();
+        println!("{j}");
+    } else {
+        println!();
+        eprintln!("==========");
+        print_stats(&stats);
+    }
+    let _ = std::io::stdout().flush();
+    Ok(())
+}
+
+/// The `--json` object.
+fn stats_json(s: &GenStats, text: &str) -> Value {
+    json!({
+        "prompt_tokens": s.prompt_tokens,
+        "generation_tokens": s.tokens.len(),
+        "tokens": s.tokens,
+        "text": text,
+        "prompt_tps": s.prompt_tps,
+        "generation_tps": s.generation_tps,
+        "peak_memory_bytes": s.peak_memory_bytes,
+        "finish_reason": format!("{:?}", s.finish).to_lowercase(),
+        "draft": s.draft.map(|d| json!({
+            "proposed": d.proposed,
+            "accepted": d.accepted,
+            "rounds": d.rounds,
+        })),
+    })
+}
+
+fn print_stats(s: &GenStats) {
+    eprintln!("Prompt: {} tokens, {:.3} tokens-per-sec", s.prompt_tokens, s.prompt_tps);
+    eprintln!("Generation: {} tokens, {:.3} tokens-per-sec", s.tokens.len(), s.generation_tps);
+    eprintln!("Peak memory: {:.3} GB", s.peak_memory_bytes as f64 / 1e9);
+    if let Some(d) = s.draft {
+        let rate = if d.proposed > 0 { 100.0 * d.accepted as f64 / d.proposed as f64 } else { 0.0 };
+        eprintln!("Drafts: {} of {} accepted ({rate:.1}%) in {} verify steps", d.accepted, d.proposed, d.rounds);
+    }
+}

@@ -1,0 +1,50 @@
+//! The `famlx` command line: the subcommands, each in its own module, over
+//! the arguments they share ([`args`]) and the setup they share ([`setup`]).
+
+pub mod args;
+mod bench;
+mod chat;
+mod generate;
+mod plugins;
+mod setup;
+
+use args::{CachePromptArgs, ChatArgs, GenerateArgs, PluginArgs};
+pub use bench::BenchArgs;
+use clap::{Parser, Subcommand};
+
+/// LLM inference on MLX; every model family is a plugin.
+#[derive(Parser, Debug)]
+#[command(name = "famlx", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate a completion for one prompt.
+    Generate(GenerateArgs),
+    /// Chat interactively (REPL).
+    Chat(ChatArgs),
+    /// Measure prompt and generation speed (like `mlx_lm.benchmark`).
+    Bench(BenchArgs),
+    /// List plugins found, loaded and refused.
+    Plugins(PluginArgs),
+    /// Prefill a prompt and save the caches to a file for `generate
+    /// --prompt-cache-file` (like `mlx_lm.cache_prompt`).
+    CachePrompt(CachePromptArgs),
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    mlx::check_runtime()?;
+    match cli.command {
+        Command::Generate(a) => generate::run(a),
+        Command::Chat(a) => chat::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Plugins(a) => plugins::run(a),
+        Command::CachePrompt(a) => generate::run_cache_prompt(a),
+    }
+}

@@ -1,0 +1,211 @@
+//! A drafter as the host holds it, for speculative decoding: the plugin's
+//! draft head (the target's own MTP head, or a separate draft checkpoint's
+//! model), its own caches, and where they stand against the target's.
+
+use crate::cache::{make_caches, CacheOptions, SharedCache};
+use crate::model::{plan_and_rewrite, HostWeights, LoadedModel, Source};
+use crate::plugins::Registry;
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::RVec;
+use anyhow::{anyhow, bail, Context, Result};
+use mlx::Array;
+use plugin_api::{ArrayHandle, CacheBox, DrafterBox, WeightStore_TO};
+use std::path::Path;
+use std::rc::Rc;
+
+/// Speculative decoding settings.
+#[derive(Debug, Clone)]
+pub struct SpecParams {
+    /// Tokens drafted per round (1..=8).
+    pub depth: usize,
+    /// Stop drafting a round early once the drafter's top probability falls
+    /// below this (0: always draft `depth` tokens). Each check reads a value
+    /// back from the device, so it costs a synchronisation per draft step.
+    pub min_confidence: f32,
+}
+
+impl Default for SpecParams {
+    fn default() -> Self {
+        SpecParams { depth: 2, min_confidence: 0.0 }
+    }
+}
+
+/// Longest draft a round may ask for.
+pub const MAX_DEPTH: usize = 8;
+
+impl SpecParams {
+    /// Checks the settings, naming the flag at fault.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=MAX_DEPTH).contains(&self.depth) {
+            bail!("--mtp-depth (--draft-depth) must be between 1 and {MAX_DEPTH}, got {}", self.depth);
+        }
+        if !(0.0..1.0).contains(&self.min_confidence) {
+            bail!("--draft-min-confidence must be in [0, 1), got {}", self.min_confidence);
+        }
+        Ok(())
+    }
+}
+
+/// A drafter as the host holds it: the plugin's object, its own caches, and
+/// (for a separate draft checkpoint) the weights it was built from.
+pub struct Drafter {
+    /// The family that built it.
+    pub family: String,
+    /// Where it came from: "mtp" (the target's own head) or the draft checkpoint's path.
+    pub source: String,
+    drafter: DrafterBox,
+    caches: Vec<SharedCache>,
+    boxes: RVec<CacheBox>,
+    /// Tokens the drafter's caches hold beyond the target's (the first
+    /// token, for drafters that read it in `begin`).
+    pub(crate) lead: i64,
+    _weights: Option<Rc<HostWeights>>,
+}
+
+impl Drafter {
+    fn new(family: &str, source: String, drafter: DrafterBox, weights: Option<Rc<HostWeights>>) -> Result<Self> {
+        let mut d = Drafter {
+            family: family.to_string(),
+            source,
+            drafter,
+            caches: Vec::new(),
+            boxes: RVec::new(),
+            lead: 0,
+            _weights: weights,
+        };
+        d.reset()?;
+        Ok(d)
+    }
+
+    /// The target's own draft head (e.g. Qwen3.5's MTP layer), if its
+    /// family builds one from the checkpoint.
+    pub fn from_target(m: &LoadedModel) -> Result<Option<Drafter>> {
+        let store = WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
+        let store2 = WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
+        let d = m
+            .family
+            .family
+            .build_drafter(&m.plan, store, &m.plan, store2)
+            .into_result()
+            .map_err(|e| anyhow!("{}: {} plugin: building the drafter: {e}", m.source.location, m.family.name))?;
+        d.into_option().map(|d| Drafter::new(&m.family.name, "mtp".into(), d, None)).transpose()
+    }
+
+    /// A separate draft checkpoint (`--draft-model DIR`) for target `m`.
+    pub fn load(path: &Path, registry: &Registry, family: Option<&str>, m: &LoadedModel) -> Result<Drafter> {
+        let (src, ck) = Source::open(path).with_context(|| format!("draft model {}", path.display()))?;
+        let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
+        let (plan, weights) = plan_and_rewrite(&fam, &src)?;
+        // Embedding tables are often padded past the tokenizer (Qwen2.5
+        // 0.5B vs 7B): sizes may differ when both tokenizers are the same.
+        if plan.vocab_size != m.plan.vocab_size {
+            let same = match (&ck.tokenizer, &m.tokenizer) {
+                (Some(a), Some(b)) => {
+                    let n = a.vocab_size();
+                    n == b.vocab_size()
+                        && n <= plan.vocab_size.min(m.plan.vocab_size) as usize
+                        && (0..n as u32).all(|i| a.id_to_token(i) == b.id_to_token(i))
+                }
+                _ => false,
+            };
+            if !same {
+                bail!(
+                    "{}: the draft model's vocabulary ({} tokens) differs from the target's ({}) and their tokenizers are not the same",
+                    path.display(),
+                    plan.vocab_size,
+                    m.plan.vocab_size
+                );
+            }
+        }
+        let store = WeightStore_TO::from_ptr(&*weights, TD_Opaque);
+        let target = WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
+        let d = fam
+            .family
+            .build_drafter(&plan, store, &m.plan, target)
+            .into_result()
+            .map_err(|e| anyhow!("{}: {} plugin: building the drafter: {e}", path.display(), fam.name))?;
+        let Some(d) = d.into_option() else {
+            bail!(
+                "{}: the {} plugin builds no drafter from this checkpoint (model_type {:?})",
+                path.display(),
+                fam.name,
+                ck.model_type
+            );
+        };
+        Drafter::new(&fam.name, path.display().to_string(), d, Some(weights))
+    }
+
+    /// Tokens in the drafter's own caches.
+    pub(crate) fn offset(&self) -> i64 {
+        self.caches.first().map_or(0, |c| c.lock().offset())
+    }
+
+    /// Starts a conversation whose first token is `first`.
+    pub(crate) fn begin(&mut self, first: u32) -> Result<()> {
+        self.reset()?;
+        let n = self
+            .drafter
+            .begin(first, &mut self.boxes)
+            .into_result()
+            .map_err(|e| anyhow!("{} drafter: {e}", self.family))?;
+        self.lead = n as i64;
+        self.eval_caches()
+    }
+
+    pub(crate) fn reset(&mut self) -> Result<()> {
+        self.lead = 0;
+        let kinds: Vec<_> = self.drafter.cache_kinds().into_iter().collect();
+        self.caches = make_caches(&kinds, &CacheOptions::default())?;
+        self.boxes = self.caches.iter().map(SharedCache::boxed).collect();
+        Ok(())
+    }
+
+    /// Trims the drafter's caches to `offset` tokens; false when some cache
+    /// could not rewind exactly (the caller starts them over).
+    pub(crate) fn trim_to(&mut self, offset: i64) -> bool {
+        let mut exact = true;
+        for c in &self.caches {
+            let mut c = c.lock();
+            let n = c.offset() - offset;
+            if n > 0 && c.trim(n) != n {
+                exact = false;
+            }
+        }
+        exact
+    }
+
+    pub(crate) fn eval_caches(&self) -> Result<()> {
+        let arrays: Vec<Array> = self.caches.iter().flat_map(|c| c.lock().arrays()).collect();
+        mlx::eval(&arrays.iter().collect::<Vec<_>>()).map_err(Into::into)
+    }
+
+    /// One step: (logits `[1, V]`, hidden `[1, 1, H]`).
+    pub(crate) fn step(&mut self, target: &mut LoadedModel, hidden: &Array, tokens: &Array) -> Result<(Array, Array)> {
+        let out = self
+            .drafter
+            .step(hidden.clone().into(), tokens.clone().into(), target.cache_boxes_mut(), &mut self.boxes)
+            .into_result()
+            .map_err(|e| anyhow!("{} drafter: {e}", self.family))?;
+        let logits = out.logits.into_array();
+        let (v, want) = (logits.dim(-1), target.plan.vocab_size as i32);
+        if logits.size() != v as usize {
+            return Err(anyhow!(
+                "{} drafter: step returned logits of shape {:?}, expected [1, 1, {want}]",
+                self.family,
+                logits.shape(),
+            ));
+        }
+        let logits = logits.reshape(&[1, v])?;
+        // A padded table on either side (checked at load): cut the draft's
+        // extra rows, or give the target's extra ids no probability.
+        let logits = match v.cmp(&want) {
+            std::cmp::Ordering::Equal => logits,
+            std::cmp::Ordering::Greater => logits.slice_axis(1, 0, want)?,
+            std::cmp::Ordering::Less => {
+                let pad = mlx::full(&[1, want - v], &Array::f32(f32::NEG_INFINITY), logits.dtype())?;
+                mlx::concatenate(&[&logits, &pad], 1)?
+            }
+        };
+        Ok((logits, ArrayHandle::into_array(out.hidden)))
+    }
+}

@@ -1,0 +1,17 @@
+//! Decoding: what a generation is asked and reports ([`GenParams`],
+//! [`GenStats`]), prefill, and the two loops beneath it: the plain pipelined
+//! loop ([`generate`]) and speculative decoding with a [`Drafter`]
+//! ([`generate_speculative`]). A [`crate::session::Session`] picks between
+//! them and keeps a conversation's caches across turns.
+
+mod drafter;
+mod params;
+mod plain;
+mod prefill;
+mod speculative;
+
+pub use drafter::{Drafter, SpecParams, MAX_DEPTH};
+pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, TOKEN_DTYPE};
+pub use plain::generate;
+pub use prefill::{prefill, prefill_last_alone};
+pub use speculative::generate_speculative;

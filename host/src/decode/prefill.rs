@@ -1,0 +1,103 @@
+//! Feeding a prompt through the model: chunked prefill (mlx-lm's split, so
+//! quantized and rotating caches hold what mlx-lm's hold), with the checks
+//! every prompt gets (ids inside the vocabulary, cancel between chunks).
+
+use super::params::{check_cancel, release_buffers};
+use crate::model::LoadedModel;
+use anyhow::{anyhow, bail, Result};
+use mlx::Array;
+use plugin_api::LogitsWanted;
+use std::sync::atomic::AtomicBool;
+
+/// `[1, n]` int32 token ids.
+pub(crate) fn ids_array(ids: &[u32]) -> Result<Array> {
+    let v: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+    Array::from_slice(&v, &[1, v.len() as i32]).map_err(Into::into)
+}
+
+/// Refuses token ids outside the model's vocabulary: MLX's embedding
+/// gather does no bounds check and would read whatever memory follows.
+pub(crate) fn check_ids(m: &LoadedModel, ids: &[u32]) -> Result<()> {
+    let v = m.plan.vocab_size;
+    match ids.iter().find(|&&i| i >= v) {
+        Some(bad) => bail!("token id {bad} is outside the vocabulary of {v} tokens"),
+        None => Ok(()),
+    }
+}
+
+/// Feeds `prompt` through the model in chunks; returns the last position's
+/// logits `[1, V]`.
+pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array> {
+    if prompt.is_empty() {
+        bail!("the prompt is empty: nothing to generate from");
+    }
+    check_ids(m, prompt)?;
+    let step = step.max(1);
+    let mut rest = prompt;
+    while rest.len() > step {
+        m.forward(&ids_array(&rest[..step])?, LogitsWanted::None)?;
+        m.eval_caches()?;
+        release_buffers();
+        rest = &rest[step..];
+    }
+    let logits =
+        m.forward(&ids_array(rest)?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("the model returned no logits"))?;
+    let v = logits.dim(-1);
+    logits.reshape(&[1, v]).map_err(Into::into)
+}
+
+/// Feeds `prompt` as mlx-lm's `generate_step` does: all but the last token
+/// in chunks of `step` (evaluating the caches after each), then the last
+/// token alone; returns its logits `[1, V]`. The chunk boundaries decide
+/// when a quantized cache starts quantizing and what a rotating window
+/// holds, so this split gives mlx-lm's tokens with those caches.
+pub fn prefill_last_alone(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array> {
+    prefill_last_alone_until(m, prompt, step, None)
+}
+
+/// [`prefill_last_alone`], stopping with [`Interrupted`] between chunks once
+/// `cancel` is set.
+pub(crate) fn prefill_last_alone_until(
+    m: &mut LoadedModel,
+    prompt: &[u32],
+    step: usize,
+    cancel: Option<&AtomicBool>,
+) -> Result<Array> {
+    let mut out = None;
+    prefill_chunks(m, prompt, step, false, cancel, |_, _, _, last| {
+        out = last;
+        Ok(())
+    })?;
+    out.ok_or_else(|| anyhow!("the model returned no logits"))
+}
+
+/// [`prefill_last_alone`]'s forwards, calling `f(model, chunk, hidden,
+/// logits)` after each: the hidden state `[1, L, H]` when `want_hidden`,
+/// the logits `[1, V]` for the final (one-token) chunk only.
+pub(crate) fn prefill_chunks(
+    m: &mut LoadedModel,
+    prompt: &[u32],
+    step: usize,
+    want_hidden: bool,
+    cancel: Option<&AtomicBool>,
+    mut f: impl FnMut(&mut LoadedModel, &[u32], Option<Array>, Option<Array>) -> Result<()>,
+) -> Result<()> {
+    let Some((_, head)) = prompt.split_last() else {
+        bail!("the prompt is empty: nothing to generate from");
+    };
+    check_ids(m, prompt)?;
+    for chunk in head.chunks(step.max(1)) {
+        check_cancel(cancel)?;
+        let (_, h) = m.forward_io(&ids_array(chunk)?, LogitsWanted::None, want_hidden)?;
+        m.eval_caches()?;
+        release_buffers();
+        crate::memory::check()?;
+        f(m, chunk, h, None)?;
+    }
+    check_cancel(cancel)?;
+    let last = &prompt[head.len()..];
+    let (logits, h) = m.forward_io(&ids_array(last)?, LogitsWanted::Last, want_hidden)?;
+    let logits = logits.ok_or_else(|| anyhow!("the model returned no logits"))?;
+    let v = logits.dim(-1);
+    f(m, last, h, Some(logits.reshape(&[1, v])?))
+}

@@ -1,0 +1,264 @@
+//! A model ready to run: the family's plan and built model over the host's
+//! weights, the tokenizer and the caches. Decoding state (drafters, a
+//! conversation's memory) lives in [`crate::session`], not here.
+
+use super::weights::{assemble, plugin_err, HostWeights, Source};
+use crate::cache::{make_caches, CacheOptions, Rollback, SharedCache};
+use crate::plugins::{FamilyEntry, Registry};
+use abi_stable::std_types::{ROption, RVec};
+use anyhow::{anyhow, Context, Result};
+use famlx_text::Tokenizer;
+use mlx::Array;
+use plugin_api::{ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan};
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// A model ready to run.
+pub struct LoadedModel {
+    /// The family serving it.
+    pub family: Arc<FamilyEntry>,
+    /// The family's plan.
+    pub plan: ModelPlan,
+    /// Rewritten weights.
+    pub weights: Rc<HostWeights>,
+    /// What was read from disk, kept for rebuilding after a plugin reload.
+    pub(crate) source: Rc<Source>,
+    /// The built model.
+    pub model: ModelBox,
+    /// The tokenizer, when the checkpoint has one.
+    pub tokenizer: Option<Tokenizer>,
+    /// Why the checkpoint has no usable tokenizer.
+    pub tokenizer_error: Option<String>,
+    /// Host handles to the caches.
+    pub caches: Vec<SharedCache>,
+    /// The plugin's view of the same caches.
+    cache_boxes: RVec<CacheBox>,
+    /// Cache settings.
+    pub cache_opts: CacheOptions,
+}
+
+/// The model's BOS convention (`plan.add_bos`, from its family) where the
+/// tokenizer is silent: a checkpoint whose tokenizer_config has no
+/// `add_bos_token` and whose tokenizer.json inserts no BOS still gets BOS if
+/// its family is trained with one (Gemma). A tokenizer that says either way
+/// wins; [`Tokenizer::encode`]'s rule still prevents a second BOS.
+pub fn apply_bos_convention(tok: &mut Tokenizer, plan: &ModelPlan) {
+    if let (false, Some(on)) = (tok.add_bos_declared(), plan.add_bos.into_option()) {
+        tok.set_add_bos(on);
+    }
+}
+
+impl LoadedModel {
+    /// Opens the checkpoint at `path`, picks its family and builds it.
+    pub fn load(
+        path: &Path,
+        registry: &Registry,
+        family: Option<&str>,
+        cache_opts: CacheOptions,
+    ) -> Result<LoadedModel> {
+        let (source, ck) = Source::open(path)?;
+        let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
+        let source = Rc::new(source);
+        let (plan, weights, model) = assemble(&fam, &source)?;
+        let caches = make_caches(&plan.caches, &cache_opts)?;
+        let cache_boxes = caches.iter().map(SharedCache::boxed).collect();
+        let mut tokenizer = ck.tokenizer;
+        if let Some(t) = tokenizer.as_mut() {
+            apply_bos_convention(t, &plan);
+        }
+        Ok(LoadedModel {
+            family: fam,
+            plan,
+            weights,
+            source,
+            model,
+            tokenizer,
+            tokenizer_error: ck.tokenizer_error,
+            caches,
+            cache_boxes,
+            cache_opts,
+        })
+    }
+
+    /// Forgets the checkpoint's tensors as read from disk, which only a hot
+    /// reload needs: tensors the family fused or transformed at load would
+    /// otherwise stay in memory twice. A later [`LoadedModel::swap_family`]
+    /// then fails with a message saying to start with `--watch`.
+    pub fn release_source(&mut self) {
+        if self.source.tensors.is_empty() {
+            return;
+        }
+        let s = &self.source;
+        self.source = Rc::new(Source {
+            model_type: s.model_type.clone(),
+            config_text: s.config_text.clone(),
+            config_path: s.config_path.clone(),
+            location: s.location.clone(),
+            tensors: HashMap::new(),
+            quant: s.quant.clone(),
+        });
+    }
+
+    /// Swaps in another build of the serving family (hot reload), rebuilding
+    /// the model from the tensors already in memory. Caches survive when the
+    /// new plan asks for the same cache layout; returns whether they did.
+    /// On error the current family keeps serving.
+    pub fn swap_family(&mut self, fam: Arc<FamilyEntry>) -> Result<bool> {
+        if self.source.tensors.is_empty() {
+            return Err(anyhow!(
+                "{}: the checkpoint's tensors were not kept in memory; start with --watch to hot-reload plugins",
+                self.source.config_path
+            ));
+        }
+        let (plan, weights, model) = assemble(&fam, &self.source)?;
+        let same = plan.caches == self.plan.caches;
+        self.family = fam;
+        self.plan = plan;
+        self.weights = weights;
+        self.model = model;
+        if let Some(t) = self.tokenizer.as_mut() {
+            apply_bos_convention(t, &self.plan);
+        }
+        if !same {
+            self.reset_caches()?;
+        }
+        Ok(same)
+    }
+
+    /// How many tokens may follow a prompt of `prompt_len` before the
+    /// model's context is full (`None`: no bound, the context is unknown or
+    /// a `--max-kv-size` window keeps only the newest tokens). A prompt that
+    /// does not fit is an error naming both lengths, before any work.
+    pub fn context_room(&self, prompt_len: usize) -> Result<Option<usize>> {
+        let ctx = self.plan.max_position_embeddings as usize;
+        if ctx == 0 || self.cache_opts.max_kv_size.is_some() {
+            return Ok(None);
+        }
+        if prompt_len > ctx {
+            anyhow::bail!(
+                "the prompt is {prompt_len} tokens, longer than the model's context of {ctx} tokens; \
+                 pass --max-kv-size N to keep only the newest N tokens in the cache"
+            );
+        }
+        Ok(Some(ctx - prompt_len))
+    }
+
+    /// The tokenizer, or an error saying why there is none.
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer
+            .as_ref()
+            .ok_or_else(|| anyhow!("{}", self.tokenizer_error.clone().unwrap_or_else(|| "no tokenizer".into())))
+    }
+
+    /// Replaces the caches with empty ones.
+    pub fn reset_caches(&mut self) -> Result<()> {
+        self.caches = make_caches(&self.plan.caches, &self.cache_opts)?;
+        self.cache_boxes = self.caches.iter().map(SharedCache::boxed).collect();
+        Ok(())
+    }
+
+    /// Replaces the caches (one per plan layer, e.g. read from a file).
+    pub fn set_caches(&mut self, caches: Vec<SharedCache>) {
+        self.cache_boxes = caches.iter().map(SharedCache::boxed).collect();
+        self.caches = caches;
+    }
+
+    /// A cheap copy of every cache (arrays are shared, not copied), for
+    /// [`LoadedModel::restore`].
+    pub fn snapshot(&self) -> Rollback {
+        Rollback::full(&self.caches)
+    }
+
+    /// Puts the caches back as `snap` recorded them; `snap` stays usable.
+    pub fn restore(&mut self, snap: &Rollback) -> Result<()> {
+        snap.restore_into(&self.caches).map_err(Into::into)
+    }
+
+    /// Drops the last `n` tokens from every cache. Returns false, changing
+    /// nothing, when some cache cannot rewind exactly (a window that has
+    /// slid, a recurrent state): restore a snapshot instead.
+    pub fn trim(&mut self, n: usize) -> bool {
+        let n = n as i64;
+        if !self.caches.iter().all(|c| c.lock().can_trim(n)) {
+            return false;
+        }
+        for c in &self.caches {
+            c.lock().trim(n);
+        }
+        true
+    }
+
+    /// The plugin's view of the caches (for drafters reading them).
+    pub(crate) fn cache_boxes_mut(&mut self) -> &mut RVec<CacheBox> {
+        &mut self.cache_boxes
+    }
+
+    /// Tokens currently held by the caches.
+    pub fn cache_offset(&self) -> i64 {
+        self.caches.first().map_or(0, |c| c.lock().offset())
+    }
+
+    /// Runs the model over `tokens` (`[1, L]` int32), updating the caches.
+    pub fn forward(&mut self, tokens: &Array, logits_wanted: LogitsWanted) -> Result<Option<Array>> {
+        Ok(self.forward_io(tokens, logits_wanted, false)?.0)
+    }
+
+    /// [`LoadedModel::forward`] that also returns the final hidden state
+    /// (`[1, L, hidden]`) when `want_hidden`.
+    pub fn forward_io(
+        &mut self,
+        tokens: &Array,
+        logits_wanted: LogitsWanted,
+        want_hidden: bool,
+    ) -> Result<(Option<Array>, Option<Array>)> {
+        let input = ForwardInput {
+            tokens: tokens.clone().into(),
+            embeddings: ROption::RNone,
+            logits: logits_wanted,
+            want_hidden,
+        };
+        let out = self
+            .model
+            .forward(input, &mut self.cache_boxes)
+            .into_result()
+            .map_err(|e| plugin_err(&self.family.name, "forward", e))?;
+        let logits = out.logits.into_option().map(ArrayHandle::into_array);
+        if let Some(l) = &logits {
+            let (b, n) = (tokens.dim(0), tokens.dim(1));
+            let rows = if logits_wanted == LogitsWanted::All { n } else { 1 };
+            let want = [b, rows, self.plan.vocab_size as i32];
+            if l.shape() != want {
+                return Err(anyhow!(
+                    "{} plugin: forward returned logits of shape {:?}, expected {:?}",
+                    self.family.name,
+                    l.shape(),
+                    want
+                ));
+            }
+        } else if logits_wanted != LogitsWanted::None {
+            return Err(anyhow!("{} plugin: forward returned no logits", self.family.name));
+        }
+        let hidden = out.hidden.into_option().map(ArrayHandle::into_array);
+        if want_hidden {
+            let ok = hidden.as_ref().is_some_and(|h| h.ndim() == 3 && h.dim(1) == tokens.dim(1));
+            if !ok {
+                return Err(anyhow!(
+                    "{} plugin: forward was asked for the hidden state [1, {}, H] and returned {:?}",
+                    self.family.name,
+                    tokens.dim(1),
+                    hidden.as_ref().map(|h| h.shape().to_vec())
+                ));
+            }
+        }
+        Ok((logits, hidden))
+    }
+
+    /// Evaluates the cache contents (after a prefill chunk).
+    pub fn eval_caches(&self) -> Result<()> {
+        let arrays: Vec<Array> = self.caches.iter().flat_map(|c| c.lock().arrays()).collect();
+        let refs: Vec<&Array> = arrays.iter().collect();
+        mlx::eval(&refs).map_err(Into::into)
+    }
+}

@@ -46,7 +46,7 @@ fn attention(dt: Dtype, fused: bool) -> Attention {
     w.insert("a.q_norm.weight".into(), rand(&[d], 1.0, dt).add_s(1.0).unwrap());
     w.insert("a.k_norm.weight".into(), rand(&[d], 1.0, dt).sub_s(0.5).unwrap());
     let rope = Rope::new(d, 1_000_000.0, false, &RopeScaling::None).unwrap();
-    let shape = AttentionShape { hidden, n_heads: hq, n_kv_heads: hkv, head_dim: d, qk_norm_eps: Some(1e-6) };
+    let shape = AttentionShape::new(hidden, hq, hkv, d).qk_norms(1e-6);
     Attention::load(&Map(w), "a", &shape, rope).unwrap()
 }
 

@@ -6,11 +6,15 @@
 //! an [`Error`] carrying MLX's message, never an abort.
 
 mod array;
+mod combine;
 pub mod compile;
+mod conv;
+mod create;
 pub mod device;
 mod dtype;
 mod error;
 pub mod fast;
+mod fft;
 pub mod io;
 pub mod kernel;
 pub mod memory;
@@ -22,8 +26,11 @@ mod version;
 
 pub(crate) use array::out1;
 pub use array::Array;
+pub use combine::*;
+pub use conv::*;
+pub use create::*;
 pub use dtype::{Dtype, Element};
 pub(crate) use error::check;
 pub use error::{Error, Result};
-pub use ops::*;
+pub use fft::*;
 pub use version::{build_libdir, build_version, check_runtime, runtime_version};

@@ -1,5 +1,6 @@
-//! Array operations: arithmetic, comparisons, reductions, scans, shapes,
-//! indexing, creation, linear algebra, convolution and FFT.
+//! Methods of [`Array`]: arithmetic, comparisons, reductions, scans,
+//! shapes, indexing and matmul. Free functions that make or combine arrays
+//! live in `create`, `combine`, `conv` and `fft`.
 
 use crate::{check, out1, Array, Dtype, Error, Result};
 use mlx_sys as sys;
@@ -10,7 +11,8 @@ fn opt(a: Option<&Array>) -> sys::mlxs_array {
     a.map_or(null_mut(), |a| a.as_raw())
 }
 
-fn raws(a: &[&Array]) -> Vec<sys::mlxs_array> {
+/// The raw handles of `a`, for shim calls taking arrays of arrays.
+pub(crate) fn raws(a: &[&Array]) -> Vec<sys::mlxs_array> {
     a.iter().map(|x| x.as_raw()).collect()
 }
 
@@ -497,6 +499,12 @@ impl Array {
     pub fn argpartition(&self, kth: i32, axis: i32) -> Result<Array> {
         out1(|o| unsafe { sys::mlxs_partition(self.as_raw(), kth, axis, 1, o) })
     }
+    /// Indices of the `k` largest entries along the last axis, in no
+    /// particular order (expert routing).
+    pub fn top_k_indices(&self, k: i32) -> Result<Array> {
+        let n = self.dim(-1);
+        self.argpartition(n - k, -1)?.slice_axis(-1, n - k, n)
+    }
     /// The k largest values along an axis (unordered).
     pub fn topk(&self, k: i32, axis: i32) -> Result<Array> {
         out1(|o| unsafe { sys::mlxs_topk(self.as_raw(), k, axis, o) })
@@ -527,166 +535,3 @@ impl Array {
         out1(|o| unsafe { sys::mlxs_matmul(self.as_raw(), b.as_raw(), o) })
     }
 }
-
-/// `where(cond, x, y)`.
-pub fn where_(cond: &Array, x: &Array, y: &Array) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_where(cond.as_raw(), x.as_raw(), y.as_raw(), o) })
-}
-
-/// Concatenates along an axis.
-pub fn concatenate(arrays: &[&Array], axis: i32) -> Result<Array> {
-    let r = raws(arrays);
-    out1(|o| unsafe { sys::mlxs_concatenate(r.as_ptr(), r.len(), axis, o) })
-}
-
-/// Stacks along a new axis.
-pub fn stack(arrays: &[&Array], axis: i32) -> Result<Array> {
-    let r = raws(arrays);
-    out1(|o| unsafe { sys::mlxs_stack(r.as_ptr(), r.len(), axis, o) })
-}
-
-/// How [`scatter`] combines updates with existing values.
-#[derive(Debug, Clone, Copy)]
-pub enum ScatterOp {
-    /// overwrite
-    Set = 0,
-    /// add
-    Add = 1,
-    /// multiply
-    Prod = 2,
-    /// max
-    Max = 3,
-    /// min
-    Min = 4,
-}
-
-/// Scatters `updates` into `a` at `indices` (one index array per axis in `axes`).
-pub fn scatter(op: ScatterOp, a: &Array, indices: &[&Array], updates: &Array, axes: &[i32]) -> Result<Array> {
-    let r = raws(indices);
-    out1(|o| unsafe {
-        sys::mlxs_scatter(op as i32, a.as_raw(), r.as_ptr(), r.len(), updates.as_raw(), axes.as_ptr(), axes.len(), o)
-    })
-}
-
-/// Zeros.
-pub fn zeros(shape: &[i32], d: Dtype) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_zeros(shape.as_ptr(), shape.len(), d as i32, o) })
-}
-/// Ones.
-pub fn ones(shape: &[i32], d: Dtype) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_ones(shape.as_ptr(), shape.len(), d as i32, o) })
-}
-/// Filled with `v` (broadcast) as dtype `d`.
-pub fn full(shape: &[i32], v: &Array, d: Dtype) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_full(shape.as_ptr(), shape.len(), v.as_raw(), d as i32, o) })
-}
-/// `[start, stop)` with a step.
-pub fn arange(start: f64, stop: f64, step: f64, d: Dtype) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_arange(start, stop, step, d as i32, o) })
-}
-/// `num` evenly spaced values in [start, stop].
-pub fn linspace(start: f64, stop: f64, num: i32, d: Dtype) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_linspace(start, stop, num, d as i32, o) })
-}
-/// Identity-like matrix with ones on diagonal k.
-pub fn eye(n: i32, m: i32, k: i32, d: Dtype) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_eye(n, m, k, d as i32, o) })
-}
-/// Ones at and below diagonal k.
-pub fn tri(n: i32, m: i32, k: i32, d: Dtype) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_tri(n, m, k, d as i32, o) })
-}
-
-/// `beta * c + alpha * (a @ b)`.
-pub fn addmm(c: &Array, a: &Array, b: &Array, alpha: f32, beta: f32) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_addmm(c.as_raw(), a.as_raw(), b.as_raw(), alpha, beta, o) })
-}
-
-/// N-d convolution (1, 2 or 3 spatial dims, channels last) with groups.
-pub fn conv(x: &Array, w: &Array, stride: &[i32], padding: &[i32], dilation: &[i32], groups: i32) -> Result<Array> {
-    let n = stride.len();
-    if padding.len() != n || dilation.len() != n {
-        return Err(Error::msg("conv: stride, padding and dilation differ in length"));
-    }
-    out1(|o| unsafe {
-        sys::mlxs_conv(x.as_raw(), w.as_raw(), stride.as_ptr(), padding.as_ptr(), dilation.as_ptr(), n, groups, o)
-    })
-}
-
-/// 1-d convolution (`[N, L, C]` input, `[O, K, C/groups]` weight).
-pub fn conv1d(x: &Array, w: &Array, stride: i32, padding: i32, dilation: i32, groups: i32) -> Result<Array> {
-    conv(x, w, &[stride], &[padding], &[dilation], groups)
-}
-
-/// 2-d convolution (`[N, H, W, C]` input).
-pub fn conv2d(
-    x: &Array,
-    w: &Array,
-    stride: [i32; 2],
-    padding: [i32; 2],
-    dilation: [i32; 2],
-    groups: i32,
-) -> Result<Array> {
-    conv(x, w, &stride, &padding, &dilation, groups)
-}
-
-/// 3-d convolution (`[N, D, H, W, C]` input).
-pub fn conv3d(
-    x: &Array,
-    w: &Array,
-    stride: [i32; 3],
-    padding: [i32; 3],
-    dilation: [i32; 3],
-    groups: i32,
-) -> Result<Array> {
-    conv(x, w, &stride, &padding, &dilation, groups)
-}
-
-/// Transposed convolution (1 or 2 spatial dims).
-pub fn conv_transpose(
-    x: &Array,
-    w: &Array,
-    stride: &[i32],
-    padding: &[i32],
-    dilation: &[i32],
-    output_padding: &[i32],
-    groups: i32,
-) -> Result<Array> {
-    let n = stride.len();
-    if padding.len() != n || dilation.len() != n || output_padding.len() != n {
-        return Err(Error::msg("conv_transpose: argument lengths differ"));
-    }
-    out1(|o| unsafe {
-        sys::mlxs_conv_transpose(
-            x.as_raw(),
-            w.as_raw(),
-            stride.as_ptr(),
-            padding.as_ptr(),
-            dilation.as_ptr(),
-            output_padding.as_ptr(),
-            n,
-            groups,
-            o,
-        )
-    })
-}
-
-/// Which FFT [`fft`] computes.
-#[derive(Debug, Clone, Copy)]
-pub enum FftKind {
-    /// complex forward
-    Fft = 0,
-    /// complex inverse
-    Ifft = 1,
-    /// real forward
-    Rfft = 2,
-    /// real inverse
-    Irfft = 3,
-}
-
-/// One-dimensional FFT along `axis`; `n` ≤ 0 uses the natural length.
-pub fn fft(kind: FftKind, a: &Array, n: i32, axis: i32) -> Result<Array> {
-    out1(|o| unsafe { sys::mlxs_fft(kind as i32, a.as_raw(), n, axis, o) })
-}
-
-pub use crate::array::{async_eval, eval, graph_census, synchronize};

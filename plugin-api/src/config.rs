@@ -1,9 +1,121 @@
-//! Checks of config values, each error naming the field: a config that
-//! cannot describe a real model (no layers, heads that do not divide, a
-//! billion layers, an unknown activation) is refused when the plan is made,
-//! before anything is allocated or run.
+//! Reading a family's config: typed parsing that names the field at fault
+//! ([`parse`], [`crate::ModelPlan::config_as`]), single fields, the text part
+//! of a multimodal config, the rope a config describes (mlx-lm's
+//! `initialize_rope`), and checks of the values: a config that cannot
+//! describe a real model (no layers, heads that do not divide, a billion
+//! layers, an unknown activation) is refused when the plan is made, before
+//! anything is allocated or run.
 
+use mlx::nn::{Rope, RopeScaling};
 use mlx::{Error, Result};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Parses `c` as `T`, an error naming the field at fault
+/// (``config: field `text_config.head_dim`: invalid type ...``).
+pub fn parse<T: DeserializeOwned>(c: &Value) -> Result<T> {
+    serde_path_to_error::deserialize(c).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            Error(format!("config: {inner}"))
+        } else {
+            Error(format!("config: field `{path}`: {inner}"))
+        }
+    })
+}
+
+/// The text part of a config: `text_config` when present (multimodal
+/// checkpoints), else the config itself.
+pub fn text_config(c: &Value) -> &Value {
+    c.get("text_config").filter(|t| t.is_object()).unwrap_or(c)
+}
+
+/// Reads a config field, naming it in the error.
+pub fn field<T: DeserializeOwned>(cfg: &Value, name: &str) -> Result<T> {
+    let v = cfg.get(name).ok_or_else(|| Error(format!("config: missing field `{name}`")))?;
+    serde_json::from_value(v.clone()).map_err(|e| Error(format!("config: field `{name}`: {e}")))
+}
+
+/// Reads an optional config field (`null` counts as absent).
+pub fn field_or<T: DeserializeOwned>(cfg: &Value, name: &str, default: T) -> Result<T> {
+    match cfg.get(name) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => serde_json::from_value(v.clone()).map_err(|e| Error(format!("config: field `{name}`: {e}"))),
+    }
+}
+
+/// `eos_token_id` as an int or a list.
+pub fn eos_ids(cfg: &Value) -> Vec<u32> {
+    match cfg.get("eos_token_id") {
+        Some(Value::Number(n)) => n.as_u64().map(|n| vec![n as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_u64().map(|n| n as u32)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The `rope_scaling` entry of a config as a scaling (see [`scaling_of`]).
+pub fn rope_scaling(cfg: &Value) -> Result<RopeScaling> {
+    named_scaling("rope_scaling", cfg.get("rope_scaling"), field_or(cfg, "max_position_embeddings", 0)?)
+}
+
+/// [`scaling_of`], its errors naming the config entry `name` it came from.
+pub fn named_scaling(name: &str, entry: Option<&Value>, max_position_embeddings: i32) -> Result<RopeScaling> {
+    scaling_of(entry, max_position_embeddings).map_err(|e| Error(e.0.replace("config: ", &format!("config: {name}: "))))
+}
+
+/// A rope scaling entry (`rope_scaling`, or one of Gemma's
+/// `rope_parameters`) as the scaling it describes: `default`, `linear`,
+/// `llama3`, `proportional` (partial rotation), `longrope` / `su` (Phi-3).
+/// `max_position_embeddings` sets LongRoPE's magnitude scale.
+pub fn scaling_of(entry: Option<&Value>, max_position_embeddings: i32) -> Result<RopeScaling> {
+    let Some(s) = entry.filter(|v| !v.is_null()) else {
+        return Ok(RopeScaling::None);
+    };
+    let kind = s.get("rope_type").or_else(|| s.get("type")).and_then(Value::as_str).unwrap_or("default");
+    let f = |k: &str, d: f32| s.get(k).and_then(Value::as_f64).map(|v| v as f32).unwrap_or(d);
+    Ok(match kind {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor: field::<f32>(s, "factor")? },
+        "llama3" => RopeScaling::Llama3 {
+            factor: field::<f32>(s, "factor")?,
+            low_freq_factor: f("low_freq_factor", 1.0),
+            high_freq_factor: f("high_freq_factor", 4.0),
+            original_max_position_embeddings: f("original_max_position_embeddings", 8192.0),
+        },
+        "proportional" => RopeScaling::Proportional {
+            partial_rotary_factor: f("partial_rotary_factor", 1.0),
+            factor: f("factor", 1.0),
+        },
+        "longrope" | "su" => {
+            let original: f32 = field(s, "original_max_position_embeddings")?;
+            let long_factor: Vec<f32> = field(s, "long_factor")?;
+            // mlx-lm's SuScaledRoPE: the magnitude scale the context stretch implies.
+            let stretch = max_position_embeddings as f32 / original;
+            let mscale = match s.get("long_mscale").and_then(Value::as_f64) {
+                Some(m) => m as f32,
+                None if stretch <= 1.0 => 1.0,
+                None => (1.0 + stretch.ln() / original.ln()).sqrt(),
+            };
+            RopeScaling::LongRope { long_factor, mscale }
+        }
+        other => return Err(Error(format!("config: rope type `{other}` is not supported"))),
+    })
+}
+
+/// The rope of `dims` rotated features a config describes (mlx-lm's
+/// `initialize_rope`): base `base`, `traditional` (interleaved) pairs, and
+/// the scaling entry `scaling`.
+pub fn rope(
+    dims: i32,
+    base: f32,
+    traditional: bool,
+    scaling: Option<&Value>,
+    max_position_embeddings: i32,
+) -> Result<Rope> {
+    positive_finite("rope_theta", base)?;
+    Rope::new(dims, base, traditional, &named_scaling("rope_scaling", scaling, max_position_embeddings)?)
+}
 
 /// Bounds far above any released model (largest known: 126 layers, 128
 /// heads, head dim 512, width 18432, MLP 53248, vocabulary 262144, 512
@@ -121,11 +233,10 @@ pub fn implied_head_dim(hidden: i32, heads: i32) -> Result<i32> {
 /// The context a model runs to: `max_position_embeddings`, extended by a
 /// rope scaling that stretches positions (`factor` times the original
 /// length; Llama 3 configs already give the extended length). 0: unknown.
-pub fn context_length(max_position_embeddings: i32, scaling: &mlx::nn::RopeScaling) -> u32 {
-    use mlx::nn::RopeScaling;
+pub fn context_length(max_position_embeddings: i32, scaling: &RopeScaling) -> u32 {
     let mpe = max_position_embeddings.max(0) as f64;
     let scaled = match scaling {
-        RopeScaling::None => mpe,
+        RopeScaling::None | RopeScaling::Proportional { .. } | RopeScaling::LongRope { .. } => mpe,
         RopeScaling::Linear { factor } => mpe * *factor as f64,
         RopeScaling::Llama3 { factor, original_max_position_embeddings, .. } => {
             mpe.max(*original_max_position_embeddings as f64 * *factor as f64)

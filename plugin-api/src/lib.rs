@@ -22,6 +22,7 @@ pub use abi_stable;
 pub use handle::ArrayHandle;
 /// The MLX API, so out-of-tree plugins need no other famlx crate.
 pub use mlx;
+pub use serde;
 pub use serde_json;
 pub use types::*;
 

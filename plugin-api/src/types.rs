@@ -58,7 +58,8 @@ pub enum QuantClass {
     Pinned(QuantSpec),
 }
 
-/// What the host needs to know about a model to run it.
+/// What the host needs to know about a model to run it. Build one with
+/// [`ModelPlan::text`] and the `with_*` methods.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone)]
 pub struct ModelPlan {
@@ -66,24 +67,92 @@ pub struct ModelPlan {
     pub family: RString,
     /// The checkpoint's `model_type`.
     pub model_type: RString,
-    /// The family's parsed config as JSON; handed back to `build`.
+    /// The family's parsed config as JSON; handed back to `build` and
+    /// `rewrite` ([`ModelPlan::config_as`] reads it back typed).
     pub config: RString,
     /// One entry per cache slot the model's forward expects.
     pub caches: RVec<CacheKind>,
-    /// End-of-sequence token ids from the config.
+    /// End-of-sequence token ids from the config (the host adds the
+    /// tokenizer's own).
     pub eos_ids: RVec<u32>,
-    /// Output vocabulary size.
+    /// Output vocabulary size (the host refuses prompt ids past it).
     pub vocab_size: u32,
     /// Width of the hidden state (for drafters and embeddings input).
     pub hidden_size: u32,
-    /// Longest context the model was trained for (0: unknown).
+    /// Longest context the model runs to (rope scaling included); the host
+    /// refuses longer prompts unless a window is asked for. 0: unknown.
     pub max_position_embeddings: u32,
     /// Inputs the model accepts: "text", "image", "audio".
     pub modalities: RVec<RString>,
-    /// The checkpoint's storage dtype ("bfloat16", ...).
+    /// The checkpoint's storage dtype ("bfloat16", ...), for display; the
+    /// weights compute in the dtype they are stored in.
     pub dtype: RString,
-    /// Whether the tokenizer should prepend BOS (None: leave it to the tokenizer).
+    /// Whether the tokenizer should prepend BOS when its own files do not
+    /// say (None: leave it to the tokenizer).
     pub add_bos: ROption<bool>,
+}
+
+impl ModelPlan {
+    /// The plan of a text model of family `family`: its `model_type`, the
+    /// config to hand back to `build` (serialized), one cache slot per entry
+    /// of `caches`, an output vocabulary of `vocab` and a width of `hidden`.
+    /// No EOS ids, unknown context, storage dtype bfloat16 and no BOS rule
+    /// until set with the `with_*` methods.
+    pub fn text(
+        family: &str,
+        model_type: &str,
+        config: &impl serde::Serialize,
+        caches: Vec<CacheKind>,
+        vocab: i32,
+        hidden: i32,
+    ) -> mlx::Result<ModelPlan> {
+        let config = serde_json::to_string(config).map_err(|e| mlx::Error(format!("config: {e}")))?;
+        Ok(ModelPlan {
+            family: family.into(),
+            model_type: model_type.into(),
+            config: config.into(),
+            caches: caches.into(),
+            eos_ids: RVec::new(),
+            vocab_size: vocab.max(0) as u32,
+            hidden_size: hidden.max(0) as u32,
+            max_position_embeddings: 0,
+            modalities: vec![RString::from("text")].into(),
+            dtype: "bfloat16".into(),
+            add_bos: ROption::RNone,
+        })
+    }
+
+    /// With these end-of-sequence ids.
+    pub fn with_eos(mut self, ids: Vec<u32>) -> Self {
+        self.eos_ids = ids.into();
+        self
+    }
+
+    /// With a context of `tokens` (0: unknown).
+    pub fn with_context(mut self, tokens: u32) -> Self {
+        self.max_position_embeddings = tokens;
+        self
+    }
+
+    /// With this storage dtype name.
+    pub fn with_dtype(mut self, dtype: &str) -> Self {
+        self.dtype = dtype.into();
+        self
+    }
+
+    /// With a BOS rule for tokenizers that do not say.
+    pub fn with_bos(mut self, add: bool) -> Self {
+        self.add_bos = ROption::RSome(add);
+        self
+    }
+
+    /// The family's config the plan carries, parsed as `T` (the family's
+    /// typed config), an error naming the field at fault.
+    pub fn config_as<T: serde::de::DeserializeOwned>(&self) -> mlx::Result<T> {
+        let v: serde_json::Value = serde_json::from_str(self.config.as_str())
+            .map_err(|e| mlx::Error(format!("plan config is not JSON: {e}")))?;
+        crate::config::parse(&v)
+    }
 }
 
 /// Which logits a forward call must produce.

@@ -3,43 +3,54 @@
 //! the shared layers in `plugin_api::layers`; what makes it a family is the
 //! four parts below: a config, a plan, weight-name rules, a build.
 
+use plugin_api::config::{eos_ids, field_or, implied_head_dim, parse, rope, DecoderFields};
 use plugin_api::family::{FamilySpec, ModelForward};
-use plugin_api::layers::{eos_ids, field, field_or, rope_scaling, AttentionShape, DecoderLm, DecoderShape};
-use plugin_api::mlx::nn::{Rope, Weights};
-use plugin_api::mlx::{Array, Error, Result};
+use plugin_api::layers::{AttentionShape, DecoderLm, DecoderShape};
+use plugin_api::mlx::nn::Weights;
+use plugin_api::mlx::{Array, Result};
+use plugin_api::serde::{Deserialize, Serialize};
 use plugin_api::serde_json::Value;
 use plugin_api::{CacheKind, ModelPlan};
 
-/// Step 1, the config: the fields of config.json this family reads.
+/// Step 1, the config: the fields of config.json this family reads (a
+/// missing or mistyped one is an error naming it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(crate = "plugin_api::serde")]
 struct Config {
-    hidden: i32,
-    intermediate: i32,
-    layers: i32,
-    heads: i32,
-    kv_heads: i32,
-    head_dim: i32,
-    eps: f32,
-    vocab: i32,
-    rope: Rope,
-    tied: bool,
+    hidden_size: i32,
+    intermediate_size: i32,
+    num_hidden_layers: i32,
+    num_attention_heads: i32,
+    num_key_value_heads: Option<i32>,
+    head_dim: Option<i32>,
+    rms_norm_eps: f32,
+    vocab_size: i32,
+    rope_theta: Option<f32>,
+    rope_scaling: Option<Value>,
+    tie_word_embeddings: Option<bool>,
+    max_position_embeddings: Option<i32>,
 }
 
 impl Config {
     fn parse(c: &Value) -> Result<Config> {
-        let hidden: i32 = field(c, "hidden_size")?;
-        let heads: i32 = field(c, "num_attention_heads")?;
-        let head_dim = field_or(c, "head_dim", hidden / heads)?;
-        Ok(Config {
-            hidden,
-            intermediate: field(c, "intermediate_size")?,
-            layers: field(c, "num_hidden_layers")?,
-            heads,
-            kv_heads: field_or(c, "num_key_value_heads", heads)?,
-            head_dim,
-            eps: field(c, "rms_norm_eps")?,
-            vocab: field(c, "vocab_size")?,
-            rope: Rope::new(head_dim, field_or(c, "rope_theta", 10000.0)?, false, &rope_scaling(c)?)?,
-            tied: field_or(c, "tie_word_embeddings", true)?,
+        let cfg: Config = parse(c)?;
+        // Refuse what cannot describe a real model, naming the field.
+        cfg.fields()?.check()?;
+        Ok(cfg)
+    }
+
+    fn fields(&self) -> Result<DecoderFields> {
+        Ok(DecoderFields {
+            hidden: self.hidden_size,
+            layers: self.num_hidden_layers,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads.unwrap_or(self.num_attention_heads),
+            head_dim: match self.head_dim {
+                Some(d) => d,
+                None => implied_head_dim(self.hidden_size, self.num_attention_heads)?,
+            },
+            vocab: self.vocab_size,
         })
     }
 }
@@ -57,23 +68,15 @@ impl FamilySpec for MyTiny {
         &["mytiny"]
     }
 
-    /// Step 2, the plan: what the host must know to run the model — one full KV
-    /// cache per layer here.
+    /// Step 2, the plan: what the host must know to run the model (one full
+    /// KV cache per layer here), and the config `build` gets back.
     fn plan(&self, c: &Value) -> Result<ModelPlan> {
         let cfg = Config::parse(c)?;
-        Ok(ModelPlan {
-            family: "mytiny".into(),
-            model_type: "mytiny".into(),
-            config: c.to_string().into(),
-            caches: (0..cfg.layers).map(|_| CacheKind::Full).collect(),
-            eos_ids: eos_ids(c).into(),
-            vocab_size: cfg.vocab as u32,
-            hidden_size: cfg.hidden as u32,
-            max_position_embeddings: field_or(c, "max_position_embeddings", 0u32)?,
-            modalities: vec!["text".into()].into(),
-            dtype: field_or::<String>(c, "torch_dtype", "float32".into())?.into(),
-            add_bos: abi_stable::std_types::ROption::RNone,
-        })
+        let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
+        Ok(ModelPlan::text("mytiny", "mytiny", &cfg, caches, cfg.vocab_size, cfg.hidden_size)?
+            .with_eos(eos_ids(c))
+            .with_context(cfg.max_position_embeddings.unwrap_or(0).max(0) as u32)
+            .with_dtype(&field_or::<String>(c, "torch_dtype", "float32".into())?))
     }
 
     /// Step 3, weight-name rules: drop tensors the model does not use.
@@ -86,24 +89,19 @@ impl FamilySpec for MyTiny {
 
     /// Step 4, build: the layers from the host's weights.
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        let c: Value = plugin_api::serde_json::from_str(plan.config.as_str()).map_err(|e| Error(e.to_string()))?;
-        let cfg = Config::parse(&c)?;
+        let cfg: Config = plan.config_as()?;
+        let f = cfg.fields()?;
+        let rope = rope(f.head_dim, cfg.rope_theta.unwrap_or(10000.0), false, cfg.rope_scaling.as_ref(), 0)?;
         let shape = DecoderShape {
-            vocab: cfg.vocab,
-            layers: cfg.layers,
-            intermediate: cfg.intermediate,
-            rms_norm_eps: cfg.eps,
-            attention: AttentionShape {
-                hidden: cfg.hidden,
-                n_heads: cfg.heads,
-                n_kv_heads: cfg.kv_heads,
-                head_dim: cfg.head_dim,
-                qk_norm_eps: None,
-            },
-            tied: cfg.tied,
+            vocab: f.vocab,
+            layers: f.layers,
+            intermediate: f.intermediate,
+            rms_norm_eps: cfg.rms_norm_eps,
+            attention: AttentionShape::new(f.hidden, f.heads, f.kv_heads, f.head_dim),
+            tied: cfg.tie_word_embeddings.unwrap_or(true),
         };
         // Every tensor is checked against these shapes as it is loaded.
-        Ok(Box::new(DecoderLm::load(w, &shape, &cfg.rope)?))
+        Ok(Box::new(DecoderLm::load(w, &shape, &rope)?))
     }
 }
 

@@ -1,6 +1,6 @@
 //! Dense and quantized linear layers and embeddings.
 
-use super::{Kind, Weights};
+use super::weights::{Kind, Weights};
 use crate::quant::{dequantize, quantized_matmul, QuantSpec, Quantized};
 use crate::{Array, Error, Result};
 

@@ -1,6 +1,6 @@
 //! Normalisation layers.
 
-use super::{Kind, Weights};
+use super::weights::{Kind, Weights};
 use crate::{fast, Array, Result};
 
 /// RMS norm with a learned scale.

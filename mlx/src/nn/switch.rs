@@ -3,7 +3,8 @@
 //! through `gather_mm` / `gather_qmm`, and the gated expert MLP built from
 //! three of them. Families add their own router and combination rule.
 
-use super::{geglu, swiglu, Kind, Weights};
+use super::activations::GluActivation;
+use super::weights::{Kind, Weights};
 use crate::quant::{gather_mm, gather_qmm, QuantSpec, Quantized};
 use crate::{Array, Dtype, Error, Result};
 
@@ -53,24 +54,6 @@ impl SwitchLinear {
                 }
             }
             SwitchLinear::Quant(q, spec) => gather_qmm(x, q, spec, None, Some(idx), true, sorted),
-        }
-    }
-}
-
-/// The activation joining the gate and up projections of a [`SwitchGlu`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GluActivation {
-    /// `silu(gate) * up` (Qwen, Llama-style MoE).
-    Silu,
-    /// `gelu_tanh(gate) * up` (Gemma).
-    GeluApprox,
-}
-
-impl GluActivation {
-    fn apply(self, gate: &Array, up: &Array) -> Result<Array> {
-        match self {
-            GluActivation::Silu => swiglu(gate, up),
-            GluActivation::GeluApprox => geglu(gate, up),
         }
     }
 }

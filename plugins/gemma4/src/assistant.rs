@@ -25,11 +25,12 @@
 //! The host's rotating cache applies exactly that in `attend_cached` (only
 //! the cache knows its ring order, so the mask belongs to the host).
 
-use super::{load_layer, Config, Gemma4Layer};
-use mlx::nn::{Embedding, Kind, Linear, RmsNorm, Weights};
+use crate::config::Config;
+use crate::layer::Gemma4Layer;
+use mlx::nn::{Embedding, Kind, Linear, OutputHead, RmsNorm, Weights};
 use mlx::{concatenate, full, Array, Dtype, Error, Result};
+use plugin_api::config::{eos_ids, field_or, in_range, limits};
 use plugin_api::family::{Caches, DraftForward};
-use plugin_api::layers::{eos_ids, field_or};
 use plugin_api::{AttnMask, CacheKind, ModelPlan};
 use serde_json::{json, Value};
 
@@ -86,11 +87,7 @@ impl AssistantConfig {
             centroid_intermediate_top_k: field_or(&c, "centroid_intermediate_top_k", 32)?,
             tie_word_embeddings: field_or(&c, "tie_word_embeddings", true)?,
         };
-        plugin_api::config::in_range(
-            "backbone_hidden_size",
-            cfg.backbone_hidden_size,
-            plugin_api::config::limits::HIDDEN,
-        )?;
+        in_range("backbone_hidden_size", cfg.backbone_hidden_size, limits::HIDDEN)?;
         if cfg.use_ordered_embeddings
             && (cfg.num_centroids < 1
                 || cfg.text.vocab_size % cfg.num_centroids != 0
@@ -106,8 +103,7 @@ impl AssistantConfig {
 
     /// Re-parses the config a plan carries.
     pub fn from_plan(plan: &ModelPlan) -> Result<AssistantConfig> {
-        let c: Value = serde_json::from_str(plan.config.as_str()).map_err(|e| Error(format!("plan config: {e}")))?;
-        AssistantConfig::parse(&c)
+        AssistantConfig::parse(&plan.config_as::<Value>()?)
     }
 }
 
@@ -122,19 +118,10 @@ pub fn plan(config: &Value) -> Result<ModelPlan> {
     let dtype = field_or::<Option<String>>(config, "torch_dtype", None)?
         .or(field_or::<Option<String>>(&config["text_config"], "torch_dtype", None)?)
         .unwrap_or_else(|| "bfloat16".into());
-    Ok(ModelPlan {
-        family: "gemma4".into(),
-        model_type: MODEL_TYPE.into(),
-        config: stored.to_string().into(),
-        caches: Vec::new().into(),
-        eos_ids: eos_ids(config).into(),
-        vocab_size: cfg.text.vocab_size as u32,
-        hidden_size: cfg.text.hidden_size as u32,
-        max_position_embeddings: cfg.text.max_position_embeddings.max(0) as u32,
-        modalities: vec!["text".into()].into(),
-        dtype: dtype.into(),
-        add_bos: abi_stable::std_types::ROption::RNone,
-    })
+    Ok(ModelPlan::text("gemma4", MODEL_TYPE, &stored, Vec::new(), cfg.text.vocab_size, cfg.text.hidden_size)?
+        .with_eos(eos_ids(config))
+        .with_context(cfg.text.max_position_embeddings.max(0) as u32)
+        .with_dtype(&dtype))
 }
 
 /// Tensor names of an assistant checkpoint (HF and mlx-vlm name them alike).
@@ -151,10 +138,8 @@ pub fn rewrite(plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Ar
 
 /// The output head.
 enum Head {
-    /// Tied to the drafter's embedding.
-    Tied(Embedding),
-    /// `lm_head`.
-    Untied(Linear),
+    /// Tied to the drafter's embedding, or its own `lm_head`.
+    Dense(OutputHead),
     /// The centroid-routed sparse head.
     Masked { centroids: Linear, ordering: Array, embed: Embedding, top_k: i32, vocab: i32 },
 }
@@ -162,13 +147,10 @@ enum Head {
 impl Head {
     fn forward(&self, h: &Array) -> Result<Array> {
         match self {
-            Head::Tied(e) => e.as_linear(h),
-            Head::Untied(l) => l.forward(h),
+            Head::Dense(head) => head.forward(h),
             Head::Masked { centroids, ordering, embed, top_k, vocab } => {
                 let (b, l, d) = (h.dim(0), h.dim(1), h.dim(2));
-                let scores = centroids.forward(h)?;
-                let c = scores.dim(-1);
-                let top = scores.argpartition(c - top_k, -1)?.slice_axis(-1, c - top_k, c)?; // [B, L, k]
+                let top = centroids.forward(h)?.top_k_indices(*top_k)?; // [B, L, k]
                 let ids = ordering.take(&top, 0)?.reshape(&[b, l, -1])?; // [B, L, k * V/C]
                 let n = ids.dim(-1);
                 let rows = embed.forward(&ids.reshape(&[-1])?)?.reshape(&[b, l, n, d])?;
@@ -230,8 +212,6 @@ impl Gemma4Assistant {
                 .rposition(|k| matches!(k, CacheKind::Full) == full && !matches!(k, CacheKind::Recurrent { .. }))
         };
         let t = &cfg.text;
-        let head_dim =
-            |c: &Config, full: bool| if full && c.global_head_dim > 0 { c.global_head_dim } else { c.head_dim };
         let layers = (0..t.num_hidden_layers as usize)
             .map(|i| {
                 let full = t.full[i];
@@ -241,15 +221,15 @@ impl Gemma4Assistant {
                         "gemma4_assistant layer {i} reads {kind} attention, which the target has no cache for"
                     ))
                 })?;
-                if head_dim(t, full) != head_dim(&tcfg, full) {
+                if t.head_dim_of(full) != tcfg.head_dim_of(full) {
                     return Err(Error(format!(
                         "config: gemma4_assistant layer {i} ({kind}) has head_dim {}, the target's {kind} layers {}",
-                        head_dim(t, full),
-                        head_dim(&tcfg, full)
+                        t.head_dim_of(full),
+                        tcfg.head_dim_of(full)
                     )));
                 }
                 Ok(DraftLayer {
-                    layer: load_layer(t, w, &format!("model.layers.{i}"), i, false, i, false)?,
+                    layer: Gemma4Layer::load(t, w, &format!("model.layers.{i}"), i, false, i, false)?,
                     slot,
                     mask: if full { AttnMask::None } else { AttnMask::Causal },
                 })
@@ -266,9 +246,9 @@ impl Gemma4Assistant {
                 vocab: v,
             }
         } else if cfg.tie_word_embeddings {
-            Head::Tied(Embedding::load(w, "model.embed_tokens", v, h)?)
+            Head::Dense(OutputHead::Tied(Embedding::load(w, "model.embed_tokens", v, h)?))
         } else {
-            Head::Untied(Linear::load(w, "lm_head", h, v)?)
+            Head::Dense(OutputHead::Untied(Linear::load(w, "lm_head", h, v)?))
         };
         let target_embed = format!("{}model.embed_tokens", tcfg.prefix());
         Ok(Gemma4Assistant {

@@ -1,14 +1,11 @@
 //! The sparse MoE block of Qwen3.5-MoE: top-k softmax routing over experts
 //! run through `gather_mm` / `gather_qmm`, plus a sigmoid-gated shared expert.
 
-use mlx::nn::{GatedMlp, GluActivation, Linear, Weights};
+use crate::config::MoeConfig;
+use mlx::nn::{GatedMlp, GluActivation, Linear, SwitchGlu, Weights};
 use mlx::quant::QuantSpec;
 use mlx::{Array, Dtype, Error, Result};
 use std::collections::HashMap;
-
-// The expert layers live in mlx::nn (shared with gemma4); re-exported so
-// this module's public items stay as they were.
-pub use mlx::nn::{SwitchGlu, SwitchLinear};
 
 /// Routed experts plus the shared expert.
 #[derive(Debug, Clone)]
@@ -24,7 +21,7 @@ pub struct SparseMoe {
 impl SparseMoe {
     /// Loads `{prefix}.{gate,switch_mlp,shared_expert,shared_expert_gate}`
     /// over a `hidden`-wide residual stream.
-    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, m: &crate::MoeConfig) -> Result<Self> {
+    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, m: &MoeConfig) -> Result<Self> {
         Ok(SparseMoe {
             router: Linear::load(w, &format!("{prefix}.gate"), hidden, m.num_experts)?,
             experts: {
@@ -46,10 +43,7 @@ impl SparseMoe {
     /// `x` `[B, L, H]` → `[B, L, H]`.
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let gates = self.router.forward(x)?.softmax(&[-1], true)?;
-        let e = gates.dim(-1);
-        let k = self.top_k;
-        let inds = gates.argpartition(e - k, -1)?;
-        let inds = inds.slice_axis(-1, e - k, e)?;
+        let inds = gates.top_k_indices(self.top_k)?;
         let mut scores = gates.take_along_axis(&inds, -1)?;
         if self.norm_topk {
             scores = scores.div(&scores.sum(&[-1], true)?)?;

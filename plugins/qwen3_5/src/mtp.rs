@@ -18,15 +18,13 @@
 //! cache slots, so rope positions are those slots' offsets (consecutive by
 //! the drafter protocol, starting at 0 with the prompt's first position).
 
-use crate::{Config, Layer, PREFIX};
-use mlx::nn::{Embedding, Linear, RmsNorm, Rope, Weights};
+use crate::config::Config;
+use crate::layer::Layer;
+use crate::names::{LM_HEAD, MTP_PREFIX, PREFIX};
+use mlx::nn::{Embedding, Linear, OutputHead, RmsNorm, Weights};
 use mlx::{Array, Error, Result};
 use plugin_api::family::{Caches, DraftForward};
 use plugin_api::CacheKind;
-
-/// Where the MTP head's tensors are held (Hugging Face's `mtp.*`, renamed
-/// next to the text model's `language_model.model.*`).
-pub const MTP_PREFIX: &str = "language_model.mtp.";
 
 /// True when `w` carries an MTP head (its input projection).
 pub fn has_mtp(w: &dyn Weights) -> bool {
@@ -37,7 +35,7 @@ pub fn has_mtp(w: &dyn Weights) -> bool {
 #[derive(Debug, Clone)]
 pub struct MtpDrafter {
     embed: Embedding,
-    lm_head: Option<Linear>,
+    head: OutputHead,
     fc: Linear,
     norm_embed: RmsNorm,
     norm_hidden: RmsNorm,
@@ -63,20 +61,17 @@ impl MtpDrafter {
             )));
         }
         let eps = cfg.rms_norm_eps;
-        let rope = Rope::new(cfg.rope_dims, cfg.rope_theta, false, &cfg.rope_scaling)?;
+        let rope = cfg.rope()?;
         // mlx-vlm builds every MTP layer as a full-attention decoder layer,
         // with the MoE block whenever the text model is an MoE.
         let layers = (0..n)
             .map(|i| Layer::load(w, &format!("{MTP_PREFIX}layers.{i}"), cfg, false, cfg.moe.is_some(), &rope))
             .collect::<Result<Vec<_>>>()?;
         let (h, v) = (cfg.hidden_size, cfg.vocab_size);
+        let embed = Embedding::load(target, &format!("{PREFIX}embed_tokens"), v, h)?;
         Ok(MtpDrafter {
-            embed: Embedding::load(target, &format!("{PREFIX}embed_tokens"), v, h)?,
-            lm_head: if tcfg.tie_word_embeddings {
-                None
-            } else {
-                Some(Linear::load(target, "language_model.lm_head", h, v)?)
-            },
+            head: OutputHead::load(target, LM_HEAD, &embed, tcfg.tie_word_embeddings, h, v)?,
+            embed,
             fc: Linear::load(w, &format!("{MTP_PREFIX}fc"), 2 * h, h)?,
             norm_embed: RmsNorm::load(w, &format!("{MTP_PREFIX}pre_fc_norm_embedding"), h, eps)?,
             norm_hidden: RmsNorm::load(w, &format!("{MTP_PREFIX}pre_fc_norm_hidden"), h, eps)?,
@@ -84,13 +79,6 @@ impl MtpDrafter {
             norm: RmsNorm::load(w, &format!("{MTP_PREFIX}norm"), h, eps)?,
             hidden_size: h,
         })
-    }
-
-    fn head(&self, x: &Array) -> Result<Array> {
-        match &self.lm_head {
-            Some(l) => l.forward(x),
-            None => self.embed.as_linear(x),
-        }
     }
 }
 
@@ -132,6 +120,6 @@ impl DraftForward for MtpDrafter {
         // Only the last position is read out (the norm is per position).
         let l = h.dim(1);
         let y = self.norm.forward(&h.slice_axis(1, l - 1, l)?)?;
-        Ok((self.head(&y)?, y))
+        Ok((self.head.forward(&y)?, y))
     }
 }

@@ -1,0 +1,23 @@
+//! Helpers of the weight-name-rule tests (`*_names.rs`): a fixture's plan
+//! and what `rewrite` turns one tensor into.
+
+use mlx::Array;
+use plugin_api::family::FamilySpec;
+use plugin_api::ModelPlan;
+
+/// The plan `family` makes of fixture `dir`'s config.json.
+pub fn fixture_plan(family: &dyn FamilySpec, dir: &str) -> ModelPlan {
+    let path = super::fixture(dir).join("config.json");
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    family.plan(&config).unwrap()
+}
+
+/// The names (and shapes) `rewrite` turns one tensor into.
+pub fn rewritten(family: &dyn FamilySpec, plan: &ModelPlan, name: &str, t: Array) -> Vec<(String, Vec<i32>)> {
+    family.rewrite(plan, name, t).unwrap().into_iter().map(|(n, t)| (n, t.shape().to_vec())).collect()
+}
+
+/// Zeros of `shape` (f32).
+pub fn zeros(shape: &[i32]) -> Array {
+    mlx::zeros(shape, mlx::Dtype::F32).unwrap()
+}

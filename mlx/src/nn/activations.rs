@@ -1,0 +1,75 @@
+//! Activations, compiled into single kernels where MLX can (decode is bound
+//! by the host's time per graph node).
+
+use crate::{Array, Result};
+
+/// Runs `f` compiled once per thread (shapeless, so one trace serves every
+/// shape), falling back to the plain ops if MLX cannot compile it.
+macro_rules! compiled {
+    ($f:expr, $args:expr) => {{
+        // Leaked on purpose: dropping a compiled function during process exit
+        // can run after MLX's own compile cache is gone.
+        thread_local! {
+            static FUSED: &'static Option<crate::compile::Compiled> =
+                Box::leak(Box::new(crate::compile::Compiled::new($f, true).ok()));
+        }
+        let args: &[&Array] = $args;
+        match FUSED.with(|f| f.as_ref().map(|c| c.call(args))) {
+            Some(Ok(mut v)) if v.len() == 1 => Ok(v.remove(0)),
+            _ => {
+                let owned: Vec<Array> = args.iter().map(|a| (*a).clone()).collect();
+                ($f)(&owned).map(|mut v| v.remove(0))
+            }
+        }
+    }};
+}
+
+/// `silu(gate) * up`, the SwiGLU activation, compiled so it runs as one
+/// fused kernel instead of three.
+pub fn swiglu(gate: &Array, up: &Array) -> Result<Array> {
+    compiled!(|a: &[Array]| Ok(vec![a[0].mul(&a[0].sigmoid()?)?.mul(&a[1])?]), &[gate, up])
+}
+
+/// `gelu_approx(gate) * up`, Gemma's GeGLU, compiled into one kernel
+/// (the plain ops are nine).
+pub fn geglu(gate: &Array, up: &Array) -> Result<Array> {
+    compiled!(|a: &[Array]| Ok(vec![gelu_approx_ops(&a[0])?.mul(&a[1])?]), &[gate, up])
+}
+
+/// `x * sigmoid(x)`.
+pub fn silu(x: &Array) -> Result<Array> {
+    x.mul(&x.sigmoid()?)
+}
+
+/// The tanh approximation of GELU (`gelu_pytorch_tanh`), compiled into one
+/// kernel as MLX's own `nn.gelu_approx` is.
+pub fn gelu_approx(x: &Array) -> Result<Array> {
+    compiled!(|a: &[Array]| Ok(vec![gelu_approx_ops(&a[0])?]), &[x])
+}
+
+fn gelu_approx_ops(x: &Array) -> Result<Array> {
+    // 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))
+    let c = (2.0f64 / std::f64::consts::PI).sqrt();
+    let inner = x.add(&x.pow_s(3.0)?.mul_s(0.044715)?)?.mul_s(c)?;
+    x.mul_s(0.5)?.mul(&inner.tanh()?.add_s(1.0)?)
+}
+
+/// The activation joining the gate and up projections of a gated MLP
+/// ([`super::GatedMlp`], [`super::SwitchGlu`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GluActivation {
+    /// `silu(gate) * up` (Qwen, Llama-style MoE).
+    Silu,
+    /// `gelu_tanh(gate) * up` (Gemma).
+    GeluApprox,
+}
+
+impl GluActivation {
+    /// `act(gate) * up`.
+    pub fn apply(self, gate: &Array, up: &Array) -> Result<Array> {
+        match self {
+            GluActivation::Silu => swiglu(gate, up),
+            GluActivation::GeluApprox => geglu(gate, up),
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! The gated MLP and its gate/up projections (fused or split).
+
+use super::activations::GluActivation;
+use super::linear::Linear;
+use super::weights::Weights;
+use crate::{Array, Result};
+
+/// The gated MLP of Llama-style models: `down(act(gate(x)) * up(x))`, with
+/// SwiGLU (Llama, Qwen) or GeGLU (Gemma).
+#[derive(Debug, Clone)]
+pub struct GatedMlp {
+    /// gate and up projections
+    pub proj: GateUp,
+    /// down projection
+    pub down: Linear,
+    /// the activation of the gate
+    pub act: GluActivation,
+}
+
+/// The gate and up projections of a [`GatedMlp`]: two matrices, or one
+/// whose output is both side by side (one matmul instead of two).
+#[derive(Debug, Clone)]
+pub enum GateUp {
+    /// `gate_proj` and `up_proj`.
+    Split {
+        /// gate projection
+        gate: Linear,
+        /// up projection
+        up: Linear,
+    },
+    /// `gate_up_proj`: gate rows first, then up rows.
+    Fused {
+        /// the stacked projection
+        gate_up: Linear,
+        /// output features of the gate half
+        gate_out: i32,
+    },
+}
+
+impl GateUp {
+    /// Loads `{prefix}.gate_up_proj` (fused by the host at load) or
+    /// `{prefix}.gate_proj` + `up_proj`, each `hidden → intermediate`.
+    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, intermediate: i32) -> Result<Self> {
+        let fused = format!("{prefix}.gate_up_proj");
+        Ok(if w.get(&format!("{fused}.weight")).is_some() {
+            let gate_up = Linear::load(w, &fused, hidden, 2 * intermediate)?;
+            GateUp::Fused { gate_up, gate_out: intermediate }
+        } else {
+            GateUp::Split {
+                gate: Linear::load(w, &format!("{prefix}.gate_proj"), hidden, intermediate)?,
+                up: Linear::load(w, &format!("{prefix}.up_proj"), hidden, intermediate)?,
+            }
+        })
+    }
+
+    /// (gate(x), up(x)).
+    pub fn forward(&self, x: &Array) -> Result<(Array, Array)> {
+        match self {
+            GateUp::Fused { gate_up, gate_out } => {
+                let mut parts = gate_up.forward(x)?.split_at(&[*gate_out], -1)?;
+                let up = parts.pop().expect("2 parts");
+                Ok((parts.pop().expect("2 parts"), up))
+            }
+            GateUp::Split { gate, up } => Ok((gate.forward(x)?, up.forward(x)?)),
+        }
+    }
+}
+
+impl GatedMlp {
+    /// Loads the gate/up projections (see [`GateUp::load`]) and `down_proj`
+    /// (`intermediate → hidden`), with SwiGLU.
+    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, intermediate: i32) -> Result<Self> {
+        Self::load_with(w, prefix, hidden, intermediate, GluActivation::Silu)
+    }
+
+    /// [`GatedMlp::load`] with the activation `act`.
+    pub fn load_with(
+        w: &dyn Weights,
+        prefix: &str,
+        hidden: i32,
+        intermediate: i32,
+        act: GluActivation,
+    ) -> Result<Self> {
+        Ok(GatedMlp {
+            proj: GateUp::load(w, prefix, hidden, intermediate)?,
+            down: Linear::load(w, &format!("{prefix}.down_proj"), intermediate, hidden)?,
+            act,
+        })
+    }
+
+    /// `down(act(gate(x)) * up(x))`.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let (gate, up) = self.proj.forward(x)?;
+        self.down.forward(&self.act.apply(&gate, &up)?)
+    }
+}

@@ -1,0 +1,389 @@
+//! Grouped-query self-attention with rotary positions, attending through a
+//! host cache slot, with the options the in-tree families need: per-head
+//! q/k RMS norms (Qwen3, Gemma), a scale-free v norm and keys used as values
+//! (Gemma 4), a per-head output gate carried by the query projection
+//! (Qwen3.5), another layer's or another model's K/V instead of its own
+//! (Gemma 4's KV-shared layers and assistant drafter), and any score scale.
+
+use super::head_norms::{rope_one_token, HeadNorms};
+use crate::family::Caches;
+use crate::{AttnMask, AttnOptions};
+use abi_stable::std_types::ROption;
+use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
+use mlx::nn::{Linear, RmsNorm, Rope, Weights};
+use mlx::{arange, Array, Dtype, Error, Result};
+
+/// The shape and options of an [`Attention`] layer, from the model's config.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionShape {
+    /// Width of the residual stream (the projections' input, o's output).
+    pub hidden: i32,
+    /// Query heads.
+    pub n_heads: i32,
+    /// Key/value heads.
+    pub n_kv_heads: i32,
+    /// Features per head.
+    pub head_dim: i32,
+    /// Epsilon of the per-head q/k RMS norms (`{prefix}.{q,k}_norm`); `None`: no such norms.
+    pub qk_norm_eps: Option<f32>,
+    /// Epsilon of a scale-free RMS norm of the values (Gemma 4); `None`: values as projected.
+    pub v_norm_eps: Option<f32>,
+    /// The query projection carries a sigmoid output gate per head (`2·d`
+    /// rows per head: query then gate), applied before `o_proj` (Qwen3.5).
+    pub output_gate: bool,
+    /// No `v_proj`: the keys' projection is the values' too (Gemma 4's K=V layers).
+    pub k_eq_v: bool,
+    /// The layer has its own K/V projections (false: it reads another's K/V).
+    pub has_kv: bool,
+    /// Score scale (`None`: `1/√head_dim`).
+    pub scale: Option<f32>,
+}
+
+impl AttentionShape {
+    /// Plain grouped-query attention: no norms, no gate, own K/V, scale `1/√head_dim`.
+    pub fn new(hidden: i32, n_heads: i32, n_kv_heads: i32, head_dim: i32) -> Self {
+        AttentionShape {
+            hidden,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            qk_norm_eps: None,
+            v_norm_eps: None,
+            output_gate: false,
+            k_eq_v: false,
+            has_kv: true,
+            scale: None,
+        }
+    }
+
+    /// With per-head q/k RMS norms of epsilon `eps`.
+    pub fn qk_norms(self, eps: f32) -> Self {
+        AttentionShape { qk_norm_eps: Some(eps), ..self }
+    }
+}
+
+/// The input projections of an [`Attention`]: separate matrices (k and v
+/// absent where the layer has none), or one whose output is q, k and v side
+/// by side (one matmul instead of three).
+#[derive(Debug, Clone)]
+pub enum Qkv {
+    /// `q_proj`, and `k_proj`, `v_proj` where the layer has them.
+    Split {
+        /// q projection
+        q: Linear,
+        /// k projection
+        k: Option<Linear>,
+        /// v projection (absent when the keys' serve as values, or no K/V)
+        v: Option<Linear>,
+    },
+    /// `qkv_proj` (fused by the host at load, see [`super::qkv_fusion`]).
+    Fused(Linear),
+}
+
+/// K/V one layer attended over, lent to later layers that own none (Gemma
+/// 4's KV-shared layers), with what their queries need to see them right.
+#[derive(Clone)]
+pub struct SharedKv {
+    /// keys `[B, Hkv, S, D]`
+    pub k: Array,
+    /// values `[B, Hkv, S, D]`
+    pub v: Array,
+    /// Rope offset of the queries (the position of the first new token).
+    pub offset: i32,
+    /// Sliding window of the source layer (`None`: global).
+    pub window: Option<i32>,
+}
+
+/// The attention mask for `l` queries that end the `s` keys: causal, and
+/// `window` wide when given; `None` when nothing needs masking.
+pub fn mask_for(l: i32, s: i32, window: Option<i32>) -> Result<Option<Array>> {
+    if l == 1 && window.is_none_or(|w| s <= w) {
+        return Ok(None);
+    }
+    let qi = arange((s - l) as f64, s as f64, 1.0, Dtype::I32)?.expand_dims(&[1])?;
+    let ki = arange(0.0, s as f64, 1.0, Dtype::I32)?.expand_dims(&[0])?;
+    let mut m = qi.ge(&ki)?;
+    if let Some(w) = window {
+        m = m.logical_and(&qi.lt(&ki.add(&Array::i32(w))?)?)?;
+    }
+    Ok(Some(m))
+}
+
+/// Self-attention over a host cache slot (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Attention {
+    /// q, k and v projections
+    pub proj: Qkv,
+    /// output projection
+    pub o: Linear,
+    /// per-head norm of queries
+    pub q_norm: Option<RmsNorm>,
+    /// per-head norm of keys
+    pub k_norm: Option<RmsNorm>,
+    /// epsilon of the scale-free per-head norm of values
+    pub v_norm_eps: Option<f32>,
+    /// the query projection carries an output gate per head
+    pub output_gate: bool,
+    /// query heads
+    pub n_heads: i32,
+    /// key/value heads
+    pub n_kv_heads: i32,
+    /// features per head
+    pub head_dim: i32,
+    /// score scale
+    pub scale: f32,
+    /// rotary embedding
+    pub rope: Rope,
+    /// The q/k (and v) norms as one [`HeadNorms`] over one token's fused
+    /// heads (set by [`Attention::load`] when the projection is fused and
+    /// both norms are present).
+    pub head_norms: Option<HeadNorms>,
+}
+
+/// One call's projections, as `[B, L, h·d]`.
+struct Projected {
+    q: Array,
+    gate: Option<Array>,
+    kv: Option<(Array, Array)>,
+}
+
+impl Attention {
+    /// Loads `{prefix}.qkv_proj` (or `{q,k,v}_proj`, as the layer has them),
+    /// `o_proj` and, when the shape has a q/k norm epsilon,
+    /// `{prefix}.{q,k}_norm`, each checked against `shape`.
+    pub fn load(w: &dyn Weights, prefix: &str, shape: &AttentionShape, rope: Rope) -> Result<Self> {
+        let s = *shape;
+        let (hidden, hq, hkv, d) = (s.hidden, s.n_heads, s.n_kv_heads, s.head_dim);
+        let norm = |n: &str| s.qk_norm_eps.map(|eps| RmsNorm::load(w, &format!("{prefix}.{n}"), d, eps)).transpose();
+        let lin = |n: &str, i: i32, o: i32| Linear::load(w, &format!("{prefix}.{n}"), i, o);
+        let q_rows = if s.output_gate { 2 * hq * d } else { hq * d };
+        let fused = s.has_kv && !s.k_eq_v && !s.output_gate && w.get(&format!("{prefix}.qkv_proj.weight")).is_some();
+        let proj = if fused {
+            Qkv::Fused(lin("qkv_proj", hidden, (hq + 2 * hkv) * d)?)
+        } else {
+            Qkv::Split {
+                q: lin("q_proj", hidden, q_rows)?,
+                k: s.has_kv.then(|| lin("k_proj", hidden, hkv * d)).transpose()?,
+                v: (s.has_kv && !s.k_eq_v).then(|| lin("v_proj", hidden, hkv * d)).transpose()?,
+            }
+        };
+        let q_norm = norm("q_norm")?;
+        let k_norm = if s.has_kv { norm("k_norm")? } else { None };
+        let head_norms = match (&proj, &q_norm, &k_norm) {
+            (Qkv::Fused(_), Some(qn), Some(kn)) if s.v_norm_eps.is_none_or(|e| e == qn.eps) => {
+                HeadNorms::new(qn, kn, hq, hkv)?
+            }
+            _ => None,
+        };
+        Ok(Attention {
+            proj,
+            o: lin("o_proj", hq * d, hidden)?,
+            q_norm,
+            k_norm,
+            v_norm_eps: s.v_norm_eps,
+            output_gate: s.output_gate,
+            n_heads: hq,
+            n_kv_heads: hkv,
+            head_dim: d,
+            scale: s.scale.unwrap_or((d as f32).powf(-0.5)),
+            rope,
+            head_norms,
+        })
+    }
+
+    /// `[B, L, h·d]` → `[B, h, L, d]`, normed per head by `norm`. For one
+    /// token the layouts coincide, so a reshape does it without a transpose
+    /// node (decode is bound by host time per graph node).
+    fn heads(&self, x: &Array, l: i32, h: i32, norm: impl FnOnce(&Array) -> Result<Array>) -> Result<Array> {
+        let (b, d) = (x.dim(0), self.head_dim);
+        if l == 1 {
+            norm(&x.reshape(&[b, h, 1, d])?)
+        } else {
+            norm(&x.reshape(&[b, l, h, d])?)?.transpose(&[0, 2, 1, 3])
+        }
+    }
+
+    /// `[B, h, L, d]` → `[B, L, h·d]`; for one token a reshape is enough.
+    fn merge_heads(o: &Array, b: i32, l: i32) -> Result<Array> {
+        if l == 1 {
+            o.reshape(&[b, 1, -1])
+        } else {
+            o.transpose(&[0, 2, 1, 3])?.reshape(&[b, l, -1])
+        }
+    }
+
+    /// The projections' outputs: q (and its gate), and k and v when the
+    /// layer has them (v is k's output in K=V layers).
+    fn project(&self, x: &Array) -> Result<Projected> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let (hq, hkv, d) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        match &self.proj {
+            Qkv::Split { q, k, v } => {
+                let kv = match k {
+                    Some(kp) => {
+                        let k = kp.forward(x)?;
+                        let v = match v {
+                            Some(vp) => vp.forward(x)?,
+                            None => k.clone(),
+                        };
+                        Some((k, v))
+                    }
+                    None => None,
+                };
+                let q = q.forward(x)?;
+                if !self.output_gate {
+                    return Ok(Projected { q, gate: None, kv });
+                }
+                // Per head: d query features, then d gate features.
+                let mut parts = q.reshape(&[b, l, hq, 2 * d])?.split_at(&[d], -1)?;
+                let gate = parts.pop().expect("2 parts").reshape(&[b, l, -1])?;
+                Ok(Projected { q: parts.pop().expect("2 parts"), gate: Some(gate), kv })
+            }
+            Qkv::Fused(p) => {
+                let mut p = p.forward(x)?.split_at(&[hq * d, (hq + hkv) * d], -1)?;
+                let v = p.pop().expect("3 parts");
+                let k = p.pop().expect("3 parts");
+                Ok(Projected { q: p.pop().expect("3 parts"), gate: None, kv: Some((k, v)) })
+            }
+        }
+    }
+
+    /// Normed queries `[B, h, L, d]`, before rope.
+    fn queries(&self, q: &Array, l: i32) -> Result<Array> {
+        self.heads(q, l, self.n_heads, |x| match &self.q_norm {
+            Some(n) => n.forward(x),
+            None => Ok(x.clone()),
+        })
+    }
+
+    /// Roped queries, and roped keys with (normed) values when the layer has
+    /// them, all `[B, h, L, d]`, at position `off`; and the output gate.
+    #[allow(clippy::type_complexity)]
+    fn qkv(&self, x: &Array, off: i32) -> Result<(Array, Option<(Array, Array)>, Option<Array>)> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let (hq, hkv) = (self.n_heads, self.n_kv_heads);
+        let off_r = RopeOffset::Int(off);
+        let no_norms = self.q_norm.is_none() && self.k_norm.is_none() && self.v_norm_eps.is_none();
+        if let Qkv::Fused(p) = &self.proj {
+            let one_norm = self.head_norms.as_ref().filter(|n| n.fits(x.dtype()));
+            if l == 1 && (no_norms || one_norm.is_some()) {
+                // One token: every head (normed at once, with q/k norms) in
+                // one rope call, no transpose; v from the unrotated heads,
+                // normed only when the layer norms its values.
+                let y = p.forward(x)?.reshape(&[b, hq + 2 * hkv, 1, self.head_dim])?;
+                let (q, k, v) = match one_norm {
+                    Some(n) => {
+                        let yn = n.apply(&y)?;
+                        let (q, k) = rope_one_token(&self.rope, &yn, off_r, hq, hkv)?;
+                        let src = if self.v_norm_eps.is_some() { &yn } else { &y };
+                        (q, k, src.slice_axis(1, hq + hkv, hq + 2 * hkv)?)
+                    }
+                    None => {
+                        let (q, k) = rope_one_token(&self.rope, &y, off_r, hq, hkv)?;
+                        (q, k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?)
+                    }
+                };
+                return Ok((q, Some((k, v)), None));
+            }
+            if no_norms {
+                // Heads of q and k side by side: one rope call for both.
+                let y = p.forward(x)?.reshape(&[b, l, hq + 2 * hkv, -1])?.transpose(&[0, 2, 1, 3])?;
+                let qk = self.rope.forward(&y.slice_axis(1, 0, hq + hkv)?, off_r)?;
+                let mut qk = qk.split_at(&[hq], 1)?;
+                let k = qk.pop().expect("2 parts");
+                return Ok((qk.pop().expect("2 parts"), Some((k, y.slice_axis(1, hq + hkv, hq + 2 * hkv)?)), None));
+            }
+        }
+        let Projected { q, gate, kv } = self.project(x)?;
+        let q = self.rope.forward(&self.queries(&q, l)?, off_r)?;
+        let kv = match kv {
+            Some((k, v)) => {
+                let k = self.heads(&k, l, hkv, |x| match &self.k_norm {
+                    Some(n) => n.forward(x),
+                    None => Ok(x.clone()),
+                })?;
+                let v = self.heads(&v, l, hkv, |x| match self.v_norm_eps {
+                    Some(eps) => rms_norm(x, None, eps),
+                    None => Ok(x.clone()),
+                })?;
+                Some((self.rope.forward(&k, off_r)?, v))
+            }
+            None => None,
+        };
+        Ok((q, kv, gate))
+    }
+
+    /// The attention output `o` (`[B, h, L, d]`) through the gate and `o_proj`.
+    fn finish(&self, o: &Array, gate: Option<&Array>, b: i32, l: i32) -> Result<Array> {
+        let o = Self::merge_heads(o, b, l)?;
+        match gate {
+            Some(g) => self.o.forward(&o.mul(&g.sigmoid()?)?),
+            None => self.o.forward(&o),
+        }
+    }
+
+    fn no_kv() -> Error {
+        Error::msg("attention: a layer without K/V projections must be given another layer's K/V")
+    }
+
+    /// `x` is `[B, L, hidden]`; appends its K/V to cache `slot` and attends
+    /// over everything cached there.
+    pub fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize) -> Result<Array> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let off = caches.offset(slot)? as i32;
+        let (q, kv, gate) = self.qkv(x, off)?;
+        let (k, v) = kv.ok_or_else(Self::no_kv)?;
+        let o = caches.attend(slot, q, k, v, AttnOptions::causal(self.scale))?;
+        self.finish(&o, gate.as_ref(), b, l)
+    }
+
+    /// Like [`Attention::forward`], keeping the K/V it attended over for
+    /// later layers that own none: fetched from the cache and attended here
+    /// with the mask the slot's kind implies (`window` for a sliding one).
+    pub fn forward_keeping(
+        &self,
+        x: &Array,
+        caches: &mut Caches<'_>,
+        slot: usize,
+        window: Option<i32>,
+    ) -> Result<(Array, SharedKv)> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let off = caches.offset(slot)? as i32;
+        let (q, kv, gate) = self.qkv(x, off)?;
+        let (k, v) = kv.ok_or_else(Self::no_kv)?;
+        let (k, v) = caches.update_and_fetch(slot, k, v)?;
+        let m = mask_for(l, k.dim(2), window)?;
+        let mask = m.as_ref().map_or(Mask::None, Mask::Array);
+        let o = scaled_dot_product_attention(&q, &k, &v, self.scale, mask, None)?;
+        Ok((self.finish(&o, gate.as_ref(), b, l)?, SharedKv { k, v, offset: off, window }))
+    }
+
+    /// Attends over K/V another layer kept ([`Attention::forward_keeping`]).
+    pub fn forward_shared(&self, x: &Array, kv: &SharedKv) -> Result<Array> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let Projected { q, gate, .. } = self.project(x)?;
+        let q = self.rope.forward(&self.queries(&q, l)?, RopeOffset::Int(kv.offset))?;
+        let m = mask_for(l, kv.k.dim(2), kv.window)?;
+        let mask = m.as_ref().map_or(Mask::None, Mask::Array);
+        let o = scaled_dot_product_attention(&q, &kv.k, &kv.v, self.scale, mask, None)?;
+        self.finish(&o, gate.as_ref(), b, l)
+    }
+
+    /// Attends over what another model cached in `target`'s slot `slot`
+    /// (a drafter reading its target's caches, read-only): queries roped at
+    /// `offset`, `mask` as the cache call takes it.
+    pub fn forward_cached(
+        &self,
+        x: &Array,
+        target: &Caches<'_>,
+        slot: usize,
+        offset: i32,
+        mask: AttnMask,
+    ) -> Result<Array> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let Projected { q, gate, .. } = self.project(x)?;
+        let q = self.rope.forward(&self.queries(&q, l)?, RopeOffset::Int(offset))?;
+        let o = target.attend_cached(slot, q, AttnOptions { scale: self.scale, mask, sinks: ROption::RNone })?;
+        self.finish(&o, gate.as_ref(), b, l)
+    }
+}

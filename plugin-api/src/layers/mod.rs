@@ -1,0 +1,16 @@
+//! Cache-aware layers shared by families: attention over a host cache slot
+//! (with every option the in-tree families need), the per-head norm and rope
+//! helpers of decode, the Llama-style decoder, the fusions a family asks the
+//! host for, and the small-LM drafter.
+
+mod attention;
+mod decoder;
+mod drafter;
+mod fusion;
+mod head_norms;
+
+pub use attention::{mask_for, Attention, AttentionShape, Qkv, SharedKv};
+pub use decoder::{lm_output, DecoderLm, DecoderShape, PreNormBlock};
+pub use drafter::LmDrafter;
+pub use fusion::{decoder_fusions, gate_up_fusion, qkv_fusion};
+pub use head_norms::{rope_one_token, HeadNorms};

@@ -1,0 +1,328 @@
+//! Gemma 4's text config (the `text_config` of multimodal checkpoints, or
+//! the whole config of `gemma4_text` ones), mlx-lm's defaults where a field
+//! is absent, every field checked before anything is built.
+
+use mlx::nn::{Rope, RopeScaling};
+use mlx::{Error, Result};
+use plugin_api::config::{
+    at_most, divides, field, field_or, in_range, limits, named_scaling, one_of, positive_finite, text_config,
+    DecoderFields,
+};
+use plugin_api::layers::AttentionShape;
+use plugin_api::ModelPlan;
+use serde_json::Value;
+
+/// Rope settings of one attention type (a `rope_parameters` entry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeParams {
+    /// Base θ.
+    pub theta: f32,
+    /// Plain, linear or proportional (partial rotation: global layers).
+    pub scaling: RopeScaling,
+}
+
+impl RopeParams {
+    fn parse(which: &str, v: Option<&Value>) -> Result<RopeParams> {
+        let v = v.filter(|v| !v.is_null());
+        let theta = match v {
+            Some(v) => field_or(v, "rope_theta", 10000.0)?,
+            None => 10000.0,
+        };
+        Ok(RopeParams { theta, scaling: named_scaling(&format!("rope_parameters.{which}"), v, 0)? })
+    }
+
+    /// The rope over a head of `dims` features.
+    pub fn rope(&self, dims: i32, traditional: bool) -> Result<Rope> {
+        Rope::new(dims, self.theta, traditional, &self.scaling)
+    }
+}
+
+/// The parsed text config (mlx-lm's defaults where a field is absent).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Checkpoint `model_type` (`gemma4` or `gemma4_text`).
+    pub model_type: String,
+    /// Residual width.
+    pub hidden_size: i32,
+    /// Decoder layers.
+    pub num_hidden_layers: i32,
+    /// MLP width (doubled on KV-shared layers with `use_double_wide_mlp`).
+    pub intermediate_size: i32,
+    /// Query heads.
+    pub num_attention_heads: i32,
+    /// Key/value heads.
+    pub num_key_value_heads: i32,
+    /// Key/value heads of K=V global layers, when different.
+    pub num_global_key_value_heads: Option<i32>,
+    /// Head dim of sliding layers.
+    pub head_dim: i32,
+    /// Head dim of global layers (0: `head_dim`).
+    pub global_head_dim: i32,
+    /// RMS norm epsilon.
+    pub rms_norm_eps: f32,
+    /// Vocabulary.
+    pub vocab_size: i32,
+    /// Vocabulary of the per-layer input embeddings.
+    pub vocab_size_per_layer_input: i32,
+    /// Width of each layer's input embedding (0: none).
+    pub hidden_size_per_layer_input: i32,
+    /// Trailing layers that reuse earlier layers' K/V.
+    pub num_kv_shared_layers: i32,
+    /// Window of sliding layers.
+    pub sliding_window: i32,
+    /// Per layer: true for global (full) attention.
+    pub full: Vec<bool>,
+    /// Rope of global layers.
+    pub rope_full: RopeParams,
+    /// Rope of sliding layers.
+    pub rope_sliding: RopeParams,
+    /// Traditional (interleaved) rope.
+    pub rope_traditional: bool,
+    /// Global layers use keys as values (no v_proj).
+    pub attention_k_eq_v: bool,
+    /// `tanh(x / c) * c` on the logits.
+    pub final_logit_softcapping: Option<f32>,
+    /// Doubled MLP on KV-shared layers.
+    pub use_double_wide_mlp: bool,
+    /// Mixture-of-experts block beside the dense MLP.
+    pub enable_moe_block: bool,
+    /// Routed experts (MoE only).
+    pub num_experts: i32,
+    /// Experts per token (MoE only).
+    pub top_k_experts: i32,
+    /// Width of each expert's MLP (MoE only).
+    pub moe_intermediate_size: i32,
+    /// Output head tied to the embedding.
+    pub tie_word_embeddings: bool,
+    /// Trained context.
+    pub max_position_embeddings: i32,
+}
+
+impl Config {
+    /// From config.json (multimodal `gemma4` or `gemma4_text`).
+    pub fn parse(c: &Value) -> Result<Config> {
+        let model_type: String = field_or(c, "model_type", "gemma4_text".to_string())?;
+        let t = text_config(c);
+        let n: i32 = field(t, "num_hidden_layers")?;
+        // Checked before it sizes anything (layer_types, the plan's caches).
+        in_range("num_hidden_layers", n, limits::LAYERS)?;
+        let act = t.get("hidden_activation").or_else(|| t.get("hidden_act")).and_then(Value::as_str);
+        // mlx-lm runs the tanh approximation of GELU for every GELU name.
+        one_of("hidden_activation", act, &["gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu"])?;
+        // mlx-lm's gemma4 wrapper takes the vocabulary from the top level.
+        let vocab: i32 = match c.get("vocab_size").filter(|_| !std::ptr::eq(t, c)) {
+            Some(v) if !v.is_null() => field(c, "vocab_size")?,
+            _ => field_or(t, "vocab_size", 262144)?,
+        };
+        let full = match t.get("layer_types").filter(|v| !v.is_null()) {
+            Some(_) => field::<Vec<String>>(t, "layer_types")?
+                .iter()
+                .map(|s| match s.as_str() {
+                    "full_attention" => Ok(true),
+                    "sliding_attention" => Ok(false),
+                    other => Err(Error(format!("config: layer_types: unsupported layer type {other:?}"))),
+                })
+                .collect::<Result<Vec<bool>>>()?,
+            None => {
+                let p: i32 = field_or(t, "sliding_window_pattern", 5)?;
+                (0..n).map(|i| (i % p.max(1)) == p - 1).collect::<Vec<bool>>()
+            }
+        };
+        if full.len() != n as usize {
+            return Err(Error(format!("config: layer_types has {} entries for {n} layers", full.len())));
+        }
+        let rp = t.get("rope_parameters").filter(|v| !v.is_null());
+        let (rope_full, rope_sliding) = match rp {
+            Some(r) => (
+                RopeParams::parse("full_attention", r.get("full_attention"))?,
+                RopeParams::parse("sliding_attention", r.get("sliding_attention"))?,
+            ),
+            None => (
+                RopeParams {
+                    theta: 1e6,
+                    scaling: RopeScaling::Proportional { partial_rotary_factor: 0.25, factor: 1.0 },
+                },
+                RopeParams { theta: 1e4, scaling: RopeScaling::None },
+            ),
+        };
+        let cfg = Config {
+            model_type,
+            // The shape fields are required: a default would silently
+            // describe another model than the checkpoint's.
+            hidden_size: field(t, "hidden_size")?,
+            num_hidden_layers: n,
+            intermediate_size: field(t, "intermediate_size")?,
+            num_attention_heads: field(t, "num_attention_heads")?,
+            num_key_value_heads: field(t, "num_key_value_heads")?,
+            num_global_key_value_heads: field_or(t, "num_global_key_value_heads", None)?,
+            head_dim: field(t, "head_dim")?,
+            global_head_dim: field_or(t, "global_head_dim", 512)?,
+            rms_norm_eps: field_or(t, "rms_norm_eps", 1e-6)?,
+            vocab_size: vocab,
+            vocab_size_per_layer_input: field_or(t, "vocab_size_per_layer_input", 262144)?,
+            hidden_size_per_layer_input: field_or(t, "hidden_size_per_layer_input", 256)?,
+            num_kv_shared_layers: field_or(t, "num_kv_shared_layers", 20)?,
+            sliding_window: field_or(t, "sliding_window", 512)?,
+            full,
+            rope_full,
+            rope_sliding,
+            rope_traditional: field_or(t, "rope_traditional", false)?,
+            attention_k_eq_v: field_or(t, "attention_k_eq_v", false)?,
+            final_logit_softcapping: field_or(t, "final_logit_softcapping", Some(30.0))?,
+            use_double_wide_mlp: field_or(t, "use_double_wide_mlp", true)?,
+            enable_moe_block: field_or(t, "enable_moe_block", false)?,
+            num_experts: field_or::<Option<i32>>(t, "num_experts", None)?.unwrap_or(0),
+            top_k_experts: field_or::<Option<i32>>(t, "top_k_experts", None)?.unwrap_or(0),
+            moe_intermediate_size: field_or::<Option<i32>>(t, "moe_intermediate_size", None)?.unwrap_or(0),
+            tie_word_embeddings: field_or(t, "tie_word_embeddings", field_or(c, "tie_word_embeddings", true)?)?,
+            max_position_embeddings: field_or(t, "max_position_embeddings", 131072)?,
+        };
+        cfg.check()?;
+        if cfg.num_kv_shared_layers < 0 || cfg.num_kv_shared_layers > n {
+            return Err(Error(format!("config: num_kv_shared_layers {} out of range", cfg.num_kv_shared_layers)));
+        }
+        if cfg.sliding_window < 1 {
+            return Err(Error::msg("config: sliding_window must be positive"));
+        }
+        if cfg.enable_moe_block
+            && (cfg.num_experts < 1
+                || cfg.top_k_experts < 1
+                || cfg.top_k_experts > cfg.num_experts
+                || cfg.moe_intermediate_size < 1)
+        {
+            return Err(Error(format!(
+                "config: enable_moe_block needs num_experts >= 1, top_k_experts in 1..=num_experts and \
+                 moe_intermediate_size >= 1 (got {}, {} and {})",
+                cfg.num_experts, cfg.top_k_experts, cfg.moe_intermediate_size
+            )));
+        }
+        Ok(cfg)
+    }
+
+    /// Every field in range, naming the field otherwise.
+    fn check(&self) -> Result<()> {
+        DecoderFields {
+            hidden: self.hidden_size,
+            layers: self.num_hidden_layers,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            vocab: self.vocab_size,
+        }
+        .check()?;
+        at_most("global_head_dim", self.global_head_dim, limits::HEAD_DIM)?;
+        if let Some(h) = self.num_global_key_value_heads {
+            in_range("num_global_key_value_heads", h, limits::HEADS)?;
+            divides("num_global_key_value_heads", h, "num_attention_heads", self.num_attention_heads)?;
+        }
+        at_most("hidden_size_per_layer_input", self.hidden_size_per_layer_input, limits::HIDDEN)?;
+        if self.hidden_size_per_layer_input > 0 {
+            in_range("vocab_size_per_layer_input", self.vocab_size_per_layer_input, limits::VOCAB)?;
+        }
+        positive_finite("rms_norm_eps", self.rms_norm_eps)?;
+        for (which, r) in [("full_attention", &self.rope_full), ("sliding_attention", &self.rope_sliding)] {
+            positive_finite(&format!("rope_parameters.{which}.rope_theta"), r.theta)?;
+            match r.scaling {
+                RopeScaling::Proportional { partial_rotary_factor: p, factor } => {
+                    if !(0.0..=1.0).contains(&p) {
+                        return Err(Error(format!(
+                            "config: field `rope_parameters.{which}.partial_rotary_factor` is {p}, must be in [0, 1]"
+                        )));
+                    }
+                    positive_finite(&format!("rope_parameters.{which}.factor"), factor)?;
+                }
+                RopeScaling::None | RopeScaling::Linear { .. } => {}
+                _ => {
+                    return Err(Error(format!(
+                        "config: rope_parameters.{which}: gemma4 rotates plainly, linearly or proportionally"
+                    )))
+                }
+            }
+        }
+        if let Some(c) = self.final_logit_softcapping {
+            if !c.is_finite() {
+                return Err(Error(format!("config: field `final_logit_softcapping` is {c}, must be finite")));
+            }
+        }
+        if self.enable_moe_block {
+            in_range("num_experts", self.num_experts, limits::EXPERTS)?;
+        }
+        Ok(())
+    }
+
+    /// Index of the first layer that owns no K/V.
+    pub fn first_kv_shared(&self) -> i32 {
+        self.num_hidden_layers - self.num_kv_shared_layers
+    }
+
+    /// Width of layer `i`'s MLP: doubled on KV-shared layers of a model that
+    /// has both kinds, with `use_double_wide_mlp`.
+    pub fn mlp_width(&self, i: usize) -> i32 {
+        let first = self.first_kv_shared();
+        let doubled = self.use_double_wide_mlp && first > 0 && i as i32 >= first;
+        self.intermediate_size * if doubled { 2 } else { 1 }
+    }
+
+    /// For each layer, the layer whose K/V it attends over (itself for
+    /// layers that own K/V; the last earlier layer of the same type for
+    /// KV-shared ones).
+    pub fn kv_sources(&self) -> Result<Vec<usize>> {
+        let m = self.first_kv_shared() as usize;
+        (0..self.num_hidden_layers as usize)
+            .map(|i| {
+                if i < m {
+                    return Ok(i);
+                }
+                (0..m)
+                    .rev()
+                    .find(|&j| self.full[j] == self.full[i])
+                    .ok_or_else(|| Error(format!("config: KV-shared layer {i} has no earlier layer of its type")))
+            })
+            .collect()
+    }
+
+    /// Re-parses the config the plan carries.
+    pub fn from_plan(plan: &ModelPlan) -> Result<Config> {
+        Config::parse(&plan.config_as::<Value>()?)
+    }
+
+    /// Head dim of a global (`full`) or sliding layer.
+    pub fn head_dim_of(&self, full: bool) -> i32 {
+        if full && self.global_head_dim > 0 {
+            self.global_head_dim
+        } else {
+            self.head_dim
+        }
+    }
+
+    /// The shape of layer `i`'s attention: q/k norms, a scale-free v norm,
+    /// score scale 1, keys as values on K=V global layers; `has_kv` false
+    /// for layers reading another's K/V.
+    pub fn attention(&self, i: usize, has_kv: bool) -> AttentionShape {
+        let full = self.full[i];
+        let k_eq_v = self.attention_k_eq_v && full;
+        let n_kv_heads = match (k_eq_v, self.num_global_key_value_heads) {
+            (true, Some(h)) => h,
+            _ => self.num_key_value_heads,
+        };
+        AttentionShape {
+            v_norm_eps: Some(self.rms_norm_eps),
+            k_eq_v,
+            has_kv,
+            scale: Some(1.0),
+            ..AttentionShape::new(self.hidden_size, self.num_attention_heads, n_kv_heads, self.head_dim_of(full))
+                .qk_norms(self.rms_norm_eps)
+        }
+    }
+
+    /// The name prefix of the text model's tensors in the host's naming
+    /// (mlx-lm's: `language_model.model.` for multimodal checkpoints).
+    pub fn prefix(&self) -> &'static str {
+        if self.model_type == "gemma4" {
+            "language_model."
+        } else {
+            ""
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The Gemma 4 text model: scaled embeddings, the decoder layers (KV-shared
+//! ones reading earlier layers' K/V), per-layer inputs (E2B/E4B), the final
+//! norm and the soft-capped output head.
+
+use crate::config::Config;
+use crate::layer::Gemma4Layer;
+use mlx::nn::{Embedding, Linear, OutputHead, RmsNorm, Weights};
+use mlx::{Array, Error, Result};
+use plugin_api::family::{Caches, Input, ModelForward, Output};
+use plugin_api::layers::{lm_output, SharedKv};
+
+/// Per-layer input embeddings (E2B/E4B).
+#[derive(Debug, Clone)]
+struct PerLayerInputs {
+    embed: Embedding,
+    embed_scale: f64,
+    projection: Linear,
+    projection_scale: f64,
+    norm: RmsNorm,
+    width: i32,
+}
+
+/// The Gemma 4 text model.
+#[derive(Debug, Clone)]
+pub struct Gemma4Text {
+    embed: Embedding,
+    embed_scale: f64,
+    layers: Vec<Gemma4Layer>,
+    norm: RmsNorm,
+    head: OutputHead,
+    softcap: Option<f32>,
+    per_layer: Option<PerLayerInputs>,
+}
+
+impl Gemma4Text {
+    /// Builds the model from host-held weights.
+    pub fn load(cfg: &Config, w: &dyn Weights) -> Result<Gemma4Text> {
+        let root = cfg.prefix();
+        let p = format!("{root}model");
+        let eps = cfg.rms_norm_eps;
+        let sources = cfg.kv_sources()?;
+        let m = cfg.first_kv_shared() as usize;
+        let n = cfg.num_hidden_layers as usize;
+        let pl = cfg.hidden_size_per_layer_input;
+        let layers = (0..n)
+            .map(|i| {
+                let has_kv = i < m;
+                Gemma4Layer::load(cfg, w, &format!("{p}.layers.{i}"), i, has_kv, sources[i], sources[m..].contains(&i))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (h, v) = (cfg.hidden_size, cfg.vocab_size);
+        let per_layer = (pl > 0)
+            .then(|| -> Result<PerLayerInputs> {
+                let all = n as i32 * pl;
+                Ok(PerLayerInputs {
+                    embed: Embedding::load(
+                        w,
+                        &format!("{p}.embed_tokens_per_layer"),
+                        cfg.vocab_size_per_layer_input,
+                        all,
+                    )?,
+                    embed_scale: (pl as f64).sqrt(),
+                    projection: Linear::load(w, &format!("{p}.per_layer_model_projection"), h, all)?,
+                    projection_scale: (h as f64).powf(-0.5),
+                    norm: RmsNorm::load(w, &format!("{p}.per_layer_projection_norm"), pl, eps)?,
+                    width: pl,
+                })
+            })
+            .transpose()?;
+        let embed = Embedding::load(w, &format!("{p}.embed_tokens"), v, h)?;
+        Ok(Gemma4Text {
+            head: OutputHead::load(w, &format!("{root}lm_head"), &embed, cfg.tie_word_embeddings, h, v)?,
+            embed,
+            embed_scale: (h as f64).sqrt(),
+            layers,
+            norm: RmsNorm::load(w, &format!("{p}.norm"), h, eps)?,
+            softcap: cfg.final_logit_softcapping.filter(|c| *c > 0.0),
+            per_layer,
+        })
+    }
+
+    /// The per-layer inputs `[B, L, layers, width]`, from the token ids and
+    /// the scaled input embeddings.
+    fn per_layer_inputs(&self, pl: &PerLayerInputs, tokens: &Array, h: &Array) -> Result<Array> {
+        let n = self.layers.len() as i32;
+        let (b, l) = (h.dim(0), h.dim(1));
+        let from_ids = pl.embed.forward(tokens)?.mul_s(pl.embed_scale)?.reshape(&[b, l, n, pl.width])?;
+        let proj = pl.projection.forward(h)?.mul_s(pl.projection_scale)?.reshape(&[b, l, n, pl.width])?;
+        let proj = pl.norm.forward(&proj)?;
+        proj.add(&from_ids)?.mul_s(std::f64::consts::FRAC_1_SQRT_2)
+    }
+}
+
+impl ModelForward for Gemma4Text {
+    fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
+        let e = match &input.embeddings {
+            Some(e) => e.clone(),
+            None => self.embed.forward(&input.tokens)?,
+        };
+        let mut h = e.mul_s(self.embed_scale)?;
+        let pli = match &self.per_layer {
+            Some(pl) => Some(self.per_layer_inputs(pl, &input.tokens, &h)?),
+            None => None,
+        };
+        let mut kept: Vec<Option<SharedKv>> = vec![None; self.layers.len()];
+        for (i, layer) in self.layers.iter().enumerate() {
+            let shared =
+                match layer.slot {
+                    Some(_) => None,
+                    None => Some(kept[layer.source].as_ref().ok_or_else(|| {
+                        Error(format!("gemma4: layer {i}: source layer {} kept no K/V", layer.source))
+                    })?),
+                };
+            let li = pli.as_ref().map(|p| p.slice_axis(2, i as i32, i as i32 + 1)?.squeeze(&[2])).transpose()?;
+            let (out, k) = layer.forward(&h, caches, shared, li.as_ref())?;
+            h = out;
+            if k.is_some() {
+                kept[i] = k;
+            }
+        }
+        let h = self.norm.forward(&h)?;
+        lm_output(h, input.logits, input.want_hidden, |x| {
+            let logits = self.head.forward(x)?;
+            match self.softcap {
+                Some(c) => logits.div_s(c as f64)?.tanh()?.mul_s(c as f64),
+                None => Ok(logits),
+            }
+        })
+    }
+}

@@ -110,17 +110,32 @@ impl HostWeights {
         quant: &QuantConfig,
     ) -> Result<HostWeights> {
         let mut out = HashMap::with_capacity(tensors.len());
+        // Quantization follows the rewrite: a module renamed or split (a
+        // fused `qkv_proj` into q/k/v) keeps its source's per-module entry,
+        // or a mixed-precision checkpoint would read it at the default width.
+        let mut inherited: HashMap<String, Option<mlx::quant::QuantSpec>> = HashMap::new();
         for (name, t) in tensors {
             let parts = fam
                 .family
                 .rewrite(plan, RStr::from(name.as_str()), t.clone().into())
                 .into_result()
                 .map_err(|e| plugin_err(&fam.name, &format!("rewriting {name}"), e))?;
+            let source = module_of(name).and_then(|m| Some((m, quant.overrides.get(m)?)));
             for p in parts {
-                out.insert(p.0.into_string(), p.1.into_array());
+                let to = p.0.into_string();
+                if let (Some((from, spec)), Some(module)) = (source, module_of(&to)) {
+                    if module != from {
+                        inherited.insert(module.to_string(), spec.clone());
+                    }
+                }
+                out.insert(to, p.1.into_array());
             }
         }
-        Ok(HostWeights::new(out, quant.clone()))
+        let mut quant = quant.clone();
+        for (module, spec) in inherited {
+            quant.overrides.entry(module).or_insert(spec);
+        }
+        Ok(HostWeights::new(out, quant))
     }
 
     /// Weights held under these names.
@@ -182,6 +197,13 @@ impl HostWeights {
         }
         Ok(())
     }
+}
+
+/// The module a (possibly quantized) tensor belongs to: `{module}.weight`,
+/// `.scales` or `.biases`.
+fn module_of(name: &str) -> Option<&str> {
+    let (module, part) = name.rsplit_once('.')?;
+    matches!(part, "weight" | "scales" | "biases").then_some(module)
 }
 
 pub(crate) fn plugin_err(family: &str, what: &str, e: RString) -> anyhow::Error {

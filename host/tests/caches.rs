@@ -5,7 +5,7 @@
 mod common;
 
 use common::{expected, fixture, ids, mlx_lock, registry, run, texts, FIXTURES};
-use famlx::cache::{AttnArgs, CacheImpl, CacheOptions, MaskArg, RecurrentCache, RotatingKvCache, SharedCache};
+use famlx::cache::{AttnArgs, CacheImpl, CacheOptions, KvMask, RecurrentCache, RotatingKvCache, SharedCache};
 use famlx::decode::{generate, prefill_last_alone, GenParams};
 use famlx::model::LoadedModel;
 use famlx::sample::SamplerParams;
@@ -299,7 +299,7 @@ fn quantized_attention_close_to_dense() {
     // A bool mask hiding the first 3 keys from every query.
     let keep: Vec<bool> = (0..18).map(|j| j % 9 >= 3).collect();
     let m = Array::from_slice(&keep[..9], &[1, 9]).unwrap();
-    let args = AttnArgs { scale: 0.125, mask: MaskArg::Array(m.clone()), sinks: None };
+    let args = AttnArgs { scale: 0.125, mask: KvMask::Array(m.clone()), sinks: None };
     let a = qc.attend_cached(q.clone(), &args).unwrap();
     let b = dc.attend_cached(q.clone(), &args).unwrap();
     assert!(max_abs_diff(&a, &b) < 0.05, "masked: {}", max_abs_diff(&a, &b));

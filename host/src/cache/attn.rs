@@ -7,24 +7,14 @@ use mlx::fast::{scaled_dot_product_attention, Mask};
 use mlx::quant::{quantized_matmul, Quantized};
 use mlx::{arange, where_, Array, Dtype, Result};
 
-/// The mask an attention call asks for.
-#[derive(Clone)]
-pub enum MaskArg {
-    /// Causal (and windowed, for a rotating cache): the cache decides.
-    Auto,
-    /// No mask.
-    None,
-    /// An explicit mask broadcastable to the scores (bool or additive).
-    Array(Array),
-}
-
 /// Host-side options of an attention call.
 #[derive(Clone)]
 pub struct AttnArgs {
     /// Score scale.
     pub scale: f32,
-    /// The mask.
-    pub mask: MaskArg,
+    /// The mask. `Causal` asks for the cache's own causal mask, which it
+    /// makes concrete (windowed for a rotating cache, see [`attend`]).
+    pub mask: KvMask,
     /// Per-head sink logits.
     pub sinks: Option<Array>,
 }
@@ -32,17 +22,16 @@ pub struct AttnArgs {
 impl AttnArgs {
     /// Causal attention with `scale`.
     pub fn causal(scale: f32) -> Self {
-        AttnArgs { scale, mask: MaskArg::Auto, sinks: None }
+        AttnArgs { scale, mask: KvMask::Causal, sinks: None }
     }
 }
 
-/// Attends `q` (`[B, Hq, L, D]`) over `k`/`v`, with `auto` as the mask when
-/// the call leaves the choice to the cache.
-pub fn attend(q: &Array, k: &Seq, v: &Seq, args: &AttnArgs, auto: MaskChoice) -> Result<Array> {
+/// Attends `q` (`[B, Hq, L, D]`) over `k`/`v`; a causal request takes
+/// `causal`, the cache's concrete form of it for its last update.
+pub fn attend(q: &Array, k: &Seq, v: &Seq, args: &AttnArgs, causal: KvMask) -> Result<Array> {
     let mask = match &args.mask {
-        MaskArg::Auto => auto,
-        MaskArg::None => MaskChoice::None,
-        MaskArg::Array(m) => MaskChoice::Array(m.clone()),
+        KvMask::Causal => causal,
+        other => other.clone(),
     };
     if let (Seq::Packed(kq, kb), Seq::Packed(vq, vb), None) = (k, v, &args.sinks) {
         if kb == vb {
@@ -53,9 +42,9 @@ pub fn attend(q: &Array, k: &Seq, v: &Seq, args: &AttnArgs, auto: MaskChoice) ->
     let (k, v) = (k.dense()?, v.dense()?);
     let sinks = args.sinks.as_ref();
     match &mask {
-        MaskChoice::None => scaled_dot_product_attention(q, &k, &v, args.scale, Mask::None, sinks),
-        MaskChoice::Causal => scaled_dot_product_attention(q, &k, &v, args.scale, Mask::Causal, sinks),
-        MaskChoice::Array(m) => scaled_dot_product_attention(q, &k, &v, args.scale, Mask::Array(m), sinks),
+        KvMask::None => scaled_dot_product_attention(q, &k, &v, args.scale, Mask::None, sinks),
+        KvMask::Causal => scaled_dot_product_attention(q, &k, &v, args.scale, Mask::Causal, sinks),
+        KvMask::Array(m) => scaled_dot_product_attention(q, &k, &v, args.scale, Mask::Array(m), sinks),
     }
 }
 
@@ -79,14 +68,7 @@ fn expand(q: &Quantized, axis: i32) -> Result<Quantized> {
 
 /// `softmax(q kᵀ · scale + mask) v` with both matmuls on packed data; the
 /// query heads are grouped per KV head by a reshape (no repeated keys).
-fn quantized_sdpa(
-    q: &Array,
-    kq: &Quantized,
-    vq: &Quantized,
-    qb: QBits,
-    scale: f32,
-    mask: &MaskChoice,
-) -> Result<Array> {
+fn quantized_sdpa(q: &Array, kq: &Quantized, vq: &Quantized, qb: QBits, scale: f32, mask: &KvMask) -> Result<Array> {
     let (b, hq, l, d) = (q.dim(0), q.dim(1), q.dim(2), q.dim(3));
     let hkv = kq.w.dim(1);
     let rep = hq / hkv;
@@ -101,14 +83,14 @@ fn quantized_sdpa(
     let mut scores = quantized_matmul(&q, &kq, &spec, true)?;
     let s = scores.dim(-1);
     let m = match mask {
-        MaskChoice::None => None,
-        MaskChoice::Causal if l > 1 => Some(causal_mask(l, s)?),
-        MaskChoice::Causal => None,
-        MaskChoice::Array(m) if rep > 1 && m.ndim() == 4 && m.dim(1) == hq && hq > 1 => {
+        KvMask::None => None,
+        KvMask::Causal if l > 1 => Some(causal_mask(l, s)?),
+        KvMask::Causal => None,
+        KvMask::Array(m) if rep > 1 && m.ndim() == 4 && m.dim(1) == hq && hq > 1 => {
             Some(m.reshape(&[m.dim(0), hkv, rep, m.dim(2), m.dim(3)])?)
         }
-        MaskChoice::Array(m) if rep > 1 && m.ndim() > 3 => Some(m.expand_dims(&[-3])?),
-        MaskChoice::Array(m) => Some(m.clone()),
+        KvMask::Array(m) if rep > 1 && m.ndim() > 3 => Some(m.expand_dims(&[-3])?),
+        KvMask::Array(m) => Some(m.clone()),
     };
     if let Some(m) = m {
         scores = if m.dtype() == Dtype::Bool {
@@ -144,13 +126,14 @@ pub fn window_mask(n: i32, offset: i32, window: i32) -> Result<Array> {
     causal.logical_and(&near)
 }
 
-/// The mask a cache needs for its last update.
+/// The mask of an attention over a cache: what a call asks for
+/// ([`AttnArgs::mask`]) and what the cache makes of a causal request.
 #[derive(Clone)]
-pub enum MaskChoice {
+pub enum KvMask {
     /// No mask.
     None,
     /// Lower-right aligned causal.
     Causal,
-    /// Explicit boolean mask.
+    /// An explicit mask broadcastable to the scores (bool or additive).
     Array(Array),
 }

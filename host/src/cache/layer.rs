@@ -1,7 +1,7 @@
 //! What every host cache kind implements ([`CacheImpl`]), and the helpers
 //! that read a saved cache back.
 
-use super::attn::{self, AttnArgs, MaskChoice};
+use super::attn::{self, AttnArgs, KvMask};
 use super::store::Seq;
 use mlx::{Array, Error, Result};
 use serde::de::DeserializeOwned;
@@ -48,8 +48,8 @@ pub trait CacheImpl: Send {
     /// What a file needs to rebuild this cache exactly (see [`load`]).
     fn save(&self) -> Result<SavedCache>;
     /// Attention mask for `l` new queries given the keys [`CacheImpl::update`] returned.
-    fn mask_for(&self, l: i32) -> Result<MaskChoice> {
-        Ok(if l > 1 { MaskChoice::Causal } else { MaskChoice::None })
+    fn mask_for(&self, l: i32) -> Result<KvMask> {
+        Ok(if l > 1 { KvMask::Causal } else { KvMask::None })
     }
     /// Applies a due change of representation before the next update
     /// (mlx-lm's `maybe_quantize_kv_cache`): returns a replacement cache when
@@ -69,7 +69,7 @@ pub trait CacheImpl: Send {
     /// Attends `q` over what is cached, without appending.
     fn attend_cached(&self, q: Array, args: &AttnArgs) -> Result<Array> {
         let (k, v) = self.fetch()?.ok_or_else(|| Error::msg("attend_cached: the cache is empty"))?;
-        attn::attend(&q, &Seq::Dense(k), &Seq::Dense(v), args, MaskChoice::None)
+        attn::attend(&q, &Seq::Dense(k), &Seq::Dense(v), args, KvMask::None)
     }
 }
 

@@ -18,7 +18,7 @@ mod rotating;
 mod shared;
 mod store;
 
-pub use attn::{causal_mask, window_mask, AttnArgs, MaskArg, MaskChoice};
+pub use attn::{causal_mask, window_mask, AttnArgs, KvMask};
 pub use kv::KvCache;
 pub use layer::{CacheImpl, SavedCache};
 pub use make::{load, make_caches};

@@ -2,7 +2,7 @@
 //! per-group scales and biases), each with its own bit width, in buffers that
 //! grow geometrically and are written in place like the dense cache's.
 
-use super::attn::MaskChoice;
+use super::attn::KvMask;
 use super::attn::{attend, AttnArgs};
 use super::layer::{field, CacheImpl, SavedCache};
 use super::store::KvQuant;
@@ -92,13 +92,13 @@ impl CacheImpl for QuantizedKvCache {
 
     fn attend(&mut self, q: Array, k: Array, v: Array, args: &AttnArgs) -> Result<Array> {
         let kv = self.append(&k, &v)?;
-        let auto = if q.dim(2) > 1 { MaskChoice::Causal } else { MaskChoice::None };
+        let auto = if q.dim(2) > 1 { KvMask::Causal } else { KvMask::None };
         attend(&q, &kv.k, &kv.v, args, auto)
     }
 
     fn attend_cached(&self, q: Array, args: &AttnArgs) -> Result<Array> {
         let kv = self.held()?.ok_or_else(|| mlx::Error::msg("attend_cached: the cache is empty"))?;
-        attend(&q, &kv.k, &kv.v, args, MaskChoice::None)
+        attend(&q, &kv.k, &kv.v, args, KvMask::None)
     }
 
     fn fetch(&self) -> Result<Option<(Array, Array)>> {

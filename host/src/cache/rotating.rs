@@ -9,7 +9,7 @@
 //!   `max_size - 1 - keep` cached positions (in temporal order) plus itself,
 //!   under a mask that is causal and `max_size` wide in that concatenation.
 
-use super::attn::MaskChoice;
+use super::attn::KvMask;
 use super::attn::{attend, window_mask, AttnArgs};
 use super::layer::{field, CacheImpl, SavedCache};
 use super::store::KvQuant;
@@ -36,7 +36,7 @@ pub struct RotatingKvCache {
     /// Whether the storage has been quantized.
     packed: bool,
     /// The mask for the queries of the last update.
-    mask: MaskChoice,
+    mask: KvMask,
 }
 
 impl RotatingKvCache {
@@ -57,7 +57,7 @@ impl RotatingKvCache {
             keep: keep as i32,
             quant,
             packed: false,
-            mask: MaskChoice::None,
+            mask: KvMask::None,
         })
     }
 
@@ -156,7 +156,7 @@ impl RotatingKvCache {
             buf
         };
         self.offset += 1;
-        self.mask = MaskChoice::None;
+        self.mask = KvMask::None;
         let out = buf.slice(0, self.len)?;
         self.buf = Some(buf);
         Ok(out)
@@ -171,9 +171,9 @@ impl RotatingKvCache {
             None => new,
         };
         self.mask = if old_len + n > self.max_size {
-            MaskChoice::Array(window_mask(n, old_len, self.max_size)?)
+            KvMask::Array(window_mask(n, old_len, self.max_size)?)
         } else {
-            MaskChoice::Causal
+            KvMask::Causal
         };
         let total = old_len + n;
         if total > self.max_size {
@@ -236,9 +236,9 @@ impl CacheImpl for RotatingKvCache {
         let auto = if q.dim(2) == 1 && self.len == self.max_size {
             let oldest = if self.idx >= self.max_size { self.keep } else { self.idx };
             let slots = mlx::arange(0.0, self.len as f64, 1.0, mlx::Dtype::I32)?;
-            MaskChoice::Array(slots.ne(&Array::i32(oldest))?.reshape(&[1, self.len])?)
+            KvMask::Array(slots.ne(&Array::i32(oldest))?.reshape(&[1, self.len])?)
         } else {
-            MaskChoice::None
+            KvMask::None
         };
         attend(&q, &kv.k, &kv.v, args, auto)
     }
@@ -247,7 +247,7 @@ impl CacheImpl for RotatingKvCache {
         self.held()?.map(|kv| kv.dense()).transpose()
     }
 
-    fn mask_for(&self, _l: i32) -> Result<MaskChoice> {
+    fn mask_for(&self, _l: i32) -> Result<KvMask> {
         Ok(self.mask.clone())
     }
 

@@ -1,7 +1,7 @@
 //! The host's handle to a cache ([`SharedCache`]), shared with the plugin's
 //! view of it: the stable [`LayerCache`] trait object a family calls.
 
-use super::attn::{AttnArgs, MaskArg};
+use super::attn::{AttnArgs, KvMask};
 use super::layer::CacheImpl;
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RErr, ROk, RResult, RString, RVec, Tuple2};
@@ -52,9 +52,9 @@ impl From<AttnOptions> for AttnArgs {
         AttnArgs {
             scale: o.scale,
             mask: match o.mask {
-                AttnMask::Causal => MaskArg::Auto,
-                AttnMask::None => MaskArg::None,
-                AttnMask::Array(m) => MaskArg::Array(m.into_array()),
+                AttnMask::Causal => KvMask::Causal,
+                AttnMask::None => KvMask::None,
+                AttnMask::Array(m) => KvMask::Array(m.into_array()),
             },
             sinks: o.sinks.into_option().map(ArrayHandle::into_array),
         }

@@ -13,11 +13,11 @@ use plugin_api::layers::Attention;
 /// A layer's token mixer.
 #[derive(Debug, Clone)]
 pub enum Mixer {
-    /// Gated delta net (recurrent cache slot).
-    Linear(Box<GatedDeltaNet>),
+    /// Gated delta net, "linear attention" (recurrent cache slot).
+    DeltaNet(Box<GatedDeltaNet>),
     /// Gated full attention (KV cache slot): the query projection carries a
     /// per-head output gate, q/k RMS norms, partial rope.
-    Full(Box<Attention>),
+    Attention(Box<Attention>),
 }
 
 /// A layer's channel mixer.
@@ -47,9 +47,9 @@ impl Layer {
     pub fn load(w: &dyn Weights, p: &str, cfg: &Config, linear: bool, sparse: bool, rope: &Rope) -> Result<Self> {
         let (eps, h) = (cfg.rms_norm_eps, cfg.hidden_size);
         let mixer = if linear {
-            Mixer::Linear(Box::new(GatedDeltaNet::load(w, &format!("{p}.linear_attn"), h, cfg.gdn, eps)?))
+            Mixer::DeltaNet(Box::new(GatedDeltaNet::load(w, &format!("{p}.linear_attn"), h, cfg.gdn, eps)?))
         } else {
-            Mixer::Full(Box::new(Attention::load(w, &format!("{p}.self_attn"), &cfg.attention(), rope.clone())?))
+            Mixer::Attention(Box::new(Attention::load(w, &format!("{p}.self_attn"), &cfg.attention(), rope.clone())?))
         };
         let mlp = match &cfg.moe {
             Some(m) if sparse => Mlp::Sparse(Box::new(SparseMoe::load(w, &format!("{p}.mlp"), h, m)?)),
@@ -72,8 +72,8 @@ impl Layer {
     pub fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize) -> Result<Array> {
         let n = self.input_norm.forward(x)?;
         let r = match &self.mixer {
-            Mixer::Linear(g) => g.forward(&n, caches, slot)?,
-            Mixer::Full(a) => a.forward(&n, caches, slot)?,
+            Mixer::DeltaNet(g) => g.forward(&n, caches, slot)?,
+            Mixer::Attention(a) => a.forward(&n, caches, slot)?,
         };
         let h = x.add(&r)?;
         let n = self.post_norm.forward(&h)?;

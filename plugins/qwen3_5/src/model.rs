@@ -43,7 +43,7 @@ impl Qwen3_5 {
     /// Sets the scan implementation of every linear-attention layer.
     pub fn set_scan_path(&mut self, path: ScanPath) {
         for l in &mut self.layers {
-            if let Mixer::Linear(g) = &mut l.mixer {
+            if let Mixer::DeltaNet(g) = &mut l.mixer {
                 g.path = path;
             }
         }

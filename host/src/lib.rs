@@ -13,4 +13,5 @@ pub mod plugins;
 pub mod prompt;
 pub mod reload;
 pub mod sample;
+pub mod scaffold;
 pub mod session;

@@ -102,3 +102,27 @@ fn prompt_ids_are_used_as_given() {
     let j = cli_json("llama-bf16", &["--prompt-ids", "508,1,2,3"]);
     assert_eq!(j["prompt_tokens"], 4, "{j}");
 }
+
+/// `--dump-logits` writes every prompt position's logits; the last row is
+/// the reference's logits for the prompt (what scripts/compare_logits.py
+/// compares for every row).
+#[test]
+fn dump_logits_writes_every_position() {
+    let exp = expected("llama-tied-f32");
+    let prompt = &exp["prompts"][1];
+    let want = common::parity::floats(&prompt["logits"]);
+    let ids: Vec<String> = prompt["ids"].as_array().unwrap().iter().map(|v| v.to_string()).collect();
+    let dir = common::Scratch::new("dump-logits");
+    let file = dir.path().join("logits.json");
+    let m = fixture("llama-tied-f32").display().to_string();
+    let f = file.display().to_string();
+    let joined = ids.join(",");
+    let out = run(&["generate", "--model", &m, "--max-tokens", "1", "--prompt-ids", &joined, "--dump-logits", &f]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dump: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(dump["ids"].as_array().unwrap().len(), ids.len());
+    let rows = dump["logits"].as_array().unwrap();
+    assert_eq!(rows.len(), ids.len(), "one row per prompt position");
+    let last = common::parity::floats(rows.last().unwrap());
+    common::parity::check_logits("llama-tied-f32", "dump", true, &last, &want).unwrap();
+}

@@ -1,40 +1,37 @@
-//! An out-of-tree plugin: the template under examples/family-template is
-//! built in a temporary directory against plugin-api only (its own workspace,
-//! its own target dir), dropped into a plugin directory, and serves a
-//! checkpoint whose model_type only it claims — with no host rebuild. Its
-//! greedy tokens must equal mlx-lm's on the same (llama-architecture) weights.
+//! An out-of-tree plugin: `famlx plugin new` writes a new family (the
+//! template, with the plugin SDK vendored) into a temporary folder; it builds
+//! there on its own (its own workspace and target dir, no path into this
+//! repository), is dropped into a plugin directory and serves a checkpoint
+//! whose model_type only it claims, with no host rebuild. Its greedy tokens
+//! must equal mlx-lm's on the same (llama-architecture) weights.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name();
-        if name == "target" || name == "Cargo.lock" {
-            continue;
-        }
-        let to = dst.join(&name);
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), to).unwrap();
-        }
-    }
+fn famlx() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_famlx"))
 }
 
 #[test]
-fn template_plugin_builds_out_of_tree_and_serves_its_checkpoint() {
+fn plugin_new_builds_out_of_tree_and_serves_its_checkpoint() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap();
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let src = tmp.join("oot-src");
     let _ = std::fs::remove_dir_all(&src);
-    copy_dir(&root.join("examples/family-template"), &src);
-    let manifest = src.join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest).unwrap();
-    let api = root.join("plugin-api");
-    std::fs::write(&manifest, text.replace("../../plugin-api", &api.to_string_lossy())).unwrap();
+
+    let out = famlx().args(["plugin", "new", "tiny_fam", "--dir"]).arg(&src).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let manifest = std::fs::read_to_string(src.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("name = \"famlx-plugin-tiny_fam\""), "{manifest}");
+    assert!(manifest.contains(&format!("version = \"={}\"", plugin_api::SDK_VERSION)), "SDK not pinned: {manifest}");
+    assert!(!manifest.contains(&root.to_string_lossy().to_string()), "depends on this repository: {manifest}");
+    assert!(src.join("sdk/plugin-api/CHANGELOG.md").is_file() && src.join("sdk/mlx-sys/csrc/shim.cpp").is_file());
+    // A second time into the same folder is refused, naming it.
+    let again = famlx().args(["plugin", "new", "tiny_fam", "--dir"]).arg(&src).output().unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success() && err.contains("already exists"), "{err}");
+    let bad = famlx().args(["plugin", "new", "Tiny-Fam"]).output().unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("plugin name `Tiny-Fam`"));
 
     // Its own target dir (kept between runs to save time), so no lock is shared
     // with the cargo running this test.
@@ -46,8 +43,8 @@ fn template_plugin_builds_out_of_tree_and_serves_its_checkpoint() {
         .env("CARGO_TARGET_DIR", &target)
         .output()
         .unwrap();
-    assert!(out.status.success(), "template build failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let lib = target.join("debug/libfamlx_plugin_mytiny.so");
+    assert!(out.status.success(), "plugin build failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let lib = target.join("debug/libfamlx_plugin_tiny_fam.so");
     assert!(lib.exists());
 
     let plugins = tmp.join("oot-plugins");
@@ -55,12 +52,16 @@ fn template_plugin_builds_out_of_tree_and_serves_its_checkpoint() {
     let _ = std::fs::remove_dir_all(&plugins);
     let _ = std::fs::remove_dir_all(&model);
     std::fs::create_dir_all(&plugins).unwrap();
-    std::fs::copy(&lib, plugins.join("libfamlx_plugin_mytiny.so")).unwrap();
+    std::fs::copy(&lib, plugins.join("libfamlx_plugin_tiny_fam.so")).unwrap();
     let fixture = root.join("fixtures/llama-tied-f32");
-    copy_dir(&fixture, &model);
+    std::fs::create_dir_all(&model).unwrap();
+    for e in std::fs::read_dir(&fixture).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), model.join(e.file_name())).unwrap();
+    }
     let mut cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture.join("config.json")).unwrap()).unwrap();
-    cfg["model_type"] = "mytiny".into();
+    cfg["model_type"] = "tiny_fam".into();
     std::fs::write(model.join("config.json"), cfg.to_string()).unwrap();
 
     let expected: serde_json::Value =
@@ -69,7 +70,7 @@ fn template_plugin_builds_out_of_tree_and_serves_its_checkpoint() {
     let ids: Vec<String> = prompt["ids"].as_array().unwrap().iter().map(|v| v.to_string()).collect();
     let want: Vec<u64> = prompt["greedy"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
 
-    let out = Command::new(env!("CARGO_BIN_EXE_famlx"))
+    let out = famlx()
         .args(["generate", "--json", "--max-tokens", "24", "--prefill-step-size", "16", "--prompt-ids", &ids.join(",")])
         .arg("--plugin-dir")
         .arg(&plugins)

@@ -31,9 +31,29 @@ use abi_stable::sabi_trait;
 use abi_stable::std_types::{RBox, ROption, RResult, RStr, RString, RVec, Tuple2};
 use abi_stable::{declare_root_module_statics, package_version_strings, StableAbi};
 
-/// Version of this ABI. Bumped on any change to the types or traits here;
-/// the host refuses plugins with another value.
-pub const ABI_VERSION: u32 = 4;
+/// Version of this ABI: the minor version of this crate (0.x), so a plugin
+/// pins its ABI by pinning the SDK it builds against. Bumped, with the
+/// crate's minor version, on any change to the types or traits that cross
+/// the boundary; the host refuses plugins with another value. See
+/// CHANGELOG.md.
+pub const ABI_VERSION: u32 = parse_u32(env!("CARGO_PKG_VERSION_MINOR"));
+
+/// The version of this crate (the SDK) a plugin was built against.
+pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A decimal number in a const context (Cargo hands the version parts over
+/// as strings; `str::parse` is not const).
+const fn parse_u32(s: &str) -> u32 {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut n = 0u32;
+    while i < b.len() {
+        assert!(b[i].is_ascii_digit(), "version part is not a number");
+        n = n * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    n
+}
 
 /// Symbol every plugin exports with its [`ABI_VERSION`] (read before the
 /// root module, so a mismatch is reported with both numbers).

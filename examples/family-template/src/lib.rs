@@ -3,14 +3,14 @@
 //! the shared layers in `plugin_api::layers`; what makes it a family is the
 //! four parts below: a config, a plan, weight-name rules, a build.
 
-use plugin_api::config::{eos_ids, field_or, implied_head_dim, parse, rope, DecoderFields};
+use plugin_api::config::{context_length, eos_ids, field_or, implied_head_dim, named_scaling, parse, rope, DecoderFields};
 use plugin_api::family::{FamilySpec, ModelForward};
-use plugin_api::layers::{AttentionShape, DecoderLm, DecoderShape};
+use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderLm, DecoderShape};
 use plugin_api::mlx::nn::Weights;
 use plugin_api::mlx::{Array, Result};
 use plugin_api::serde::{Deserialize, Serialize};
 use plugin_api::serde_json::Value;
-use plugin_api::{CacheKind, ModelPlan};
+use plugin_api::{CacheKind, Fusion, ModelPlan};
 
 /// Step 1, the config: the fields of config.json this family reads (a
 /// missing or mistyped one is an error naming it).
@@ -26,6 +26,9 @@ struct Config {
     rms_norm_eps: f32,
     vocab_size: i32,
     rope_theta: Option<f32>,
+    /// Interleaved (GPT-J style) rotation pairs instead of halves.
+    rope_traditional: Option<bool>,
+    /// default, linear, llama3, longrope/su (see `plugin_api::config::rope`).
     rope_scaling: Option<Value>,
     tie_word_embeddings: Option<bool>,
     max_position_embeddings: Option<i32>,
@@ -36,7 +39,12 @@ impl Config {
         let cfg: Config = parse(c)?;
         // Refuse what cannot describe a real model, naming the field.
         cfg.fields()?.check()?;
+        named_scaling("rope_scaling", cfg.rope_scaling.as_ref(), cfg.context())?;
         Ok(cfg)
+    }
+
+    fn context(&self) -> i32 {
+        self.max_position_embeddings.unwrap_or(0)
     }
 
     fn fields(&self) -> Result<DecoderFields> {
@@ -73,10 +81,11 @@ impl FamilySpec for MyTiny {
     fn plan(&self, c: &Value) -> Result<ModelPlan> {
         let cfg = Config::parse(c)?;
         let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
+        let scaling = named_scaling("rope_scaling", cfg.rope_scaling.as_ref(), cfg.context())?;
         Ok(ModelPlan::text("mytiny", "mytiny", &cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(c))
-            .with_context(cfg.max_position_embeddings.unwrap_or(0).max(0) as u32)
-            .with_dtype(&field_or::<String>(c, "torch_dtype", "float32".into())?))
+            .with_context(context_length(cfg.context(), &scaling))
+            .with_dtype(&field_or::<String>(c, "torch_dtype", "bfloat16".into())?))
     }
 
     /// Step 3, weight-name rules: drop tensors the model does not use.
@@ -87,17 +96,29 @@ impl FamilySpec for MyTiny {
         Ok(vec![(name.to_string(), t)])
     }
 
+    /// Optional: one matmul for q/k/v and one for gate/up per layer. The
+    /// host concatenates the parts' rows at load (q, then k, then v; gate,
+    /// then up) and `Attention` / `GatedMlp` take the fused tensors as they
+    /// find them; a checkpoint that stores them fused already is used as is.
+    fn fusions(&self, plan: &ModelPlan) -> Vec<Fusion> {
+        decoder_fusions(plan)
+    }
+
     /// Step 4, build: the layers from the host's weights.
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         let cfg: Config = plan.config_as()?;
         let f = cfg.fields()?;
-        let rope = rope(f.head_dim, cfg.rope_theta.unwrap_or(10000.0), false, cfg.rope_scaling.as_ref(), 0)?;
+        let traditional = cfg.rope_traditional.unwrap_or(false);
+        let theta = cfg.rope_theta.unwrap_or(10000.0);
+        let rope = rope(f.head_dim, theta, traditional, cfg.rope_scaling.as_ref(), cfg.context())?;
         let shape = DecoderShape {
             vocab: f.vocab,
             layers: f.layers,
             intermediate: f.intermediate,
             rms_norm_eps: cfg.rms_norm_eps,
             attention: AttentionShape::new(f.hidden, f.heads, f.kv_heads, f.head_dim),
+            // An untied checkpoint run as tied would serve wrong tokens; the
+            // host warns about its unread `lm_head.weight` (--strict refuses).
             tied: cfg.tie_word_embeddings.unwrap_or(true),
         };
         // Every tensor is checked against these shapes as it is loaded.

@@ -173,6 +173,12 @@ pub struct GenerateArgs {
     /// the prompt after the cached tokens is prefilled.
     #[arg(long = "prompt-cache-file")]
     pub prompt_cache_file: Option<PathBuf>,
+    /// Also write the logits of every prompt position to this JSON file
+    /// (`{"ids": [..], "logits": [[..], ..]}`, float32), for comparing a
+    /// family with the reference (scripts/compare_logits.py runs mlx-lm on
+    /// the same ids).
+    #[arg(long = "dump-logits", value_name = "FILE")]
+    pub dump_logits: Option<PathBuf>,
 }
 
 /// `famlx cache-prompt`.
@@ -216,6 +222,17 @@ pub struct ChatArgs {
     /// Hot-reload the serving plugin when it is rebuilt.
     #[arg(long)]
     pub watch: bool,
+}
+
+/// `famlx plugin new`.
+#[derive(Args, Debug)]
+pub struct NewPluginArgs {
+    /// The family's name: its crate, library and `model_type` (lowercase
+    /// letters, digits, `_`).
+    pub name: String,
+    /// Folder to create (default: `./famlx-plugin-NAME`).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 /// `famlx plugins`.

@@ -49,6 +49,9 @@ fn generate_once(a: &GenerateArgs, s: &mut Session) -> Result<()> {
     if let Some(room) = s.model.context_room(prompt.len())? {
         p.max_tokens = p.max_tokens.min(room);
     }
+    if let Some(path) = &a.dump_logits {
+        dump_logits(&mut s.model, &prompt, path)?;
+    }
     // Without a file nothing is cached: the whole prompt is prefilled.
     s.forget();
     if let Some(f) = &a.prompt_cache_file {
@@ -90,6 +93,26 @@ fn generate_once(a: &GenerateArgs, s: &mut Session) -> Result<()> {
         print_stats(&stats);
     }
     let _ = std::io::stdout().flush();
+    Ok(())
+}
+
+/// `--dump-logits`: one forward over the whole prompt from empty caches,
+/// every position's logits as float32 JSON.
+fn dump_logits(m: &mut crate::model::LoadedModel, ids: &[u32], path: &std::path::Path) -> Result<()> {
+    use anyhow::Context;
+    m.reset_caches()?;
+    let tokens = mlx::Array::from_slice(&ids.iter().map(|&i| i as i32).collect::<Vec<_>>(), &[1, ids.len() as i32])?;
+    let logits = m
+        .forward(&tokens, plugin_api::LogitsWanted::All)?
+        .context("--dump-logits: the model returned no logits")?
+        .astype(mlx::Dtype::F32)?;
+    let v = logits.dim(-1) as usize;
+    let flat = logits.to_vec::<f32>()?;
+    let rows: Vec<&[f32]> = flat.chunks(v.max(1)).collect();
+    let j = json!({ "model_type": m.plan.model_type.as_str(), "ids": ids, "logits": rows });
+    std::fs::write(path, j.to_string()).with_context(|| format!("--dump-logits {}", path.display()))?;
+    m.reset_caches()?;
+    eprintln!("wrote the logits of {} prompt positions to {}", ids.len(), path.display());
     Ok(())
 }
 

@@ -8,7 +8,7 @@ mod generate;
 mod plugins;
 mod setup;
 
-use args::{CachePromptArgs, ChatArgs, GenerateArgs, PluginArgs};
+use args::{CachePromptArgs, ChatArgs, GenerateArgs, NewPluginArgs, PluginArgs};
 pub use bench::BenchArgs;
 use clap::{Parser, Subcommand};
 
@@ -32,9 +32,24 @@ pub enum Command {
     Bench(BenchArgs),
     /// List plugins found, loaded and refused.
     Plugins(PluginArgs),
+    /// Make a family plugin (`famlx plugin new NAME`).
+    Plugin {
+        /// What to do.
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
     /// Prefill a prompt and save the caches to a file for `generate
     /// --prompt-cache-file` (like `mlx_lm.cache_prompt`).
     CachePrompt(CachePromptArgs),
+}
+
+/// `famlx plugin` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum PluginCommand {
+    /// Write a new out-of-tree family plugin: the template (a Llama-style
+    /// decoder from the shared layers) with the plugin SDK vendored, ready
+    /// for `cargo build --release`.
+    New(NewPluginArgs),
 }
 
 /// Runs the parsed command line.
@@ -45,6 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Chat(a) => chat::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Plugins(a) => plugins::run(a),
+        Command::Plugin { command: PluginCommand::New(a) } => plugins::new(a),
         Command::CachePrompt(a) => generate::run_cache_prompt(a),
     }
 }

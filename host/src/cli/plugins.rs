@@ -1,6 +1,7 @@
-//! `famlx plugins`: what was found, loaded and refused.
+//! `famlx plugins`: what was found, loaded and refused; `famlx plugin new`:
+//! a new out-of-tree family.
 
-use super::args::PluginArgs;
+use super::args::{NewPluginArgs, PluginArgs};
 use crate::plugins::{search_dirs, Registry};
 use anyhow::Result;
 
@@ -34,5 +35,25 @@ pub(crate) fn run(a: PluginArgs) -> Result<()> {
     for w in &reg.warnings {
         println!("warning: {w}");
     }
+    Ok(())
+}
+
+/// Runs `famlx plugin new`.
+pub(crate) fn new(a: NewPluginArgs) -> Result<()> {
+    crate::scaffold::check_name(&a.name)?;
+    let dir = a.dir.unwrap_or_else(|| format!("famlx-plugin-{}", a.name).into());
+    let files = crate::scaffold::new_plugin(&a.name, &dir)?;
+    let d = dir.display();
+    println!(
+        "wrote {} files for family `{}` (model_type \"{}\", SDK {}) to {d}",
+        files.len(),
+        a.name,
+        a.name,
+        plugin_api::SDK_VERSION
+    );
+    println!("next:");
+    println!("  cd {d} && cargo build --release");
+    println!("  famlx plugins --plugin-dir {d}/target/release");
+    println!("  famlx generate --plugin-dir {d}/target/release --model CHECKPOINT --prompt \"Hello\"");
     Ok(())
 }

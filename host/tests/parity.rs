@@ -28,6 +28,12 @@ use famlx::cache::CacheOptions;
 use famlx::model::LoadedModel;
 
 fn parity(variant: &str) {
+    let exp = expected(variant);
+    parity_in(variant, exp["model_type"].as_str().unwrap());
+}
+
+/// Parity of `variant`, served by `family`.
+fn parity_in(variant: &str, family: &str) {
     let _g = mlx_lock();
     let exp = expected(variant);
     assert_eq!(exp["variant"].as_str(), Some(variant));
@@ -36,7 +42,7 @@ fn parity(variant: &str) {
     let reg = registry();
     let mut m = LoadedModel::load(&fixture(variant), &reg, None, CacheOptions::default())
         .unwrap_or_else(|e| panic!("{variant}: load: {e:#}"));
-    assert_eq!(m.family.name, exp["model_type"].as_str().unwrap(), "{variant}: wrong family");
+    assert_eq!(m.family.name, family, "{variant}: wrong family");
 
     let mut errs = check_prompts(variant, &mut m, &exp, f32_model);
     errs.extend(check_tokenizer(variant, &m, &exp));
@@ -75,6 +81,12 @@ fn qwen3_q4() {
 fn qwen3_q8() {
     parity("qwen3-q8");
 }
+/// Phi-3's layout (q/k/v and gate/up stored fused), partial rotation and
+/// LongRoPE, served by the llama family.
+#[test]
+fn phi3_longrope_bf16() {
+    parity_in("phi3-bf16", "llama");
+}
 
 /// The fixtures list above covers every folder with an expected.json.
 #[test]
@@ -90,6 +102,7 @@ fn every_fixture_is_tested() {
         .iter()
         .chain(common::GEMMA4_FIXTURES.iter())
         .chain(common::QWEN3_5_FIXTURES.iter())
+        .chain(["phi3-bf16"].iter())
         .map(|s| s.to_string())
         .collect();
     listed.sort();

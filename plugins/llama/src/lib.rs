@@ -1,11 +1,14 @@
-//! The llama family (Llama 2 / 3 / 3.1 / 3.2, Mistral, SmolLM2 and
-//! friends): a config, the shared Llama-style decoder, weight-name rules
-//! (GGUF included, see [`gguf`]) and one registration.
+//! The llama family (Llama 2 / 3 / 3.1 / 3.2, Mistral, SmolLM2, Phi-3 /
+//! Phi-4-mini and friends): a config, the shared Llama-style decoder,
+//! weight-name rules (GGUF included, see [`gguf`]) and one registration.
+//! Phi-3 is Llama's decoder with q/k/v and gate/up stored fused (the shared
+//! layers take them as stored), partial rotation and LongRoPE.
 
 pub mod gguf;
 
+use mlx::nn::RopeScaling;
 use mlx::nn::Weights;
-use mlx::{Array, Result};
+use mlx::{Array, Error, Result};
 use plugin_api::config::{
     context_length, eos_ids, field_or, implied_head_dim, named_scaling, one_of, parse, positive_finite, rope,
     DecoderFields,
@@ -33,10 +36,16 @@ pub struct Config {
     pub rope_theta: Option<f32>,
     pub rope_traditional: Option<bool>,
     pub rope_scaling: Option<Value>,
-    /// Default: true (GGUF: whether the file has no `output.weight`).
+    /// Fraction of each head that rotates (Phi-3 family). Default: 1.
+    pub partial_rotary_factor: Option<f32>,
+    /// Phi-3's trained context before LongRoPE (read when its
+    /// `rope_scaling` does not carry it). Default: 4096.
+    pub original_max_position_embeddings: Option<i32>,
+    /// Default: true, false for phi3 (GGUF: whether the file has no `output.weight`).
     pub tie_word_embeddings: Option<bool>,
     pub max_position_embeddings: Option<i32>,
     pub hidden_act: Option<String>,
+    pub model_type: Option<String>,
     /// A GGUF checkpoint: q/k rows come permuted for llama.cpp's rope.
     #[serde(default)]
     pub gguf: bool,
@@ -61,6 +70,35 @@ impl Config {
         }
     }
 
+    fn is_phi3(&self) -> bool {
+        self.model_type.as_deref() == Some("phi3")
+    }
+
+    /// The trained context (mlx-lm's phi3 default when absent: 131072).
+    fn context(&self) -> i32 {
+        self.max_position_embeddings.unwrap_or(if self.is_phi3() { 131072 } else { 0 })
+    }
+
+    /// Rotated features per head.
+    fn rope_dims(&self) -> Result<i32> {
+        Ok((self.head_dim()? as f32 * self.partial_rotary_factor.unwrap_or(1.0)) as i32)
+    }
+
+    /// The `rope_scaling` entry, with Phi-3's top-level
+    /// `original_max_position_embeddings` moved in where LongRoPE needs it.
+    fn scaling_entry(&self) -> Option<Value> {
+        let mut s = self.rope_scaling.clone()?;
+        let kind = s.get("type").or_else(|| s.get("rope_type")).and_then(Value::as_str);
+        if matches!(kind, Some("longrope" | "su")) && s.get("original_max_position_embeddings").is_none() {
+            s["original_max_position_embeddings"] = self.original_max_position_embeddings.unwrap_or(4096).into();
+        }
+        Some(s)
+    }
+
+    fn scaling(&self) -> Result<RopeScaling> {
+        named_scaling("rope_scaling", self.scaling_entry().as_ref(), self.context())
+    }
+
     /// Every field in range: a config that cannot describe a real model is
     /// refused naming the field, before anything is built.
     fn check(&self) -> Result<()> {
@@ -77,7 +115,14 @@ impl Config {
         .check()?;
         positive_finite("rope_theta", self.rope_theta.unwrap_or(10000.0))?;
         positive_finite("rms_norm_eps", self.rms_norm_eps)?;
-        named_scaling("rope_scaling", self.rope_scaling.as_ref(), self.max_position_embeddings.unwrap_or(0))?;
+        let p = self.partial_rotary_factor.unwrap_or(1.0);
+        let dims = self.rope_dims()?;
+        if !(p > 0.0 && p <= 1.0) || dims < 2 || dims % 2 != 0 {
+            return Err(Error(format!(
+                "config: field `partial_rotary_factor` is {p}: it must be in (0, 1] and rotate an even number of features"
+            )));
+        }
+        self.scaling()?;
         Ok(())
     }
 }
@@ -91,7 +136,7 @@ impl FamilySpec for LlamaFamily {
     }
 
     fn model_types(&self) -> &'static [&'static str] {
-        &["llama", "mistral"]
+        &["llama", "mistral", "phi3"]
     }
 
     fn plan(&self, config: &Value) -> Result<ModelPlan> {
@@ -100,13 +145,11 @@ impl FamilySpec for LlamaFamily {
         } else {
             Config::parse(config)?
         };
-        let scaling =
-            named_scaling("rope_scaling", cfg.rope_scaling.as_ref(), cfg.max_position_embeddings.unwrap_or(0))?;
         let model_type = field_or::<String>(config, "model_type", "llama".into())?;
         let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
         Ok(ModelPlan::text("llama", &model_type, &cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
-            .with_context(context_length(cfg.max_position_embeddings.unwrap_or(0), &scaling))
+            .with_context(context_length(cfg.context(), &cfg.scaling()?))
             .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
     }
 
@@ -148,15 +191,15 @@ impl FamilySpec for LlamaFamily {
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         let cfg: Config = plan.config_as()?;
         let head_dim = cfg.head_dim()?;
-        let rope = rope(
-            head_dim,
-            cfg.rope_theta.unwrap_or(10000.0),
-            cfg.rope_traditional.unwrap_or(false),
-            cfg.rope_scaling.as_ref(),
-            cfg.max_position_embeddings.unwrap_or(0),
-        )?;
+        let theta = cfg.rope_theta.unwrap_or(10000.0);
+        let traditional = cfg.rope_traditional.unwrap_or(false);
+        let rope = rope(cfg.rope_dims()?, theta, traditional, cfg.scaling_entry().as_ref(), cfg.context())?;
         // GGUF files omit `output.weight` when the head is tied.
-        let tied = if cfg.gguf { w.get("lm_head.weight").is_none() } else { cfg.tie_word_embeddings.unwrap_or(true) };
+        let tied = match (cfg.gguf, cfg.tie_word_embeddings) {
+            (true, _) => w.get("lm_head.weight").is_none(),
+            (false, Some(t)) => t,
+            (false, None) => !cfg.is_phi3(),
+        };
         let shape = DecoderShape {
             vocab: cfg.vocab_size,
             layers: cfg.num_hidden_layers,

@@ -74,24 +74,6 @@ fn unfused(variant: &str, m: &LoadedModel) -> famlx::model::HostWeights {
     famlx::model::HostWeights::rewritten(&m.family, &m.plan, &ck.tensors, &ck.quant).unwrap()
 }
 
-/// Logits of a 7-token prefill (every position) and of 5 single-token
-/// steps fed greedily, as f32.
-fn run_steps(m: &mut LoadedModel) -> Vec<Vec<f32>> {
-    use plugin_api::LogitsWanted;
-    let f32s = |a: &mlx::Array| a.astype(mlx::Dtype::F32).unwrap().to_vec::<f32>().unwrap();
-    m.reset_caches().unwrap();
-    let ids = mlx::Array::from_slice(&[2i32, 17, 88, 5, 301, 42, 9], &[1, 7]).unwrap();
-    let mut out = vec![f32s(&m.forward(&ids, LogitsWanted::All).unwrap().unwrap())];
-    let mut tok = 11i32;
-    for _ in 0..5 {
-        let l = m.forward(&mlx::Array::from_slice(&[tok], &[1, 1]).unwrap(), LogitsWanted::Last).unwrap().unwrap();
-        let v = f32s(&l);
-        tok = v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as i32;
-        out.push(v);
-    }
-    out
-}
-
 /// gemma4 fuses q/k/v where a layer has all three (not in K=V global
 /// layers, not in KV-shared layers), and a decoded token's q, k and v heads
 /// are normed together (the v norm is unscaled) and roped in one call. The
@@ -105,7 +87,7 @@ fn gemma4_fused_qkv_is_bit_equal_to_split() {
             m.weights.tensors.keys().filter(|n| n.ends_with("self_attn.qkv_proj.weight")).collect();
         assert!(!fused.is_empty(), "{variant}: no layer fused q/k/v");
         let n_fused = fused.len();
-        let expect = run_steps(&mut m);
+        let expect = common::parity::logit_steps(&mut m, 5);
         let plain = unfused(variant, &m);
         assert!(!plain.tensors.keys().any(|n| n.contains("qkv_proj")));
         // Exactly the layers with a v projection fused.
@@ -113,7 +95,7 @@ fn gemma4_fused_qkv_is_bit_equal_to_split() {
         assert_eq!(n_fused, with_v, "{variant}: fused layers vs layers with q, k and v");
         m.model = famlx::model::build(&m.family, &m.plan, &plain).unwrap();
         m.weights = std::rc::Rc::new(plain);
-        let got = run_steps(&mut m);
+        let got = common::parity::logit_steps(&mut m, 5);
         for (i, (a, b)) in expect.iter().zip(&got).enumerate() {
             assert!(a == b, "{variant}: step {i}: fused and unfused logits differ");
         }

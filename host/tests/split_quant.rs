@@ -13,7 +13,7 @@ use famlx::model::LoadedModel;
 use famlx::plugins::{load_plugin, plugin_pattern, Registry};
 use mlx::quant::{quantize, QuantSpec};
 use mlx::{concatenate, Array};
-use plugin_api::{LogitsWanted, WeightStore};
+use plugin_api::WeightStore;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -57,21 +57,6 @@ fn fused_mixed_checkpoint(dir: &Path, model_type: &str) {
     std::fs::write(&cfg_path, cfg.to_string()).unwrap();
 }
 
-/// Logits of a 7-token prefill (every position) and 4 greedy single-token steps.
-fn logits(m: &mut LoadedModel) -> Vec<Vec<f32>> {
-    let f32s = |a: &Array| a.astype(mlx::Dtype::F32).unwrap().to_vec::<f32>().unwrap();
-    m.reset_caches().unwrap();
-    let ids = Array::from_slice(&[2i32, 17, 88, 5, 301, 42, 9], &[1, 7]).unwrap();
-    let mut out = vec![f32s(&m.forward(&ids, LogitsWanted::All).unwrap().unwrap())];
-    let mut tok = 11i32;
-    for _ in 0..4 {
-        let v = f32s(&m.forward(&Array::from_slice(&[tok], &[1, 1]).unwrap(), LogitsWanted::Last).unwrap().unwrap());
-        tok = v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as i32;
-        out.push(v);
-    }
-    out
-}
-
 #[test]
 fn modules_split_in_rewrite_keep_their_quantization() {
     let _g = mlx_lock();
@@ -79,7 +64,7 @@ fn modules_split_in_rewrite_keep_their_quantization() {
     fused_mixed_checkpoint(fused.path(), "llama");
     let mut reference = LoadedModel::load(fused.path(), &common::registry(), None, CacheOptions::default())
         .unwrap_or_else(|e| panic!("llama on the fused checkpoint: {e:#}"));
-    let want = logits(&mut reference);
+    let want = common::parity::logit_steps(&mut reference, 4);
 
     let split = fixture_copy("llama-bf16");
     fused_mixed_checkpoint(split.path(), "splitfused");
@@ -99,7 +84,7 @@ fn modules_split_in_rewrite_keep_their_quantization() {
     assert_eq!(bits("model.layers.1.mlp.gate_proj"), Some(4));
     assert!(!m.weights.tensors.keys().any(|n| n.contains("qkv_proj") || n.contains("gate_up_proj")));
 
-    let got = logits(&mut m);
+    let got = common::parity::logit_steps(&mut m, 4);
     for (i, (a, b)) in want.iter().zip(&got).enumerate() {
         assert!(a == b, "step {i}: split and fused logits differ");
     }

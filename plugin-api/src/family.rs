@@ -89,6 +89,16 @@ pub struct Input {
     pub want_hidden: bool,
 }
 
+impl Input {
+    /// The input embeddings: the ones given, or the tokens looked up in `table`.
+    pub fn embed(&self, table: &mlx::nn::Embedding) -> Result<Array> {
+        match &self.embeddings {
+            Some(e) => Ok(e.clone()),
+            None => table.forward(&self.tokens),
+        }
+    }
+}
+
 /// Forward output on the plugin side.
 pub struct Output {
     /// Logits, if asked.

@@ -108,10 +108,7 @@ pub fn lm_output(
 
 impl crate::family::ModelForward for DecoderLm {
     fn forward(&mut self, input: &crate::family::Input, caches: &mut Caches<'_>) -> Result<crate::family::Output> {
-        let mut h = match &input.embeddings {
-            Some(e) => e.clone(),
-            None => self.embed.forward(&input.tokens)?,
-        };
+        let mut h = input.embed(&self.embed)?;
         for (i, b) in self.blocks.iter().enumerate() {
             h = b.forward(&h, caches, i)?;
         }

@@ -93,10 +93,7 @@ impl Gemma4Text {
 
 impl ModelForward for Gemma4Text {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
-        let e = match &input.embeddings {
-            Some(e) => e.clone(),
-            None => self.embed.forward(&input.tokens)?,
-        };
+        let e = input.embed(&self.embed)?;
         let mut h = e.mul_s(self.embed_scale)?;
         let pli = match &self.per_layer {
             Some(pl) => Some(self.per_layer_inputs(pl, &input.tokens, &h)?),

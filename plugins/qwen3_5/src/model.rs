@@ -52,10 +52,7 @@ impl Qwen3_5 {
 
 impl ModelForward for Qwen3_5 {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
-        let mut h = match &input.embeddings {
-            Some(e) => e.clone(),
-            None => self.embed.forward(&input.tokens)?,
-        };
+        let mut h = input.embed(&self.embed)?;
         for (i, l) in self.layers.iter().enumerate() {
             h = l.forward(&h, caches, i)?;
         }

@@ -82,10 +82,11 @@ pub struct ModelPlan {
     /// Longest context the model runs to (rope scaling included); the host
     /// refuses longer prompts unless a window is asked for. 0: unknown.
     pub max_position_embeddings: u32,
-    /// Inputs the model accepts: "text", "image", "audio".
+    /// Inputs the model accepts: "text", "image", "audio" (shown in the
+    /// host's load log; the host feeds text only so far).
     pub modalities: RVec<RString>,
-    /// The checkpoint's storage dtype ("bfloat16", ...), for display; the
-    /// weights compute in the dtype they are stored in.
+    /// The checkpoint's storage dtype ("bfloat16", ...), shown in the host's
+    /// load log; the weights compute in the dtype they are stored in.
     pub dtype: RString,
     /// Whether the tokenizer should prepend BOS when its own files do not
     /// say (None: leave it to the tokenizer).

@@ -39,6 +39,17 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
         b.finish_and_clear();
     }
     let mut model = model.map_err(crate::memory::explain)?;
+    let plan = &model.plan;
+    tracing::info!(
+        "loaded {} ({} plugin): {} cache slots, vocabulary {}, context {}, stored as {}, inputs {}",
+        plan.model_type,
+        plan.family,
+        plan.caches.len(),
+        plan.vocab_size,
+        plan.max_position_embeddings,
+        plan.dtype,
+        plan.modalities.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+    );
     for w in model.tokenizer.iter().flat_map(|t| t.warnings()) {
         eprintln!("famlx: warning: {w}");
     }

@@ -57,7 +57,10 @@ pub struct Rope {
 }
 
 impl Rope {
-    /// Builds the rope; the scaling's frequencies are computed once here.
+    /// A rope rotating the first `dims` features of each head (fewer than
+    /// the head dim for a partial rope; the rest pass through), with base
+    /// period `base`, interleaved pairs when `traditional` (else halves),
+    /// and `scaling`; the scaling's frequencies are computed once here.
     pub fn new(dims: i32, base: f32, traditional: bool, scaling: &RopeScaling) -> Result<Rope> {
         let mut r = Rope { dims, traditional, base, scale: 1.0, freqs: None, mscale: None };
         let periods = |f: Vec<f32>| Array::from_slice(&f, &[f.len() as i32]);

@@ -150,7 +150,9 @@ struct Projected {
 impl Attention {
     /// Loads `{prefix}.qkv_proj` (or `{q,k,v}_proj`, as the layer has them),
     /// `o_proj` and, when the shape has a q/k norm epsilon,
-    /// `{prefix}.{q,k}_norm`, each checked against `shape`.
+    /// `{prefix}.{q,k}_norm`, each checked against `shape`. `rope` rotates
+    /// queries and keys (its dims may be fewer than the head dim); scores
+    /// are scaled by `shape.scale` (default `1/√head_dim`).
     pub fn load(w: &dyn Weights, prefix: &str, shape: &AttentionShape, rope: Rope) -> Result<Self> {
         let s = *shape;
         let (hidden, hq, hkv, d) = (s.hidden, s.n_heads, s.n_kv_heads, s.head_dim);

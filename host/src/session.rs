@@ -4,7 +4,7 @@
 //! the rollback point a turn falls back to when a cache cannot rewind.
 
 use crate::cache::Rollback;
-use crate::decode::{generate, generate_speculative, Drafter, GenParams, GenStats, SpecParams};
+use crate::decode::{generate, generate_speculative, DraftSource, Drafter, GenParams, GenStats, SpecParams};
 use crate::model::LoadedModel;
 use crate::plugins::FamilyEntry;
 use anyhow::Result;
@@ -114,7 +114,7 @@ impl Session {
     /// from the new build. Returns whether the caches survived.
     pub fn swap_family(&mut self, fam: Arc<FamilyEntry>) -> Result<bool> {
         let kept = self.model.swap_family(fam)?;
-        if self.drafter.as_ref().is_some_and(|d| d.source == "mtp") {
+        if self.drafter.as_ref().is_some_and(|d| d.source == DraftSource::OwnHead) {
             self.drafter = match Drafter::from_target(&self.model) {
                 Ok(d) => d,
                 Err(e) => {

@@ -46,13 +46,39 @@ impl SpecParams {
     }
 }
 
+/// Where a drafter came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DraftSource {
+    /// The target checkpoint's own draft head (an MTP head); rebuilt with the
+    /// target on a hot reload. Shown as `mtp`.
+    OwnHead,
+    /// A separate draft checkpoint (`--draft-model`), shown as its path.
+    Checkpoint(std::path::PathBuf),
+}
+
+impl std::fmt::Display for DraftSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DraftSource::OwnHead => f.write_str("mtp"),
+            DraftSource::Checkpoint(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// Compares with the shown form (`mtp`, or the checkpoint's path).
+impl PartialEq<&str> for DraftSource {
+    fn eq(&self, other: &&str) -> bool {
+        self.to_string() == *other
+    }
+}
+
 /// A drafter as the host holds it: the plugin's object, its own caches, and
 /// (for a separate draft checkpoint) the weights it was built from.
 pub struct Drafter {
     /// The family that built it.
     pub family: String,
-    /// Where it came from: "mtp" (the target's own head) or the draft checkpoint's path.
-    pub source: String,
+    /// Where it came from.
+    pub source: DraftSource,
     drafter: DrafterBox,
     caches: Vec<SharedCache>,
     boxes: RVec<CacheBox>,
@@ -63,7 +89,7 @@ pub struct Drafter {
 }
 
 impl Drafter {
-    fn new(family: &str, source: String, drafter: DrafterBox, weights: Option<Rc<HostWeights>>) -> Result<Self> {
+    fn new(family: &str, source: DraftSource, drafter: DrafterBox, weights: Option<Rc<HostWeights>>) -> Result<Self> {
         let mut d = Drafter {
             family: family.to_string(),
             source,
@@ -88,7 +114,7 @@ impl Drafter {
             .build_drafter(&m.plan, store, &m.plan, store2)
             .into_result()
             .map_err(|e| anyhow!("{}: {} plugin: building the drafter: {e}", m.source.location, m.family.name))?;
-        d.into_option().map(|d| Drafter::new(&m.family.name, "mtp".into(), d, None)).transpose()
+        d.into_option().map(|d| Drafter::new(&m.family.name, DraftSource::OwnHead, d, None)).transpose()
     }
 
     /// A separate draft checkpoint (`--draft-model DIR`) for target `m`.
@@ -132,7 +158,7 @@ impl Drafter {
                 ck.model_type
             );
         };
-        Drafter::new(&fam.name, path.display().to_string(), d, Some(weights))
+        Drafter::new(&fam.name, DraftSource::Checkpoint(path.to_path_buf()), d, Some(weights))
     }
 
     /// Tokens in the drafter's own caches.

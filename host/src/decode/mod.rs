@@ -10,7 +10,7 @@ mod plain;
 mod prefill;
 mod speculative;
 
-pub use drafter::{Drafter, SpecParams, MAX_DEPTH};
+pub use drafter::{DraftSource, Drafter, SpecParams, MAX_DEPTH};
 pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, TOKEN_DTYPE};
 pub use plain::generate;
 pub use prefill::{prefill, prefill_last_alone};

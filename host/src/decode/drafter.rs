@@ -68,7 +68,10 @@ impl std::fmt::Display for DraftSource {
 /// Compares with the shown form (`mtp`, or the checkpoint's path).
 impl PartialEq<&str> for DraftSource {
     fn eq(&self, other: &&str) -> bool {
-        self.to_string() == *other
+        match self {
+            DraftSource::OwnHead => *other == "mtp",
+            DraftSource::Checkpoint(p) => p.as_os_str() == *other,
+        }
     }
 }
 

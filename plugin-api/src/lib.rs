@@ -16,6 +16,7 @@ pub mod config;
 pub mod family;
 mod handle;
 pub mod layers;
+pub mod media;
 mod types;
 
 pub use abi_stable;

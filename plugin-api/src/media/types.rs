@@ -1,0 +1,101 @@
+//! The media types of the ABI and their plugin-side forms.
+
+use crate::ArrayHandle;
+use abi_stable::std_types::{RString, RVec};
+use abi_stable::StableAbi;
+use mlx::Array;
+
+/// An image as the host decodes it: RGB, 8 bits per channel, row-major from
+/// the top-left corner, EXIF orientation applied, alpha dropped as the
+/// reference processors drop it (see the host's `media` module).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct RawImage {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// `width * height * 3` bytes.
+    pub rgb: RVec<u8>,
+}
+
+/// An image made into model inputs by its family's media processor.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct ProcessedImage {
+    /// The vision tower's input (pixel values or patches, family layout).
+    pub pixels: ArrayHandle,
+    /// Family-defined sizes (e.g. Qwen's grid `t, h, w` in patches).
+    pub grid: RVec<i64>,
+    /// Placeholder tokens the image takes in the prompt.
+    pub tokens: u32,
+    /// Further inputs of the tower (e.g. patch positions).
+    pub extra: RVec<ArrayHandle>,
+}
+
+/// [`ProcessedImage`] on the plugin side.
+#[derive(Debug, Clone)]
+pub struct MediaInput {
+    /// The vision tower's input.
+    pub pixels: Array,
+    /// Family-defined sizes.
+    pub grid: Vec<i64>,
+    /// Placeholder tokens the image takes in the prompt.
+    pub tokens: u32,
+    /// Further inputs of the tower.
+    pub extra: Vec<Array>,
+}
+
+impl From<MediaInput> for ProcessedImage {
+    fn from(m: MediaInput) -> Self {
+        ProcessedImage {
+            pixels: m.pixels.into(),
+            grid: m.grid.into(),
+            tokens: m.tokens,
+            extra: m.extra.into_iter().map(ArrayHandle::from).collect(),
+        }
+    }
+}
+
+impl From<&ProcessedImage> for MediaInput {
+    fn from(p: &ProcessedImage) -> Self {
+        MediaInput {
+            pixels: p.pixels.to_array(),
+            grid: p.grid.to_vec(),
+            tokens: p.tokens,
+            extra: p.extra.iter().map(ArrayHandle::to_array).collect(),
+        }
+    }
+}
+
+/// How a family's prompts carry images. The chat template emits
+/// `image_marker` for each image part; the host replaces the i-th marker of
+/// the rendered text with `image_prefix + image_token × N + image_suffix`
+/// (N: the image's [`ProcessedImage::tokens`]) before tokenizing, as the
+/// reference processors expand the text.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct MediaSpec {
+    /// What the chat template writes for one image.
+    pub image_marker: RString,
+    /// Text before the placeholder tokens.
+    pub image_prefix: RString,
+    /// The placeholder token's text.
+    pub image_token: RString,
+    /// Text after the placeholder tokens.
+    pub image_suffix: RString,
+    /// The placeholder token's id (the forward puts image rows there).
+    pub image_token_id: u32,
+}
+
+/// Rotary positions a prompt with images needs (Qwen's M-RoPE): family
+/// layout, one column per token of the whole sequence, and the offset every
+/// later position gets (`position = cache offset + delta`).
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+pub struct Positions {
+    /// Position ids, e.g. `[3, 1, L]` int32.
+    pub ids: ArrayHandle,
+    /// What later positions add to the cache offset.
+    pub delta: i64,
+}

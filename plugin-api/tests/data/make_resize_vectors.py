@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""Test vectors for plugin_api::media::resize_bicubic: Pillow's
+Image.resize(size, BICUBIC) of one random RGB image to several sizes
+(up, down, one axis only). Pinned: pillow==13.0.0, numpy==2.4.6.
+
+    /opt/ref/bin/python plugin-api/tests/data/make_resize_vectors.py
+"""
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+rng = np.random.default_rng(7)
+w, h = 37, 23
+src = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+# Smooth areas as well as noise: a gradient in the left half.
+src[:, : w // 2, 0] = np.linspace(0, 255, w // 2, dtype=np.uint8)[None, :]
+img = Image.fromarray(src, "RGB")
+cases = []
+for size in [(5, 9), (80, 51), (37, 6), (13, 23), (111, 69), (36, 22), (1, 1)]:
+    out = np.asarray(img.resize(size, Image.BICUBIC))
+    cases.append({"size": list(size), "rgb": base64.b64encode(out.tobytes()).decode()})
+doc = {"width": w, "height": h, "rgb": base64.b64encode(src.tobytes()).decode(), "cases": cases}
+Path(__file__).with_name("resize_vectors.json").write_text(json.dumps(doc) + "\n")

@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod decode;
 pub mod default_model;
+pub mod media;
 pub mod memory;
 pub mod model;
 pub mod plugins;

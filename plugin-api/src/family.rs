@@ -3,6 +3,7 @@
 //! adapters here turn them into the stable trait objects and make sure no
 //! panic crosses the boundary.
 
+use crate::media::MediaInput;
 use crate::*;
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RErr, ROk, RSome};
@@ -36,6 +37,12 @@ pub trait FamilySpec: Send + Sync + 'static {
     }
     /// Builds the model.
     fn build(&self, plan: &ModelPlan, weights: &dyn mlx::nn::Weights) -> Result<Box<dyn ModelForward>>;
+    /// The media processor: one decoded image → the vision tower's inputs
+    /// and its placeholder count. Families that take images set
+    /// [`ModelPlan::with_media`] in `plan` and implement this.
+    fn process_image(&self, _plan: &ModelPlan, _image: &RawImage) -> Result<MediaInput> {
+        Err(mlx::Error::msg("this model takes no images"))
+    }
     /// Builds a drafter from `weights` (see [`crate::Family::build_drafter`]
     /// for the two pairs) when the family and weights have one.
     fn build_drafter(
@@ -53,6 +60,16 @@ pub trait FamilySpec: Send + Sync + 'static {
 pub trait ModelForward: Send {
     /// Runs the model. `tokens` is `[B, L]` int32.
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output>;
+    /// The rows replacing each image's placeholder tokens, `[tokens,
+    /// hidden]` per image (see [`crate::Model::embed_images`]).
+    fn embed_images(&mut self, _images: &[MediaInput]) -> Result<Vec<Array>> {
+        Err(mlx::Error::msg("this model takes no images"))
+    }
+    /// Rotary positions of a whole sequence with images, and the delta of
+    /// later positions (see [`crate::Model::positions`]); `None` by default.
+    fn positions(&self, _tokens: &[u32], _images: &[MediaInput]) -> Result<Option<(Array, i64)>> {
+        Ok(None)
+    }
 }
 
 /// A drafter, in plain Rust (see [`crate::Drafter`] for the protocol).
@@ -87,9 +104,22 @@ pub struct Input {
     pub logits: LogitsWanted,
     /// Return the hidden state too.
     pub want_hidden: bool,
+    /// Rows for this call's image placeholder tokens, in order (`[M, H]`).
+    pub media: Option<Array>,
+    /// Rotary positions of this call's tokens, when the family places
+    /// images in 2-D.
+    pub positions: Option<Array>,
+    /// What positions without explicit ids add to the cache offset.
+    pub position_delta: i64,
 }
 
 impl Input {
+    /// A text-only input of `tokens` (`[B, L]` int32): no embeddings, media
+    /// or explicit positions, no hidden state.
+    pub fn tokens(tokens: Array, logits: LogitsWanted) -> Input {
+        Input { tokens, embeddings: None, logits, want_hidden: false, media: None, positions: None, position_delta: 0 }
+    }
+
     /// The input embeddings: the ones given, or the tokens looked up in `table`.
     pub fn embed(&self, table: &mlx::nn::Embedding) -> Result<Array> {
         match &self.embeddings {
@@ -260,6 +290,9 @@ impl<F: FamilySpec> Family for FamilyAdapter<F> {
     fn fusions(&self, plan: &ModelPlan) -> RVec<Fusion> {
         catch_unwind(AssertUnwindSafe(|| self.0.fusions(plan).into_iter().collect())).unwrap_or_default()
     }
+    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> RResult<ProcessedImage, RString> {
+        guard(self.0.name(), || self.0.process_image(plan, image).map(ProcessedImage::from))
+    }
     fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString> {
         guard(self.0.name(), || {
             // Every missing or mis-shaped tensor is collected and reported at once.
@@ -303,6 +336,9 @@ impl Model for ModelAdapter {
                 embeddings: input.embeddings.into_option().map(ArrayHandle::into_array),
                 logits: input.logits,
                 want_hidden: input.want_hidden,
+                media: input.media.into_option().map(ArrayHandle::into_array),
+                positions: input.positions.into_option().map(ArrayHandle::into_array),
+                position_delta: input.position_delta,
             };
             let out = self.inner.forward(&inp, &mut Caches::new(caches))?;
             Ok(ForwardOutput {
@@ -310,6 +346,27 @@ impl Model for ModelAdapter {
                 hidden: out.hidden.map(ArrayHandle::from).into(),
             })
         })
+    }
+    fn embed_images(&mut self, images: RVec<ProcessedImage>) -> RResult<RVec<ArrayHandle>, RString> {
+        guard(self.family, || {
+            let rows = self.inner.embed_images(&Self::media(&images))?;
+            if rows.len() != images.len() {
+                return Err(mlx::Error(format!("embed_images returned {} arrays for {} images", rows.len(), images.len())));
+            }
+            Ok(rows.into_iter().map(ArrayHandle::from).collect())
+        })
+    }
+    fn positions(&self, tokens: RVec<u32>, images: RVec<ProcessedImage>) -> RResult<ROption<Positions>, RString> {
+        guard(self.family, || {
+            let p = self.inner.positions(&tokens, &Self::media(&images))?;
+            Ok(p.map(|(ids, delta)| Positions { ids: ids.into(), delta }).into())
+        })
+    }
+}
+
+impl ModelAdapter {
+    fn media(images: &RVec<ProcessedImage>) -> Vec<MediaInput> {
+        images.iter().map(MediaInput::from).collect()
     }
 }
 

@@ -21,6 +21,7 @@ mod types;
 
 pub use abi_stable;
 pub use handle::ArrayHandle;
+pub use media::{MediaSpec, Positions, ProcessedImage, RawImage};
 /// The MLX API, so out-of-tree plugins need no other famlx crate.
 pub use mlx;
 pub use serde;
@@ -105,6 +106,9 @@ pub trait Family: Send + Sync {
     fn fusions(&self, plan: &ModelPlan) -> RVec<Fusion>;
     /// Builds the model from host-held weights.
     fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString>;
+    /// The media processor: one decoded image → the vision tower's inputs
+    /// and its placeholder count (an error for families without images).
+    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> RResult<ProcessedImage, RString>;
     /// Builds a drafter for speculative decoding from `plan`/`weights`, to
     /// run beside the target model described by `target_plan` /
     /// `target_weights`. For a self-drafter (an MTP head inside the target's
@@ -144,8 +148,15 @@ pub type WeightStoreRef<'a> = WeightStore_TO<'a, abi_stable::sabi_types::RRef<'a
 pub trait Model {
     /// Runs the model over `input`, reading and updating `caches` (one per
     /// entry of the plan's `caches`).
-    #[sabi(last_prefix_field)]
     fn forward(&mut self, input: ForwardInput, caches: &mut RVec<CacheBox>) -> RResult<ForwardOutput, RString>;
+    /// The rows that replace each image's placeholder tokens (the vision
+    /// tower and projector): `[tokens, hidden]` per image, in order.
+    fn embed_images(&mut self, images: RVec<ProcessedImage>) -> RResult<RVec<ArrayHandle>, RString>;
+    /// The rotary positions of the whole sequence `tokens` with `images` in
+    /// it, when the family places images in 2-D (Qwen's M-RoPE); `None`
+    /// when positions are the cache offsets.
+    #[sabi(last_prefix_field)]
+    fn positions(&self, tokens: RVec<u32>, images: RVec<ProcessedImage>) -> RResult<ROption<Positions>, RString>;
 }
 
 /// A boxed [`Model`].

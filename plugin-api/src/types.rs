@@ -91,6 +91,9 @@ pub struct ModelPlan {
     /// Whether the tokenizer should prepend BOS when its own files do not
     /// say (None: leave it to the tokenizer).
     pub add_bos: ROption<bool>,
+    /// How prompts carry images, for a model that takes them (`None`: text
+    /// only). Set with [`ModelPlan::with_media`].
+    pub media: ROption<crate::MediaSpec>,
 }
 
 impl ModelPlan {
@@ -120,6 +123,7 @@ impl ModelPlan {
             modalities: vec![RString::from("text")].into(),
             dtype: "bfloat16".into(),
             add_bos: ROption::RNone,
+            media: ROption::RNone,
         })
     }
 
@@ -138,6 +142,15 @@ impl ModelPlan {
     /// With this storage dtype name.
     pub fn with_dtype(mut self, dtype: &str) -> Self {
         self.dtype = dtype.into();
+        self
+    }
+
+    /// Taking images as `spec` says (adds "image" to the modalities).
+    pub fn with_media(mut self, spec: crate::MediaSpec) -> Self {
+        self.media = ROption::RSome(spec);
+        if !self.modalities.iter().any(|m| m == "image") {
+            self.modalities.push("image".into());
+        }
         self
     }
 
@@ -180,6 +193,15 @@ pub struct ForwardInput {
     pub logits: LogitsWanted,
     /// Also return the final hidden state (before the head).
     pub want_hidden: bool,
+    /// The rows for this call's image placeholder tokens, in order
+    /// (`[M, hidden]`, from `embed_images`), when it has any.
+    pub media: ROption<ArrayHandle>,
+    /// Rotary positions of this call's tokens (a slice of `positions`),
+    /// when the family places images in 2-D.
+    pub positions: ROption<ArrayHandle>,
+    /// What positions without explicit ids add to the cache offset (the
+    /// `delta` of the sequence's `positions`; 0 for plain text).
+    pub position_delta: i64,
 }
 
 /// Output of one forward call.

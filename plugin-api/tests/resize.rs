@@ -22,3 +22,19 @@ fn matches_pillow_bicubic_bit_for_bit() {
         assert_eq!(diffs, 0, "{w}x{h} -> {ow}x{oh}: {diffs} of {} bytes differ", want.len());
     }
 }
+
+#[test]
+fn alpha_over_white_matches_pillow() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/resize_vectors.json")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let b64 = |v: &serde_json::Value| base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap();
+    let rgba = b64(&doc["over_white"]["rgba"]);
+    let want = b64(&doc["over_white"]["rgb"]);
+    let img = plugin_api::RawImage {
+        width: 16,
+        height: 16,
+        rgb: rgba.chunks_exact(4).flat_map(|p| p[..3].to_vec()).collect::<Vec<u8>>().into(),
+        alpha: rgba.chunks_exact(4).map(|p| p[3]).collect::<Vec<u8>>().into(),
+    };
+    assert_eq!(img.rgb_over_white(), want);
+}

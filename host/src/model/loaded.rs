@@ -2,6 +2,7 @@
 //! weights, the tokenizer and the caches. Decoding state (drafters, a
 //! conversation's memory) lives in [`crate::session`], not here.
 
+use super::media::MediaState;
 use super::weights::{assemble, plugin_err, HostWeights, Source};
 use crate::cache::{make_caches, CacheOptions, Rollback, SharedCache};
 use crate::plugins::{FamilyEntry, Registry};
@@ -37,6 +38,8 @@ pub struct LoadedModel {
     cache_boxes: RVec<CacheBox>,
     /// Cache settings.
     pub cache_opts: CacheOptions,
+    /// The images of the sequence the caches are filling (none: text).
+    pub media: Option<MediaState>,
 }
 
 /// The model's BOS convention (`plan.add_bos`, from its family) where the
@@ -79,6 +82,7 @@ impl LoadedModel {
             caches,
             cache_boxes,
             cache_opts,
+            media: None,
         })
     }
 
@@ -154,6 +158,7 @@ impl LoadedModel {
 
     /// Replaces the caches with empty ones.
     pub fn reset_caches(&mut self) -> Result<()> {
+        self.media = None;
         self.caches = make_caches(&self.plan.caches, &self.cache_opts)?;
         self.cache_boxes = self.caches.iter().map(SharedCache::boxed).collect();
         Ok(())
@@ -213,11 +218,18 @@ impl LoadedModel {
         logits_wanted: LogitsWanted,
         want_hidden: bool,
     ) -> Result<(Option<Array>, Option<Array>)> {
+        let media = match &self.media {
+            Some(m) => Some(m.chunk(self.cache_offset().max(0) as usize, tokens.dim(1) as usize)?),
+            None => None,
+        };
         let input = ForwardInput {
             tokens: tokens.clone().into(),
             embeddings: ROption::RNone,
             logits: logits_wanted,
             want_hidden,
+            media: media.as_ref().and_then(|m| m.rows.clone()).map(ArrayHandle::from).into(),
+            positions: media.as_ref().and_then(|m| m.positions.clone()).map(ArrayHandle::from).into(),
+            position_delta: media.as_ref().map_or(0, |m| m.delta),
         };
         let out = self
             .model

@@ -40,12 +40,8 @@ impl crate::family::DraftForward for LmDrafter {
         self.kinds.clone()
     }
     fn begin(&mut self, first_token: u32, own: &mut Caches<'_>) -> Result<u32> {
-        let input = crate::family::Input {
-            tokens: Array::from_slice(&[first_token as i32], &[1, 1])?,
-            embeddings: None,
-            logits: crate::LogitsWanted::None,
-            want_hidden: false,
-        };
+        let tokens = Array::from_slice(&[first_token as i32], &[1, 1])?;
+        let input = crate::family::Input::tokens(tokens, crate::LogitsWanted::None);
         self.model.forward(&input, own)?;
         Ok(1)
     }
@@ -56,12 +52,7 @@ impl crate::family::DraftForward for LmDrafter {
         _target: &mut Caches<'_>,
         own: &mut Caches<'_>,
     ) -> Result<(Array, Array)> {
-        let input = crate::family::Input {
-            tokens: tokens.clone(),
-            embeddings: None,
-            logits: crate::LogitsWanted::Last,
-            want_hidden: false,
-        };
+        let input = crate::family::Input::tokens(tokens.clone(), crate::LogitsWanted::Last);
         let out = self.model.forward(&input, own)?;
         let logits = out.logits.ok_or_else(|| Error::msg("draft model returned no logits"))?;
         // No hidden state to chain: the next step only needs the token.

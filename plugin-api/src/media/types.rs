@@ -6,8 +6,10 @@ use abi_stable::StableAbi;
 use mlx::Array;
 
 /// An image as the host decodes it: RGB, 8 bits per channel, row-major from
-/// the top-left corner, EXIF orientation applied, alpha dropped as the
-/// reference processors drop it (see the host's `media` module).
+/// the top-left corner, EXIF orientation applied (as Pillow's
+/// `convert("RGB")` gives it), and the alpha channel apart when the file
+/// has one, for processors that composite over white instead of dropping
+/// it ([`RawImage::rgb_over_white`]).
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq)]
 pub struct RawImage {
@@ -17,6 +19,35 @@ pub struct RawImage {
     pub height: u32,
     /// `width * height * 3` bytes.
     pub rgb: RVec<u8>,
+    /// `width * height` alpha bytes, or empty for an opaque image.
+    pub alpha: RVec<u8>,
+}
+
+impl RawImage {
+    /// The image composited over opaque white, as Hugging Face's
+    /// `convert_to_rgb` does it (Pillow's `alpha_composite` on a white
+    /// background, then RGB), bit for bit; the RGB bytes when opaque.
+    pub fn rgb_over_white(&self) -> Vec<u8> {
+        if self.alpha.is_empty() {
+            return self.rgb.to_vec();
+        }
+        // Pillow's AlphaComposite.c with an opaque white destination: 7-bit
+        // fixed-point blend, then division by 255 done as shifts.
+        const PRECISION_BITS: u32 = 7;
+        let div255 = |a: u32| ((a >> 8) + a) >> 8;
+        let mut out = Vec::with_capacity(self.rgb.len());
+        for (px, &a) in self.rgb.chunks_exact(3).zip(self.alpha.iter()) {
+            let a = a as u32;
+            let outa255 = a * 255 + 255 * (255 - a);
+            let coef1 = a * 255 * 255 * (1 << PRECISION_BITS) / outa255;
+            let coef2 = 255 * (1 << PRECISION_BITS) - coef1;
+            for &c in px {
+                let tmp = c as u32 * coef1 + 255 * coef2;
+                out.push((div255(tmp + (0x80 << PRECISION_BITS)) >> PRECISION_BITS) as u8);
+            }
+        }
+        out
+    }
 }
 
 /// An image made into model inputs by its family's media processor.

@@ -24,3 +24,16 @@ for size in [(5, 9), (80, 51), (37, 6), (13, 23), (111, 69), (36, 22), (1, 1)]:
     cases.append({"size": list(size), "rgb": base64.b64encode(out.tobytes()).decode()})
 doc = {"width": w, "height": h, "rgb": base64.b64encode(src.tobytes()).decode(), "cases": cases}
 Path(__file__).with_name("resize_vectors.json").write_text(json.dumps(doc) + "\n")
+
+# Alpha over white: Hugging Face's convert_to_rgb (alpha_composite on an
+# opaque white background, then RGB) of an RGBA image with every alpha.
+a = np.arange(256, dtype=np.uint8)
+rgba = np.stack([rng.integers(0, 256, 256, dtype=np.uint8) for _ in range(3)] + [a], axis=-1).reshape(16, 16, 4)
+im = Image.fromarray(rgba, "RGBA")
+bg = Image.new("RGBA", im.size, (255, 255, 255))
+over = np.asarray(Image.alpha_composite(bg, im).convert("RGB"))
+doc["over_white"] = {
+    "rgba": base64.b64encode(rgba.tobytes()).decode(),
+    "rgb": base64.b64encode(over.tobytes()).decode(),
+}
+Path(__file__).with_name("resize_vectors.json").write_text(json.dumps(doc) + "\n")

@@ -24,19 +24,7 @@ impl FamilySpec for PanickyFamily {
     }
 
     fn plan(&self, config: &Value) -> Result<ModelPlan> {
-        Ok(ModelPlan {
-            family: "panicky".into(),
-            model_type: "panicky".into(),
-            config: config.to_string().into(),
-            caches: vec![CacheKind::Full].into(),
-            eos_ids: Vec::new().into(),
-            vocab_size: 512,
-            hidden_size: 64,
-            max_position_embeddings: 0,
-            modalities: vec!["text".into()].into(),
-            dtype: "float32".into(),
-            add_bos: abi_stable::std_types::ROption::RNone,
-        })
+        Ok(ModelPlan::text("panicky", "panicky", config, vec![CacheKind::Full], 512, 64)?.with_dtype("float32"))
     }
 
     fn build(&self, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn ModelForward>> {

@@ -1,0 +1,71 @@
+//! Image files for vision prompts: decoded with the `image` crate (PNG,
+//! JPEG, WebP, GIF's first frame), EXIF orientation applied, greyscale and
+//! palette images made RGB, the alpha channel kept apart (families decide
+//! whether to drop it or composite over white, as their reference
+//! processors do), every failure one line naming the file.
+
+use anyhow::{bail, Context, Result};
+use image::{DynamicImage, ImageDecoder, ImageReader, Limits};
+use plugin_api::RawImage;
+use std::path::Path;
+
+/// The most pixels an image may have (a 64-megapixel photo; larger files
+/// are refused before they are decoded, so a small file that declares huge
+/// dimensions cannot exhaust memory).
+pub const MAX_PIXELS: u64 = 64 << 20;
+
+/// Reads and decodes the image at `path`.
+pub fn load_image(path: &Path) -> Result<RawImage> {
+    let shown = path.display();
+    let reader = ImageReader::open(path).with_context(|| format!("image {shown}"))?;
+    let mut reader = reader.with_guessed_format().with_context(|| format!("image {shown}"))?;
+    if reader.format().is_none() {
+        bail!("image {shown}: not a PNG, JPEG, WebP or GIF file");
+    }
+    let mut limits = Limits::default();
+    limits.max_alloc = Some(MAX_PIXELS * 8);
+    reader.limits(limits);
+    let mut decoder = reader.into_decoder().with_context(|| format!("image {shown}: cannot decode"))?;
+    let (w, h) = decoder.dimensions();
+    if w == 0 || h == 0 {
+        bail!("image {shown}: it is {w}x{h} pixels: empty");
+    }
+    if w as u64 * h as u64 > MAX_PIXELS {
+        bail!("image {shown}: {w}x{h} pixels is more than famlx takes ({} megapixels)", MAX_PIXELS >> 20);
+    }
+    let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
+    let mut img = DynamicImage::from_decoder(decoder).with_context(|| format!("image {shown}: cannot decode"))?;
+    img.apply_orientation(orientation);
+    Ok(raw(&img))
+}
+
+/// The decoded image as RGB bytes plus its alpha channel (if it has one).
+pub fn raw(img: &DynamicImage) -> RawImage {
+    let (width, height) = (img.width(), img.height());
+    if img.color().has_alpha() {
+        let rgba = img.to_rgba8();
+        let rgb: Vec<u8> = rgba.pixels().flat_map(|p| [p[0], p[1], p[2]]).collect();
+        let alpha: Vec<u8> = rgba.pixels().map(|p| p[3]).collect();
+        RawImage { width, height, rgb: rgb.into(), alpha: alpha.into() }
+    } else {
+        RawImage { width, height, rgb: img.to_rgb8().into_raw().into(), alpha: Vec::new().into() }
+    }
+}
+
+/// A hash of an image's pixels: the same picture at the same place in a
+/// conversation is a prompt-cache hit, whatever file it came from.
+pub fn pixel_hash(img: &RawImage) -> u64 {
+    // FNV-1a over size and bytes: fast, stable across runs and builds.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: u8| {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    };
+    for b in img.width.to_le_bytes().into_iter().chain(img.height.to_le_bytes()) {
+        eat(b);
+    }
+    for &b in img.rgb.iter().chain(img.alpha.iter()) {
+        eat(b);
+    }
+    h
+}

@@ -5,10 +5,14 @@
 
 use crate::cache::Rollback;
 use crate::decode::{generate, generate_speculative, DraftSource, Drafter, GenParams, GenStats, SpecParams};
-use crate::model::LoadedModel;
+use crate::model::{LoadedModel, MediaState};
 use crate::plugins::FamilyEntry;
+use crate::prompt::Prompt;
 use anyhow::Result;
+use mlx::Array;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A model and what decoding keeps between calls.
 pub struct Session {
@@ -23,12 +27,26 @@ pub struct Session {
     /// The caches at the end of the last turn's prefill (its whole prompt,
     /// `cached[..tokens]`), kept when some cache cannot rewind by trimming.
     pub rollback: Option<Rollback>,
+    /// The images in `cached`: where each placeholder run starts, and the
+    /// image's pixel hash.
+    pub cached_images: Vec<(usize, u64)>,
+    /// The vision tower's rows of the conversation's images, by pixel hash
+    /// (an image already seen is not embedded again).
+    image_rows: HashMap<u64, Array>,
 }
 
 impl Session {
     /// A session over `model` with empty memory and no drafter.
     pub fn new(model: LoadedModel) -> Session {
-        Session { model, drafter: None, spec: SpecParams::default(), cached: Vec::new(), rollback: None }
+        Session {
+            model,
+            drafter: None,
+            spec: SpecParams::default(),
+            cached: Vec::new(),
+            rollback: None,
+            cached_images: Vec::new(),
+            image_rows: HashMap::new(),
+        }
     }
 
     /// Makes the caches hold a prefix of `ids` and returns where prefill must
@@ -36,7 +54,28 @@ impl Session {
     /// window, a recurrent state) goes back to the last turn's rollback point
     /// when it is a prefix of `ids`, and starts over only when it is not.
     pub fn prepare(&mut self, ids: &[u32]) -> Result<usize> {
+        self.prepare_prompt(&Prompt::text(ids.to_vec()))
+    }
+
+    /// [`Session::prepare`] for a prompt with images: an image counts as
+    /// common only when the same pixels sit at the same place, and reuse
+    /// never ends inside an image.
+    pub fn prepare_prompt(&mut self, prompt: &Prompt) -> Result<usize> {
+        let ids = &prompt.ids[..];
         let mut common = self.cached.iter().zip(ids).take_while(|(a, b)| a == b).count();
+        let new: Vec<(usize, u64, usize)> =
+            prompt.starts.iter().zip(&prompt.images).map(|(&s, i)| (s, i.hash, i.tokens())).collect();
+        for &(start, hash, n) in &new {
+            let same = self.cached_images.contains(&(start, hash));
+            if start < common && (!same || start + n > common) {
+                common = start;
+            }
+        }
+        for &(start, hash) in &self.cached_images {
+            if start < common && !new.iter().any(|&(s, h, _)| (s, h) == (start, hash)) {
+                common = start;
+            }
+        }
         // At least one token must be fed to get logits for the next one.
         if common == ids.len() {
             common = common.saturating_sub(1);
@@ -45,18 +84,66 @@ impl Session {
         // give back the step the decode loop queued ahead).
         let in_step = self.model.caches.iter().all(|c| c.lock().offset() == self.cached.len() as i64);
         if in_step && self.model.trim(self.cached.len() - common) {
-            self.cached.truncate(common);
+            self.truncate_cached(common);
             return Ok(common);
         }
         if let Some(cp) = &self.rollback {
             let at = cp.tokens() as usize;
             if at <= common && cp.restore_into(&self.model.caches).is_ok() {
-                self.cached.truncate(at);
+                self.truncate_cached(at);
                 return Ok(at);
             }
         }
         self.reset()?;
         Ok(0)
+    }
+
+    fn truncate_cached(&mut self, len: usize) {
+        self.cached.truncate(len);
+        self.cached_images.retain(|&(s, _)| s < len);
+    }
+
+    /// Embeds the images of `prompt` that the prefill from `start` feeds
+    /// (those seen before are reused) and hands the model the sequence's
+    /// media: each image's rows and, for families that place images in
+    /// 2-D, the positions of the whole sequence. Returns the seconds spent
+    /// in the vision tower.
+    pub(crate) fn attach_media(&mut self, prompt: &Prompt, start: usize) -> Result<f64> {
+        if prompt.images.is_empty() {
+            self.model.media = None;
+            self.image_rows.clear();
+            return Ok(0.0);
+        }
+        let t0 = Instant::now();
+        let todo: Vec<_> = prompt
+            .images
+            .iter()
+            .zip(&prompt.starts)
+            .filter(|(img, &s)| s + img.tokens() > start && !self.image_rows.contains_key(&img.hash))
+            .map(|(img, _)| img.clone())
+            .collect();
+        if !todo.is_empty() {
+            let rows = self.model.embed_images(todo.iter().map(|i| i.processed.clone()).collect())?;
+            mlx::eval(&rows.iter().collect::<Vec<_>>())?;
+            for (img, r) in todo.iter().zip(rows) {
+                self.image_rows.insert(img.hash, r);
+            }
+        }
+        let vision_s = t0.elapsed().as_secs_f64();
+        self.image_rows.retain(|h, _| prompt.images.iter().any(|i| i.hash == *h));
+        let spans = prompt
+            .starts
+            .iter()
+            .zip(&prompt.images)
+            .filter(|(&s, img)| s + img.tokens() > start)
+            .map(|(&s, img)| (s, self.image_rows[&img.hash].clone()))
+            .collect();
+        let (positions, delta) = match self.model.positions(&prompt.ids, &prompt.images)? {
+            Some((p, d)) => (Some(p), d),
+            None => (None, 0),
+        };
+        self.model.media = Some(MediaState { spans, positions, delta });
+        Ok(vision_s)
     }
 
     /// Generates a reply to `ids` (the whole conversation so far), reusing
@@ -68,9 +155,29 @@ impl Session {
         p: &GenParams,
         on_token: impl FnMut(u32) -> bool,
     ) -> Result<(GenStats, usize)> {
-        let start = self.prepare(ids)?;
+        self.generate_prompt(&Prompt::text(ids.to_vec()), p, on_token)
+    }
+
+    /// [`Session::generate`] for a prompt that may carry images. With
+    /// images the plain loop runs (drafters see no images).
+    pub fn generate_prompt(
+        &mut self,
+        prompt: &Prompt,
+        p: &GenParams,
+        on_token: impl FnMut(u32) -> bool,
+    ) -> Result<(GenStats, usize)> {
+        let ids = &prompt.ids[..];
+        let start = self.prepare_prompt(prompt)?;
         let p = &GenParams { keep_prompt_rollback: true, ..p.clone() };
-        let mut stats = match self.run(&ids[start..], p, on_token) {
+        let run = match self.attach_media(prompt, start) {
+            Ok(_) if prompt.images.is_empty() => self.run(&ids[start..], p, on_token),
+            Ok(vision_s) => generate(&mut self.model, &ids[start..], p, on_token).map(|mut s| {
+                s.add_vision_time(vision_s, prompt.image_tokens());
+                s
+            }),
+            Err(e) => Err(e),
+        };
+        let mut stats = match run {
             Ok(s) => s,
             Err(e) => {
                 // The caches may hold a partial prefill: forget them.
@@ -79,6 +186,7 @@ impl Session {
             }
         };
         self.rollback = stats.prompt_rollback.take();
+        self.cached_images = prompt.starts.iter().zip(&prompt.images).map(|(&s, i)| (s, i.hash)).collect();
         // The last generated token was never fed back, the rest were.
         self.cached = ids.to_vec();
         if let Some((_, fed)) = stats.tokens.split_last() {
@@ -106,6 +214,7 @@ impl Session {
     /// Forgets what the caches hold (they are about to be replaced).
     pub fn forget(&mut self) {
         self.cached.clear();
+        self.cached_images.clear();
         self.rollback = None;
     }
 

@@ -351,7 +351,11 @@ impl Model for ModelAdapter {
         guard(self.family, || {
             let rows = self.inner.embed_images(&Self::media(&images))?;
             if rows.len() != images.len() {
-                return Err(mlx::Error(format!("embed_images returned {} arrays for {} images", rows.len(), images.len())));
+                return Err(mlx::Error(format!(
+                    "embed_images returned {} arrays for {} images",
+                    rows.len(),
+                    images.len()
+                )));
             }
             Ok(rows.into_iter().map(ArrayHandle::from).collect())
         })

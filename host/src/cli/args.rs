@@ -162,6 +162,11 @@ pub struct GenerateArgs {
     /// The prompt.
     #[command(flatten)]
     pub prompt: PromptArgs,
+    /// An image for the prompt (repeatable; PNG, JPEG, WebP or GIF): placed
+    /// before the text, in order. With --prompt-ids the ids must already
+    /// hold its placeholder tokens.
+    #[arg(long = "image", value_name = "PATH")]
+    pub images: Vec<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -7,7 +7,7 @@ use super::args::ChatArgs;
 use super::setup::{load, params, template_kwargs};
 use crate::decode::{GenParams, Interrupted};
 use crate::plugins::search_dirs;
-use crate::prompt::{chat_ids, Message};
+use crate::prompt::{chat_prompt, load_images, Message, PromptImage};
 use crate::reload::{reload_if_changed, PluginWatcher, Reload};
 use crate::session::Session;
 use anyhow::Result;
@@ -22,6 +22,7 @@ use std::time::Duration;
 const COMMANDS: &[(&str, &str)] = &[
     ("/help", "list these commands"),
     ("/reset", "forget the conversation (the system message stays)"),
+    ("/image PATH", "attach an image to the next message"),
     ("/exit, /quit", "leave (also Ctrl-D, or Ctrl-C twice at the prompt)"),
 ];
 
@@ -48,6 +49,8 @@ enum Command<'a> {
     Help,
     /// `/reset`
     Reset,
+    /// `/image PATH`
+    Image(&'a str),
     /// `/exit` or `/quit`
     Exit,
     /// An unknown `/command`.
@@ -61,6 +64,7 @@ fn parse(line: &str) -> Command<'_> {
         "/help" | "/?" => Command::Help,
         "/reset" | "/clear" => Command::Reset,
         "/exit" | "/quit" | "/bye" => Command::Exit,
+        _ if t.starts_with("/image ") || t == "/image" => Command::Image(t["/image".len()..].trim()),
         // `//text` sends `/text`.
         _ if t.starts_with("//") => Command::Say(&t[1..]),
         _ if t.starts_with('/') => Command::Unknown(t.split_whitespace().next().unwrap_or(t)),
@@ -125,6 +129,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let kwargs = template_kwargs(a.think);
     let mut pending: VecDeque<Event> = VecDeque::new();
     let mut armed = false;
+    // Images attached with /image, waiting for the next message.
+    let mut attached: Vec<Arc<PromptImage>> = Vec::new();
     loop {
         if tty {
             print!(">> ");
@@ -163,7 +169,23 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 println!("  {:<14} sends a line that starts with /", "//text");
                 continue;
             }
+            Command::Image("") => {
+                eprintln!("usage: /image PATH");
+                continue;
+            }
+            Command::Image(path) => {
+                match load_images(&s.model, &[std::path::PathBuf::from(path)]) {
+                    Ok(mut img) => {
+                        let n = img[0].tokens();
+                        attached.append(&mut img);
+                        println!("(image {path} attached to the next message: {n} tokens)");
+                    }
+                    Err(e) => eprintln!("famlx: error: {e:#}"),
+                }
+                continue;
+            }
             Command::Reset => {
+                attached.clear();
                 history.retain(|m| m.role == "system");
                 s.reset()?;
                 println!("(history cleared)");
@@ -175,13 +197,16 @@ pub fn run(a: ChatArgs) -> Result<()> {
             }
             Command::Say(t) => t.to_string(),
         };
-        history.push(Message::new("user", &text));
+        history.push(Message::with_images("user", &text, std::mem::take(&mut attached)));
         cancel.store(false, Ordering::SeqCst);
         match answer(&mut s, &history, &kwargs, &p, tty) {
             Ok(reply) => history.push(Message::new("assistant", &reply)),
             Err(e) => {
-                // The turn did not happen: the conversation stays as it was.
-                history.pop();
+                // The turn did not happen: the conversation stays as it was
+                // (its images wait for the next message).
+                if let Some(m) = history.pop() {
+                    attached = m.images;
+                }
                 if e.downcast_ref::<Interrupted>().is_some() {
                     eprintln!("(interrupted)");
                 } else {
@@ -227,7 +252,8 @@ fn answer(
     tty: bool,
 ) -> Result<String> {
     let tok = s.model.tokenizer()?.clone();
-    let ids = chat_ids(&tok, history, kwargs)?;
+    let prompt = chat_prompt(&tok, s.model.plan.media.as_ref().into_option(), history, kwargs)?;
+    let ids = &prompt.ids;
     let mut p = p.clone();
     if let Some(room) = s.model.context_room(ids.len())? {
         p.max_tokens = p.max_tokens.min(room);
@@ -236,7 +262,7 @@ fn answer(
     let mut reply = String::new();
     let mut styler = ThinkStyler::new(tty);
     let stop_ids = p.stop_ids.clone();
-    let (_, prefilled) = s.generate(&ids, &p, |id| {
+    let (_, prefilled) = s.generate_prompt(&prompt, &p, |id| {
         if !stop_ids.contains(&id) {
             let piece = detok.push(id);
             reply.push_str(&piece);

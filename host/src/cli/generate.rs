@@ -1,7 +1,7 @@
 //! `famlx generate` and `famlx cache-prompt`.
 
 use super::args::{CachePromptArgs, GenerateArgs};
-use super::setup::{encode_prompt, load, params};
+use super::setup::{encode_prompt, encode_prompt_with_images, load, params};
 use crate::decode::{prefill_last_alone, GenStats};
 use crate::plugins::search_dirs;
 use crate::reload::{reload_if_changed, PluginWatcher, Reload};
@@ -45,23 +45,26 @@ pub(crate) fn run_cache_prompt(a: CachePromptArgs) -> Result<()> {
 
 fn generate_once(a: &GenerateArgs, s: &mut Session) -> Result<()> {
     let mut p = params(&a.sampling, &a.cache, &s.model)?;
-    let prompt = encode_prompt(&s.model, &a.prompt)?;
-    if let Some(room) = s.model.context_room(prompt.len())? {
+    let prompt = encode_prompt_with_images(&s.model, &a.prompt, &a.images)?;
+    if let Some(room) = s.model.context_room(prompt.ids.len())? {
         p.max_tokens = p.max_tokens.min(room);
     }
     if let Some(path) = &a.dump_logits {
-        dump_logits(&mut s.model, &prompt, path)?;
+        dump_logits(s, &prompt, path)?;
     }
     // Without a file nothing is cached: the whole prompt is prefilled.
     s.forget();
     if let Some(f) = &a.prompt_cache_file {
+        if !prompt.images.is_empty() {
+            anyhow::bail!("--prompt-cache-file: prompt caches hold text only; leave out --image or the cache file");
+        }
         s.cached = s.model.load_prompt_cache(f)?;
     }
     let mut detok = s.model.tokenizer.as_ref().map(|t| t.detokenizer());
     let mut text = String::new();
     let stream = !a.json;
     let stop_ids = p.stop_ids.clone();
-    let (stats, prefilled) = s.generate(&prompt, &p, |id| {
+    let (stats, prefilled) = s.generate_prompt(&prompt, &p, |id| {
         if stop_ids.contains(&id) {
             return true;
         }
@@ -85,7 +88,7 @@ fn generate_once(a: &GenerateArgs, s: &mut Session) -> Result<()> {
     if a.json {
         let mut j = stats_json(&stats, &text);
         j["prefilled_tokens"] = prefilled.into();
-        j["cached_tokens"] = (prompt.len() - prefilled).into();
+        j["cached_tokens"] = (prompt.ids.len() - prefilled).into();
         println!("{j}");
     } else {
         println!();
@@ -96,11 +99,14 @@ fn generate_once(a: &GenerateArgs, s: &mut Session) -> Result<()> {
     Ok(())
 }
 
-/// `--dump-logits`: one forward over the whole prompt from empty caches,
-/// every position's logits as float32 JSON.
-fn dump_logits(m: &mut crate::model::LoadedModel, ids: &[u32], path: &std::path::Path) -> Result<()> {
+/// `--dump-logits`: one forward over the whole prompt (its images
+/// embedded) from empty caches, every position's logits as float32 JSON.
+fn dump_logits(s: &mut Session, prompt: &crate::prompt::Prompt, path: &std::path::Path) -> Result<()> {
     use anyhow::Context;
-    m.reset_caches()?;
+    s.reset()?;
+    s.attach_media(prompt, 0)?;
+    let m = &mut s.model;
+    let ids = &prompt.ids;
     let tokens = mlx::Array::from_slice(&ids.iter().map(|&i| i as i32).collect::<Vec<_>>(), &[1, ids.len() as i32])?;
     let logits = m
         .forward(&tokens, plugin_api::LogitsWanted::All)?
@@ -111,7 +117,7 @@ fn dump_logits(m: &mut crate::model::LoadedModel, ids: &[u32], path: &std::path:
     let rows: Vec<&[f32]> = flat.chunks(v.max(1)).collect();
     let j = json!({ "model_type": m.plan.model_type.as_str(), "ids": ids, "logits": rows });
     std::fs::write(path, j.to_string()).with_context(|| format!("--dump-logits {}", path.display()))?;
-    m.reset_caches()?;
+    s.reset()?;
     eprintln!("wrote the logits of {} prompt positions to {}", ids.len(), path.display());
     Ok(())
 }
@@ -127,6 +133,8 @@ fn stats_json(s: &GenStats, text: &str) -> Value {
         "generation_tps": s.generation_tps,
         "peak_memory_bytes": s.peak_memory_bytes,
         "finish_reason": format!("{:?}", s.finish).to_lowercase(),
+        "vision_s": s.vision_s,
+        "image_tokens": s.image_tokens,
         "draft": s.draft.map(|d| json!({
             "proposed": d.proposed,
             "accepted": d.accepted,

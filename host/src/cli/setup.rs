@@ -6,7 +6,7 @@ use crate::decode::{Drafter, GenParams, SpecParams};
 use crate::default_model;
 use crate::model::LoadedModel;
 use crate::plugins::{search_dirs, Registry};
-use crate::prompt::{chat_ids, parse_ids, Message};
+use crate::prompt::{chat_prompt, expand_markers, load_images, parse_ids, Message, Prompt};
 use crate::sample::SamplerParams;
 use crate::session::Session;
 use anyhow::{anyhow, bail, Result};
@@ -176,23 +176,36 @@ pub(crate) fn template_kwargs(think: Think) -> Map<String, Value> {
 
 /// The prompt's token ids: `ids` as given, else `text` templated (or raw).
 pub(crate) fn encode_prompt(model: &LoadedModel, a: &PromptArgs) -> Result<Vec<u32>> {
-    let prompt: Vec<u32> = if let Some(ids) = &a.prompt_ids {
-        parse_ids(ids)?
+    Ok(encode_prompt_with_images(model, a, &[])?.ids)
+}
+
+/// The prompt with the images at `paths`: ids as given (their placeholder
+/// runs checked against the images), else the text templated with the
+/// images before it (or raw, its image markers expanded).
+pub(crate) fn encode_prompt_with_images(model: &LoadedModel, a: &PromptArgs, paths: &[PathBuf]) -> Result<Prompt> {
+    let images = load_images(model, paths)?;
+    let media = model.plan.media.as_ref().into_option();
+    let prompt = if let Some(ids) = &a.prompt_ids {
+        Prompt::with_images(parse_ids(ids)?, media, images)?
     } else {
         let text = a.prompt.as_deref().unwrap_or("Hello!");
         let tok = model.tokenizer()?;
         if a.raw {
-            tok.encode(text, true).map_err(|e| anyhow!("{e}"))?
+            let text = match media {
+                Some(spec) if !images.is_empty() => expand_markers(text, spec, &images)?,
+                _ => text.to_string(),
+            };
+            Prompt::with_images(tok.encode(&text, true).map_err(|e| anyhow!("{e}"))?, media, images)?
         } else {
             let mut msgs = Vec::new();
             if let Some(s) = &a.system {
                 msgs.push(Message::new("system", s));
             }
-            msgs.push(Message::new("user", text));
-            chat_ids(tok, &msgs, &template_kwargs(a.think))?
+            msgs.push(Message::with_images("user", text, images));
+            chat_prompt(tok, media, &msgs, &template_kwargs(a.think))?
         }
     };
-    if let Some(&bad) = prompt.iter().find(|&&i| i >= model.plan.vocab_size) {
+    if let Some(&bad) = prompt.ids.iter().find(|&&i| i >= model.plan.vocab_size) {
         bail!("prompt token id {bad} is outside the vocabulary ({} tokens)", model.plan.vocab_size);
     }
     Ok(prompt)

@@ -104,6 +104,11 @@ pub struct GenStats {
     /// [`GenParams::keep_prompt_rollback`] asked for it and some cache
     /// could not otherwise rewind there).
     pub prompt_rollback: Option<Rollback>,
+    /// Seconds in the vision tower before the prefill (counted in the time
+    /// to first token, hence in `prompt_tps`).
+    pub vision_s: f64,
+    /// Placeholder tokens the prompt's images took.
+    pub image_tokens: usize,
 }
 
 /// The plain decode loop's time after the first token, in two parts: the
@@ -187,7 +192,23 @@ impl GenStats {
             split: None,
             census: None,
             prompt_rollback: None,
+            vision_s: 0.0,
+            image_tokens: 0,
         }
+    }
+}
+
+impl GenStats {
+    /// Counts `vision_s` seconds of vision tower work, done before the
+    /// prefill, into the time to first token.
+    pub(crate) fn add_vision_time(&mut self, vision_s: f64, image_tokens: usize) {
+        let first = if self.prompt_tps > 0.0 { self.prompt_tokens as f64 / self.prompt_tps } else { 0.0 };
+        let total = first + vision_s;
+        if total > 0.0 {
+            self.prompt_tps = self.prompt_tokens as f64 / total;
+        }
+        self.vision_s = vision_s;
+        self.image_tokens = image_tokens;
     }
 }
 

@@ -71,6 +71,29 @@ pub(crate) fn prefill_last_alone_until(
     out.ok_or_else(|| anyhow!("the model returned no logits"))
 }
 
+/// Where the chunks of a `len`-token prefill end: every `step` tokens,
+/// except that a chunk grows to the end of an image whose placeholders must
+/// stay in one forward ([`plugin_api::MediaSpec::keep_images_whole`]).
+fn chunk_ends(m: &LoadedModel, len: usize, step: usize) -> Vec<usize> {
+    let whole = m.plan.media.as_ref().into_option().is_some_and(|s| s.keep_images_whole);
+    let offset = m.cache_offset().max(0) as usize;
+    let spans: Vec<(usize, usize)> = match (&m.media, whole) {
+        (Some(media), true) => media.spans.iter().map(|(s, rows)| (*s, s + rows.dim(0) as usize)).collect(),
+        _ => Vec::new(),
+    };
+    let mut ends = Vec::new();
+    let mut at = 0;
+    while at < len {
+        let mut end = (at + step).min(len);
+        if let Some(&(_, e)) = spans.iter().find(|&&(s, e)| s < offset + end && offset + end < e) {
+            end = (e - offset).min(len);
+        }
+        ends.push(end);
+        at = end;
+    }
+    ends
+}
+
 /// [`prefill_last_alone`]'s forwards, calling `f(model, chunk, hidden,
 /// logits)` after each: the hidden state `[1, L, H]` when `want_hidden`,
 /// the logits `[1, V]` for the final (one-token) chunk only.
@@ -86,7 +109,10 @@ pub(crate) fn prefill_chunks(
         bail!("the prompt is empty: nothing to generate from");
     };
     check_ids(m, prompt)?;
-    for chunk in head.chunks(step.max(1)) {
+    let mut from = 0;
+    for end in chunk_ends(m, head.len(), step.max(1)) {
+        let chunk = &head[from..end];
+        from = end;
         check_cancel(cancel)?;
         let (_, h) = m.forward_io(&ids_array(chunk)?, LogitsWanted::None, want_hidden)?;
         m.eval_caches()?;

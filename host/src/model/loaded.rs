@@ -6,11 +6,12 @@ use super::media::MediaState;
 use super::weights::{assemble, plugin_err, HostWeights, Source};
 use crate::cache::{make_caches, CacheOptions, Rollback, SharedCache};
 use crate::plugins::{FamilyEntry, Registry};
+use crate::prompt::PromptImage;
 use abi_stable::std_types::{ROption, RVec};
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use famlx_text::Tokenizer;
 use mlx::Array;
-use plugin_api::{ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan};
+use plugin_api::{ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan, ProcessedImage};
 use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
@@ -203,6 +204,44 @@ impl LoadedModel {
     /// Tokens currently held by the caches.
     pub fn cache_offset(&self) -> i64 {
         self.caches.first().map_or(0, |c| c.lock().offset())
+    }
+
+    /// The rows replacing each image's placeholder tokens (the family's
+    /// vision tower), checked against the placeholder counts.
+    pub fn embed_images(&mut self, images: Vec<ProcessedImage>) -> Result<Vec<Array>> {
+        let want: Vec<u32> = images.iter().map(|i| i.tokens).collect();
+        let rows = self
+            .model
+            .embed_images(images.into())
+            .into_result()
+            .map_err(|e| plugin_err(&self.family.name, "embed_images", e))?;
+        let hidden = self.plan.hidden_size as i32;
+        rows.into_iter()
+            .zip(want)
+            .map(|(r, n)| {
+                let r = r.into_array();
+                if r.shape() != [n as i32, hidden] {
+                    bail!(
+                        "{} plugin: embed_images returned rows of shape {:?} for an image of {n} tokens, expected [{n}, {hidden}]",
+                        self.family.name,
+                        r.shape()
+                    );
+                }
+                Ok(r)
+            })
+            .collect()
+    }
+
+    /// The rotary positions of the whole sequence `ids` with `images` and
+    /// the delta of later positions, for families that place images in 2-D.
+    pub fn positions(&self, ids: &[u32], images: &[Arc<PromptImage>]) -> Result<Option<(Array, i64)>> {
+        let processed: RVec<ProcessedImage> = images.iter().map(|i| i.processed.clone()).collect();
+        let p = self
+            .model
+            .positions(ids.to_vec().into(), processed)
+            .into_result()
+            .map_err(|e| plugin_err(&self.family.name, "positions", e))?;
+        Ok(p.into_option().map(|p| (p.ids.into_array(), p.delta)))
     }
 
     /// Runs the model over `tokens` (`[1, L]` int32), updating the caches.

@@ -8,9 +8,11 @@ mod decoder;
 mod drafter;
 mod fusion;
 mod head_norms;
+mod media;
 
 pub use attention::{mask_for, Attention, AttentionShape, Qkv, SharedKv};
 pub use decoder::{lm_output, DecoderLm, DecoderShape, PreNormBlock};
 pub use drafter::LmDrafter;
 pub use fusion::{decoder_fusions, gate_up_fusion, qkv_fusion};
 pub use head_norms::{rope_one_token, HeadNorms};
+pub use media::splice_rows;

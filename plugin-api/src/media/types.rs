@@ -117,6 +117,10 @@ pub struct MediaSpec {
     pub image_suffix: RString,
     /// The placeholder token's id (the forward puts image rows there).
     pub image_token_id: u32,
+    /// Prefill must not cut an image's placeholder run in two (its tokens
+    /// attend to each other both ways, as Gemma 4's with
+    /// `use_bidirectional_attention: "vision"`).
+    pub keep_images_whole: bool,
 }
 
 /// Rotary positions a prompt with images needs (Qwen's M-RoPE): family

@@ -25,6 +25,7 @@ pub fn load_image(path: &Path) -> Result<RawImage> {
     let mut limits = Limits::default();
     limits.max_alloc = Some(MAX_PIXELS * 8);
     reader.limits(limits);
+    let is_jpeg = reader.format() == Some(image::ImageFormat::Jpeg);
     let mut decoder = reader.into_decoder().with_context(|| format!("image {shown}: cannot decode"))?;
     let (w, h) = decoder.dimensions();
     if w == 0 || h == 0 {
@@ -35,8 +36,42 @@ pub fn load_image(path: &Path) -> Result<RawImage> {
     }
     let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
     let mut img = DynamicImage::from_decoder(decoder).with_context(|| format!("image {shown}: cannot decode"))?;
+    if is_jpeg {
+        // Decoded above to check the file; the pixels come from libjpeg-turbo.
+        if let Some(rgb) = decode_jpeg_rgb(path)? {
+            img = DynamicImage::ImageRgb8(rgb);
+        }
+    }
     img.apply_orientation(orientation);
     Ok(raw(&img))
+}
+
+/// A JPEG decoded by libjpeg-turbo's code (mozjpeg): the integer IDCT and
+/// fancy chroma upsampling Pillow gets, so pixels match the reference
+/// processors' to the bit. `None` for color spaces it does not turn into RGB
+/// the way Pillow does (CMYK, YCCK): the `image` crate's pixels are used.
+fn decode_jpeg_rgb(path: &Path) -> Result<Option<image::RgbImage>> {
+    use mozjpeg::{ColorSpace, Decompress};
+    let shown = path.display();
+    let data = std::fs::read(path).with_context(|| format!("image {shown}"))?;
+    // libjpeg reports errors by unwinding out of its C frames.
+    let decoded = std::panic::catch_unwind(|| -> std::io::Result<Option<(u32, u32, Vec<u8>)>> {
+        let d = Decompress::new_mem(&data)?;
+        if !matches!(d.color_space(), ColorSpace::JCS_YCbCr | ColorSpace::JCS_GRAYSCALE | ColorSpace::JCS_RGB) {
+            return Ok(None);
+        }
+        let mut started = d.rgb()?;
+        let (w, h) = (started.width() as u32, started.height() as u32);
+        let px: Vec<[u8; 3]> = started.read_scanlines()?;
+        started.finish()?;
+        Ok(Some((w, h, px.into_iter().flatten().collect())))
+    });
+    match decoded {
+        Ok(Ok(Some((w, h, px)))) => Ok(image::RgbImage::from_raw(w, h, px)),
+        Ok(Ok(None)) => Ok(None),
+        Ok(Err(e)) => bail!("image {shown}: cannot decode: {e}"),
+        Err(_) => bail!("image {shown}: cannot decode: libjpeg refused the file"),
+    }
 }
 
 /// The decoded image as RGB bytes plus its alpha channel (if it has one).

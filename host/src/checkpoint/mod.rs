@@ -51,8 +51,21 @@ impl Checkpoint {
         let cfg_path = dir.join("config.json");
         let text =
             std::fs::read_to_string(&cfg_path).with_context(|| format!("{}: cannot read", cfg_path.display()))?;
-        let config: Value =
+        let mut config: Value =
             serde_json::from_str(&text).map_err(|e| anyhow!("{}: invalid JSON: {e}", cfg_path.display()))?;
+        // The image processor's settings ride along for the family's media
+        // processor, under the file's own name.
+        for name in ["processor_config", "preprocessor_config"] {
+            let p = dir.join(format!("{name}.json"));
+            if !p.is_file() || config.get(name).is_some() {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).with_context(|| format!("{}: cannot read", p.display()))?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| anyhow!("{}: invalid JSON: {e}", p.display()))?;
+            if let Some(o) = config.as_object_mut() {
+                o.insert(name.to_string(), v);
+            }
+        }
         let model_type = config
             .get("model_type")
             .and_then(Value::as_str)

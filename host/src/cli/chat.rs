@@ -13,6 +13,7 @@ use crate::session::Session;
 use anyhow::Result;
 use std::collections::VecDeque;
 use std::io::{BufRead, IsTerminal, Write};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -130,7 +131,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let mut pending: VecDeque<Event> = VecDeque::new();
     let mut armed = false;
     // Images attached with /image, waiting for the next message.
-    let mut attached: Vec<Arc<PromptImage>> = Vec::new();
+    let mut attached: Vec<Rc<PromptImage>> = Vec::new();
     loop {
         if tty {
             print!(">> ");

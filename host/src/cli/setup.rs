@@ -191,11 +191,11 @@ pub(crate) fn encode_prompt_with_images(model: &LoadedModel, a: &PromptArgs, pat
         let text = a.prompt.as_deref().unwrap_or("Hello!");
         let tok = model.tokenizer()?;
         if a.raw {
-            let text = match media {
-                Some(spec) if !images.is_empty() => expand_markers(text, spec, &images)?,
-                _ => text.to_string(),
-            };
-            Prompt::with_images(tok.encode(&text, true).map_err(|e| anyhow!("{e}"))?, media, images)?
+            let mut ids = tok.encode(text, true).map_err(|e| anyhow!("{e}"))?;
+            if let Some(spec) = media.filter(|_| !images.is_empty()) {
+                ids = expand_markers(&ids, spec, &images)?;
+            }
+            Prompt::with_images(ids, media, images)?
         } else {
             let mut msgs = Vec::new();
             if let Some(s) = &a.system {

@@ -234,7 +234,7 @@ impl LoadedModel {
 
     /// The rotary positions of the whole sequence `ids` with `images` and
     /// the delta of later positions, for families that place images in 2-D.
-    pub fn positions(&self, ids: &[u32], images: &[Arc<PromptImage>]) -> Result<Option<(Array, i64)>> {
+    pub fn positions(&self, ids: &[u32], images: &[Rc<PromptImage>]) -> Result<Option<(Array, i64)>> {
         let processed: RVec<ProcessedImage> = images.iter().map(|i| i.processed.clone()).collect();
         let p = self
             .model

@@ -7,7 +7,7 @@ use crate::model::LoadedModel;
 use anyhow::{anyhow, bail, Result};
 use plugin_api::{MediaSpec, ProcessedImage};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::rc::Rc;
 
 /// An image of a prompt, processed for the model.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ pub struct Prompt {
     /// Token ids, placeholders expanded.
     pub ids: Vec<u32>,
     /// The images in order.
-    pub images: Vec<Arc<PromptImage>>,
+    pub images: Vec<Rc<PromptImage>>,
     /// Where each image's placeholder run starts in `ids`.
     pub starts: Vec<usize>,
 }
@@ -49,7 +49,7 @@ impl Prompt {
     /// A prompt of `ids` with `images`, its placeholder runs checked
     /// against them (a model that takes images also checks that a prompt
     /// without any has no stray placeholders).
-    pub fn with_images(ids: Vec<u32>, media: Option<&MediaSpec>, images: Vec<Arc<PromptImage>>) -> Result<Prompt> {
+    pub fn with_images(ids: Vec<u32>, media: Option<&MediaSpec>, images: Vec<Rc<PromptImage>>) -> Result<Prompt> {
         let Some(spec) = media else {
             if !images.is_empty() {
                 bail!("this model takes no images");
@@ -67,7 +67,7 @@ impl Prompt {
 }
 
 /// Loads, decodes and processes the images at `paths` for `model`.
-pub fn load_images(model: &LoadedModel, paths: &[PathBuf]) -> Result<Vec<Arc<PromptImage>>> {
+pub fn load_images(model: &LoadedModel, paths: &[PathBuf]) -> Result<Vec<Rc<PromptImage>>> {
     if paths.is_empty() {
         return Ok(Vec::new());
     }
@@ -88,39 +88,42 @@ pub fn load_images(model: &LoadedModel, paths: &[PathBuf]) -> Result<Vec<Arc<Pro
                 .process_image(&model.plan, &raw)
                 .into_result()
                 .map_err(|e| anyhow!("image {}: {e}", path.display()))?;
-            Ok(Arc::new(PromptImage { path: path.clone(), hash: crate::media::pixel_hash(&raw), processed }))
+            Ok(Rc::new(PromptImage { path: path.clone(), hash: crate::media::pixel_hash(&raw), processed }))
         })
         .collect()
 }
 
-/// Replaces the i-th image marker of `text` with the i-th image's
+/// Replaces the i-th image marker of `ids` with the i-th image's
 /// placeholders (`prefix + token × N + suffix`).
-pub fn expand_markers(text: &str, spec: &MediaSpec, images: &[Arc<PromptImage>]) -> Result<String> {
-    let marker = spec.image_marker.as_str();
-    let found = text.matches(marker).count();
+pub fn expand_markers(ids: &[u32], spec: &MediaSpec, images: &[Rc<PromptImage>]) -> Result<Vec<u32>> {
+    let found = ids.iter().filter(|&&t| t == spec.image_marker).count();
     if found != images.len() {
         bail!(
-            "the chat template placed {found} image{} (`{marker}`) for {} given",
+            "the prompt places {found} image{} (token {}) for {} given",
             if found == 1 { "" } else { "s" },
+            spec.image_marker,
             images.len()
         );
     }
-    let mut out =
-        String::with_capacity(text.len() + images.iter().map(|i| i.tokens() * spec.image_token.len()).sum::<usize>());
-    let mut pieces = text.split(marker);
-    out.push_str(pieces.next().unwrap_or_default());
-    for (piece, img) in pieces.zip(images) {
-        out.push_str(&spec.image_prefix);
-        out.push_str(&spec.image_token.repeat(img.tokens()));
-        out.push_str(&spec.image_suffix);
-        out.push_str(piece);
+    let mut out = Vec::with_capacity(ids.len() + images.iter().map(|i| i.tokens() + 2).sum::<usize>());
+    let mut next = images.iter();
+    for &t in ids {
+        if t == spec.image_marker {
+            if let Some(img) = next.next() {
+                out.extend_from_slice(&spec.image_prefix);
+                out.extend(std::iter::repeat_n(spec.image_token_id, img.tokens()));
+                out.extend_from_slice(&spec.image_suffix);
+                continue;
+            }
+        }
+        out.push(t);
     }
     Ok(out)
 }
 
 /// The start of each run of `image_token` in `ids`, checked to be one run
 /// per image, each as long as its image's placeholder count.
-pub fn image_spans(ids: &[u32], image_token: u32, images: &[Arc<PromptImage>]) -> Result<Vec<usize>> {
+pub fn image_spans(ids: &[u32], image_token: u32, images: &[Rc<PromptImage>]) -> Result<Vec<usize>> {
     let mut runs: Vec<(usize, usize)> = Vec::new();
     for (i, &t) in ids.iter().enumerate() {
         if t != image_token {

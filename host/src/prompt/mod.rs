@@ -10,7 +10,7 @@ use anyhow::{anyhow, Result};
 use famlx_text::{ChatTemplate, Tokenizer};
 use plugin_api::MediaSpec;
 use serde_json::{json, Map, Value};
-use std::sync::Arc;
+use std::rc::Rc;
 
 /// A conversation turn.
 #[derive(Debug, Clone)]
@@ -21,7 +21,7 @@ pub struct Message {
     pub content: String,
     /// Images attached to the turn (placed before its text, as mlx-vlm's
     /// prompt helper places them).
-    pub images: Vec<Arc<PromptImage>>,
+    pub images: Vec<Rc<PromptImage>>,
 }
 
 impl Message {
@@ -31,7 +31,7 @@ impl Message {
     }
 
     /// A message with images.
-    pub fn with_images(role: &str, content: &str, images: Vec<Arc<PromptImage>>) -> Self {
+    pub fn with_images(role: &str, content: &str, images: Vec<Rc<PromptImage>>) -> Self {
         Message { role: role.into(), content: content.into(), images }
     }
 
@@ -63,7 +63,7 @@ pub fn chat_prompt(
     messages: &[Message],
     extra: &Map<String, Value>,
 ) -> Result<Prompt> {
-    let images: Vec<Arc<PromptImage>> = messages.iter().flat_map(|m| m.images.iter().cloned()).collect();
+    let images: Vec<Rc<PromptImage>> = messages.iter().flat_map(|m| m.images.iter().cloned()).collect();
     let Some(src) = tok.chat_template() else {
         if !images.is_empty() {
             anyhow::bail!("the tokenizer has no chat template to place images with; pass --prompt-ids with the placeholders expanded");
@@ -77,15 +77,15 @@ pub fn chat_prompt(
     let tpl = ChatTemplate::with_origin(src, bos.as_deref(), eos.as_deref(), tok.chat_template_origin())
         .map_err(|e| anyhow!("{e}"))?;
     let msgs: Vec<Value> = messages.iter().map(Message::to_json).collect();
-    let mut text = tpl.render(&msgs, None, true, extra).map_err(|e| anyhow!("{e}"))?;
+    let text = tpl.render(&msgs, None, true, extra).map_err(|e| anyhow!("{e}"))?;
     if text.trim().is_empty() {
         // Generating from nothing would give an answer to no question.
         anyhow::bail!("the chat template rendered an empty prompt; pass --raw to send the text as it is");
     }
+    let mut ids = tok.encode(&text, true).map_err(|e| anyhow!("{e}"))?;
     if let Some(spec) = media.filter(|_| !images.is_empty()) {
-        text = expand_markers(&text, spec, &images)?;
+        ids = expand_markers(&ids, spec, &images)?;
     }
-    let ids = tok.encode(&text, true).map_err(|e| anyhow!("{e}"))?;
     Prompt::with_images(ids, media, images)
 }
 

@@ -109,6 +109,24 @@ pub fn mask_for(l: i32, s: i32, window: Option<i32>) -> Result<Option<Array>> {
     Ok(Some(m))
 }
 
+/// [`mask_for`] with `overlay` (`[l, l]` bool: where this call's queries
+/// also see this call's keys, e.g. the tokens of one image seeing each
+/// other both ways) or-ed into its last `l` key columns.
+pub fn mask_with_overlay(l: i32, s: i32, window: Option<i32>, overlay: Option<&Array>) -> Result<Option<Array>> {
+    let base = mask_for(l, s, window)?;
+    match (base, overlay) {
+        (Some(m), Some(o)) if l > 1 => {
+            let o = if s > l {
+                o.pad(&[1], &[s - l], &[0], &Array::from_slice(&[false], &[])?, "constant")?
+            } else {
+                o.clone()
+            };
+            Ok(Some(m.logical_or(&o)?))
+        }
+        (m, _) => Ok(m),
+    }
+}
+
 /// Self-attention over a host cache slot (see the module documentation).
 #[derive(Debug, Clone)]
 pub struct Attention {
@@ -341,31 +359,34 @@ impl Attention {
 
     /// Like [`Attention::forward`], keeping the K/V it attended over for
     /// later layers that own none: fetched from the cache and attended here
-    /// with the mask the slot's kind implies (`window` for a sliding one).
+    /// with the mask the slot's kind implies (`window` for a sliding one),
+    /// widened by `overlay` (see [`mask_with_overlay`]).
     pub fn forward_keeping(
         &self,
         x: &Array,
         caches: &mut Caches<'_>,
         slot: usize,
         window: Option<i32>,
+        overlay: Option<&Array>,
     ) -> Result<(Array, SharedKv)> {
         let (b, l) = (x.dim(0), x.dim(1));
         let off = caches.offset(slot)? as i32;
         let (q, kv, gate) = self.qkv(x, off)?;
         let (k, v) = kv.ok_or_else(Self::no_kv)?;
         let (k, v) = caches.update_and_fetch(slot, k, v)?;
-        let m = mask_for(l, k.dim(2), window)?;
+        let m = mask_with_overlay(l, k.dim(2), window, overlay)?;
         let mask = m.as_ref().map_or(Mask::None, Mask::Array);
         let o = scaled_dot_product_attention(&q, &k, &v, self.scale, mask, None)?;
         Ok((self.finish(&o, gate.as_ref(), b, l)?, SharedKv { k, v, offset: off, window }))
     }
 
-    /// Attends over K/V another layer kept ([`Attention::forward_keeping`]).
-    pub fn forward_shared(&self, x: &Array, kv: &SharedKv) -> Result<Array> {
+    /// Attends over K/V another layer kept ([`Attention::forward_keeping`]),
+    /// the mask widened by `overlay`.
+    pub fn forward_shared(&self, x: &Array, kv: &SharedKv, overlay: Option<&Array>) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
         let Projected { q, gate, .. } = self.project(x)?;
         let q = self.rope.forward(&self.queries(&q, l)?, RopeOffset::Int(kv.offset))?;
-        let m = mask_for(l, kv.k.dim(2), kv.window)?;
+        let m = mask_with_overlay(l, kv.k.dim(2), kv.window, overlay)?;
         let mask = m.as_ref().map_or(Mask::None, Mask::Array);
         let o = scaled_dot_product_attention(&q, &kv.k, &kv.v, self.scale, mask, None)?;
         self.finish(&o, gate.as_ref(), b, l)

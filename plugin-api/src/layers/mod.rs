@@ -10,7 +10,7 @@ mod fusion;
 mod head_norms;
 mod media;
 
-pub use attention::{mask_for, Attention, AttentionShape, Qkv, SharedKv};
+pub use attention::{mask_for, mask_with_overlay, Attention, AttentionShape, Qkv, SharedKv};
 pub use decoder::{lm_output, DecoderLm, DecoderShape, PreNormBlock};
 pub use drafter::LmDrafter;
 pub use fusion::{decoder_fusions, gate_up_fusion, qkv_fusion};

@@ -1,7 +1,7 @@
 //! The media types of the ABI and their plugin-side forms.
 
 use crate::ArrayHandle;
-use abi_stable::std_types::{RString, RVec};
+use abi_stable::std_types::RVec;
 use abi_stable::StableAbi;
 use mlx::Array;
 
@@ -99,24 +99,23 @@ impl From<&ProcessedImage> for MediaInput {
     }
 }
 
-/// How a family's prompts carry images. The chat template emits
-/// `image_marker` for each image part; the host replaces the i-th marker of
-/// the rendered text with `image_prefix + image_token × N + image_suffix`
-/// (N: the image's [`ProcessedImage::tokens`]) before tokenizing, as the
-/// reference processors expand the text.
+/// How a family's prompts carry images, in token ids. The chat template
+/// writes the token `image_marker` once per image; the host replaces the
+/// i-th marker of the tokenized prompt with `image_prefix + image_token_id
+/// × N + image_suffix` (N: the image's [`ProcessedImage::tokens`]), as the
+/// reference processors expand the text (every token involved is special,
+/// so expanding ids equals expanding text).
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq)]
 pub struct MediaSpec {
-    /// What the chat template writes for one image.
-    pub image_marker: RString,
-    /// Text before the placeholder tokens.
-    pub image_prefix: RString,
-    /// The placeholder token's text.
-    pub image_token: RString,
-    /// Text after the placeholder tokens.
-    pub image_suffix: RString,
+    /// The token the chat template writes for one image.
+    pub image_marker: u32,
+    /// Tokens before the placeholders.
+    pub image_prefix: RVec<u32>,
     /// The placeholder token's id (the forward puts image rows there).
     pub image_token_id: u32,
+    /// Tokens after the placeholders.
+    pub image_suffix: RVec<u32>,
     /// Prefill must not cut an image's placeholder run in two (its tokens
     /// attend to each other both ways, as Gemma 4's with
     /// `use_bidirectional_attention: "vision"`).

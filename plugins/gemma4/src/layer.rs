@@ -95,20 +95,21 @@ impl Gemma4Layer {
 
     /// Runs the layer: through its cache slot (keeping the K/V it attended
     /// over when later layers read them), or over `shared` K/V when it owns
-    /// none.
+    /// none; `overlay` widens the mask (image tokens seeing their image).
     pub fn forward(
         &self,
         x: &Array,
         caches: &mut Caches<'_>,
         shared: Option<&SharedKv>,
         per_layer_input: Option<&Array>,
+        overlay: Option<&Array>,
     ) -> Result<(Array, Option<SharedKv>)> {
         let n = self.input_norm.forward(x)?;
         let (a, kept) = match (shared, self.slot) {
-            (Some(kv), _) => (self.attn.forward_shared(&n, kv)?, None),
-            (None, Some(slot)) if self.shared_out => {
-                let (a, kv) = self.attn.forward_keeping(&n, caches, slot, self.window)?;
-                (a, Some(kv))
+            (Some(kv), _) => (self.attn.forward_shared(&n, kv, overlay)?, None),
+            (None, Some(slot)) if self.shared_out || overlay.is_some() => {
+                let (a, kv) = self.attn.forward_keeping(&n, caches, slot, self.window, overlay)?;
+                (a, self.shared_out.then_some(kv))
             }
             (None, Some(slot)) => (self.attn.forward(&n, caches, slot)?, None),
             (None, None) => return Err(Error::msg("gemma4: a layer without K/V projections got no shared K/V")),

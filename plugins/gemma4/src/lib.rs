@@ -18,23 +18,29 @@
 
 pub mod assistant;
 pub mod config;
+pub mod image;
 pub mod layer;
 pub mod model;
 pub mod moe;
+pub mod vision;
 
 use config::Config;
+use image::ImageConfig;
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use model::Gemma4Text;
 use plugin_api::config::{eos_ids, field_or, text_config};
 use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
 use plugin_api::layers::{gate_up_fusion, qkv_fusion};
-use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec};
+use plugin_api::media::MediaInput;
+use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawImage};
 use serde_json::Value;
 
-/// Module prefixes of the non-text towers of multimodal checkpoints.
-const MEDIA_PREFIXES: [&str; 6] =
-    ["vision_tower", "multi_modal_projector", "audio_tower", "embed_audio", "embed_vision", "vision_embedder"];
+/// Module prefixes of the towers famlx does not run yet (audio).
+const UNUSED_PREFIXES: [&str; 4] = ["multi_modal_projector", "audio_tower", "embed_audio", "vision_embedder"];
+
+/// Module prefixes of the vision tower and its projector.
+const VISION_PREFIXES: [&str; 2] = ["vision_tower.", "embed_vision."];
 
 /// Tensor name fragments that carry no weights a runtime needs.
 const DROPPED: [&str; 5] = ["self_attn.rotary_emb", "input_max", "input_min", "output_max", "output_min"];
@@ -78,21 +84,43 @@ impl FamilySpec for Gemma4Family {
         let dtype = field_or::<Option<String>>(config, "torch_dtype", None)?
             .or(field_or::<Option<String>>(text_config(config), "torch_dtype", None)?)
             .unwrap_or_else(|| "bfloat16".into());
-        Ok(ModelPlan::text("gemma4", &cfg.model_type, &stored, caches, cfg.vocab_size, cfg.hidden_size)?
+        let plan = ModelPlan::text("gemma4", &cfg.model_type, &stored, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos)
             .with_context(cfg.max_position_embeddings.max(0) as u32)
             .with_dtype(&dtype)
             // Gemma is trained with BOS first; the tokenizer adds it once.
-            .with_bos(true))
+            .with_bos(true);
+        Ok(match ImageConfig::parse(config)? {
+            Some(img) => plan.with_media(img.spec()),
+            None => plan,
+        })
+    }
+
+    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> Result<MediaInput> {
+        let img = ImageConfig::parse(&plan.config_as::<Value>()?)?
+            .ok_or_else(|| Error::msg("this gemma4 checkpoint has no vision_config"))?;
+        img.process(image)
     }
 
     fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
         if plan.model_type.as_str() == assistant::MODEL_TYPE {
             return assistant::rewrite(plan, name, t);
         }
-        let cfg = Config::from_plan(plan)?;
         let bare = name.strip_prefix("model.").unwrap_or(name);
-        if MEDIA_PREFIXES.iter().any(|p| bare.starts_with(p)) || DROPPED.iter().any(|d| name.contains(d)) {
+        if VISION_PREFIXES.iter().any(|p| bare.starts_with(p)) {
+            // Hugging Face's `model.vision_tower.X` is mlx-vlm's `vision_tower.X`;
+            // clip bounds are kept only where the tower clips.
+            let img = ImageConfig::parse(&plan.config_as::<Value>()?)?;
+            let keep = match &img {
+                None => false,
+                Some(_) if name.contains("rotary_emb") => false,
+                Some(i) if DROPPED[1..].iter().any(|d| name.contains(d)) => i.vision.use_clipped_linears,
+                Some(_) => true,
+            };
+            return Ok(if keep { vec![(bare.to_string(), t)] } else { vec![] });
+        }
+        let cfg = Config::from_plan(plan)?;
+        if UNUSED_PREFIXES.iter().any(|p| bare.starts_with(p)) || DROPPED.iter().any(|d| name.contains(d)) {
             return Ok(vec![]);
         }
         // Hugging Face naming (`model.language_model.X`) to mlx-lm's
@@ -127,6 +155,10 @@ impl FamilySpec for Gemma4Family {
     }
 
     fn quant_class(&self, _plan: &ModelPlan, name: &str) -> QuantClass {
+        if VISION_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            // The tower stays in float, as mlx-vlm's converter keeps it.
+            return QuantClass::Skip;
+        }
         if name.ends_with("router.proj.weight") {
             // Routers stay at 8 bits, as mlx-lm's gemma4 quant_predicate keeps them.
             return QuantClass::Pinned(QuantSpec { group_size: 64, bits: 8, mode: "affine".into() });
@@ -156,7 +188,9 @@ impl FamilySpec for Gemma4Family {
         if plan.model_type.as_str() == assistant::MODEL_TYPE {
             return Err(Error::msg("gemma4_assistant is a draft model: pass it with --draft-model"));
         }
-        Ok(Box::new(Gemma4Text::load(&Config::from_plan(plan)?, w)?))
+        let image = ImageConfig::parse(&plan.config_as::<Value>()?)?;
+        let cfg = Config::from_plan(plan)?;
+        Ok(Box::new(Gemma4Text::load(&cfg, w)?.with_vision(image, w, cfg.hidden_size)?))
     }
 
     fn build_drafter(

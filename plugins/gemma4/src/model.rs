@@ -1,13 +1,17 @@
-//! The Gemma 4 text model: scaled embeddings, the decoder layers (KV-shared
-//! ones reading earlier layers' K/V), per-layer inputs (E2B/E4B), the final
-//! norm and the soft-capped output head.
+//! The Gemma 4 model: scaled embeddings (image rows spliced in at their
+//! soft tokens), the decoder layers (KV-shared ones reading earlier layers'
+//! K/V), per-layer inputs (E2B/E4B), the final norm and the soft-capped
+//! output head; the vision tower when the checkpoint has one.
 
 use crate::config::Config;
+use crate::image::ImageConfig;
 use crate::layer::Gemma4Layer;
+use crate::vision::VisionTower;
 use mlx::nn::{Embedding, Linear, OutputHead, RmsNorm, Weights};
-use mlx::{Array, Error, Result};
+use mlx::{Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, Input, ModelForward, Output};
-use plugin_api::layers::{lm_output, SharedKv};
+use plugin_api::layers::{lm_output, splice_rows, SharedKv};
+use plugin_api::media::MediaInput;
 
 /// Per-layer input embeddings (E2B/E4B).
 #[derive(Debug, Clone)]
@@ -30,6 +34,8 @@ pub struct Gemma4Text {
     head: OutputHead,
     softcap: Option<f32>,
     per_layer: Option<PerLayerInputs>,
+    image: Option<ImageConfig>,
+    vision: Option<VisionTower>,
 }
 
 impl Gemma4Text {
@@ -76,7 +82,51 @@ impl Gemma4Text {
             norm: RmsNorm::load(w, &format!("{p}.norm"), h, eps)?,
             softcap: cfg.final_logit_softcapping.filter(|c| *c > 0.0),
             per_layer,
+            image: None,
+            vision: None,
         })
+    }
+
+    /// With image input as `image` says, the tower loaded from `w` when the
+    /// checkpoint has its weights (without them the model serves text and
+    /// says so when given an image).
+    pub fn with_vision(mut self, image: Option<ImageConfig>, w: &dyn Weights, text_hidden: i32) -> Result<Gemma4Text> {
+        if let Some(img) = &image {
+            if VisionTower::present(w) {
+                self.vision = Some(VisionTower::load(&img.vision, w, text_hidden)?);
+            }
+        }
+        self.image = image;
+        Ok(self)
+    }
+
+    /// Where each call token may also look besides causally: the tokens of
+    /// one image see each other (`[L, L]` bool), for checkpoints with
+    /// `use_bidirectional_attention: "vision"`.
+    fn image_overlay(&self, input: &Input) -> Result<Option<Array>> {
+        let Some(img) = self.image.as_ref().filter(|i| i.bidirectional) else { return Ok(None) };
+        let l = input.tokens.dim(1);
+        if input.media.is_none() || l < 2 {
+            return Ok(None);
+        }
+        let is_img = input.tokens.reshape(&[l])?.eq(&Array::i32(img.image_token_id as i32))?;
+        let prev = mlx::concatenate(&[&Array::from_slice(&[false], &[1])?, &is_img.slice_axis(0, 0, l - 1)?], 0)?;
+        let starts = is_img.logical_and(&prev.logical_not()?)?.astype(Dtype::I32)?;
+        // Runs numbered from 1; text tokens 0.
+        let block = mlx::where_(&is_img, &starts.cumsum(0, false, true)?, &Array::i32(0))?;
+        let (q, k) = (block.expand_dims(&[1])?, block.expand_dims(&[0])?);
+        Ok(Some(q.eq(&k)?.logical_and(&q.gt(&Array::i32(0))?)?))
+    }
+
+    /// The token ids the per-layer embedding reads: image, video and audio
+    /// tokens read the pad token's row.
+    fn per_layer_ids(&self, tokens: &Array) -> Result<Array> {
+        let Some(img) = &self.image else { return Ok(tokens.clone()) };
+        let mut ids = tokens.clone();
+        for &m in &img.media_ids {
+            ids = mlx::where_(&ids.eq(&Array::i32(m as i32))?, &Array::i32(0), &ids)?;
+        }
+        Ok(ids)
     }
 
     /// The per-layer inputs `[B, L, layers, width]`, from the token ids and
@@ -95,8 +145,13 @@ impl ModelForward for Gemma4Text {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let e = input.embed(&self.embed)?;
         let mut h = e.mul_s(self.embed_scale)?;
+        if let (Some(rows), Some(img)) = (&input.media, &self.image) {
+            // Image rows go in as the tower gives them, not scaled.
+            h = splice_rows(&h, &input.tokens, rows, img.image_token_id)?;
+        }
+        let overlay = self.image_overlay(input)?;
         let pli = match &self.per_layer {
-            Some(pl) => Some(self.per_layer_inputs(pl, &input.tokens, &h)?),
+            Some(pl) => Some(self.per_layer_inputs(pl, &self.per_layer_ids(&input.tokens)?, &h)?),
             None => None,
         };
         let mut kept: Vec<Option<SharedKv>> = vec![None; self.layers.len()];
@@ -109,7 +164,7 @@ impl ModelForward for Gemma4Text {
                     })?),
                 };
             let li = pli.as_ref().map(|p| p.slice_axis(2, i as i32, i as i32 + 1)?.squeeze(&[2])).transpose()?;
-            let (out, k) = layer.forward(&h, caches, shared, li.as_ref())?;
+            let (out, k) = layer.forward(&h, caches, shared, li.as_ref(), overlay.as_ref())?;
             h = out;
             if k.is_some() {
                 kept[i] = k;
@@ -123,5 +178,12 @@ impl ModelForward for Gemma4Text {
                 None => Ok(logits),
             }
         })
+    }
+
+    fn embed_images(&mut self, images: &[MediaInput]) -> Result<Vec<Array>> {
+        let tower = self.vision.as_ref().ok_or_else(|| {
+            Error::msg("this checkpoint has no vision tower weights (vision_tower.*): it serves text only")
+        })?;
+        images.iter().map(|m| tower.embed(&m.pixels)).collect()
     }
 }

@@ -60,6 +60,12 @@ impl Linear {
     /// Applies the layer to `x` (`[..., in]`).
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let (y, b) = match self {
+            // With a bias, one addmm as MLX's nn.Linear does: in bf16 the bias
+            // is added before the single rounding of the product.
+            Linear::Dense { wt1, b: Some(b), .. } if x.ndim() == 3 && x.dim(0) == 1 => {
+                return crate::addmm(b, x, wt1, 1.0, 1.0)
+            }
+            Linear::Dense { wt, b: Some(b), .. } => return crate::addmm(b, x, wt, 1.0, 1.0),
             Linear::Dense { wt1, b, .. } if x.ndim() == 3 && x.dim(0) == 1 => (x.matmul(wt1)?, b),
             Linear::Dense { wt, b, .. } => (x.matmul(wt)?, b),
             Linear::Quant { q, spec, b } => (quantized_matmul(x, q, spec, true)?, b),

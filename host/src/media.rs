@@ -19,7 +19,11 @@ pub fn load_image(path: &Path) -> Result<RawImage> {
     let shown = path.display();
     let reader = ImageReader::open(path).with_context(|| format!("image {shown}"))?;
     let mut reader = reader.with_guessed_format().with_context(|| format!("image {shown}"))?;
-    if reader.format().is_none() {
+    // The content decides, not the file name.
+    let mut head = [0u8; 64];
+    let n = std::io::Read::read(&mut std::fs::File::open(path).with_context(|| format!("image {shown}"))?, &mut head)
+        .with_context(|| format!("image {shown}"))?;
+    if reader.format().is_none() || image::guess_format(&head[..n]).is_err() {
         bail!("image {shown}: not a PNG, JPEG, WebP or GIF file");
     }
     let mut limits = Limits::default();

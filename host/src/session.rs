@@ -115,6 +115,7 @@ impl Session {
             return Ok(0.0);
         }
         let t0 = Instant::now();
+        let mut vision_s = 0.0;
         let todo: Vec<_> = prompt
             .images
             .iter()
@@ -128,8 +129,8 @@ impl Session {
             for (img, r) in todo.iter().zip(rows) {
                 self.image_rows.insert(img.hash, r);
             }
+            vision_s = t0.elapsed().as_secs_f64();
         }
-        let vision_s = t0.elapsed().as_secs_f64();
         self.image_rows.retain(|h, _| prompt.images.iter().any(|i| i.hash == *h));
         let spans = prompt
             .starts
@@ -138,7 +139,8 @@ impl Session {
             .filter(|(&s, img)| s + img.tokens() > start)
             .map(|(&s, img)| (s, self.image_rows[&img.hash].clone()))
             .collect();
-        let (positions, delta) = match self.model.positions(&prompt.ids, &prompt.images)? {
+        let processed: Vec<_> = prompt.images.iter().map(|i| i.processed.clone()).collect();
+        let (positions, delta) = match self.model.positions(&prompt.ids, &processed)? {
             Some((p, d)) => (Some(p), d),
             None => (None, 0),
         };

@@ -82,11 +82,14 @@ fn parity(variant: &str) {
     let mut m = load(variant);
     assert_eq!(m.family.name, "gemma4", "{variant}: wrong family");
     check_plan(variant, &m, &exp);
-    // No vision/audio tensors survive the rewriter.
-    assert!(
-        m.weights.tensors.keys().all(|k| !k.contains("vision") && !k.contains("audio")),
-        "{variant}: media tensors kept"
-    );
+    // No audio tensors survive the rewriter. Vision tensors are kept under
+    // mlx-vlm's names; gemma4-hf-bf16 carries only a few of its tower's, so
+    // it serves text with images off.
+    assert!(m.weights.tensors.keys().all(|k| !k.contains("audio")), "{variant}: audio tensors kept");
+    if m.weights.tensors.keys().any(|k| k.contains("vision")) {
+        assert!(m.disable_media_without_tower().is_some(), "{variant}: a partial vision tower took images");
+        assert!(m.plan.media.is_none());
+    }
 
     let f32_model = exp["activation_dtype"].as_str() == Some("float32");
     let mut errs = check_prompts(variant, &mut m, &exp, f32_model);

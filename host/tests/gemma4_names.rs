@@ -6,6 +6,7 @@ mod common;
 
 use common::names::{fixture_plan, rewritten, zeros};
 use famlx_plugin_gemma4::Gemma4Family;
+use plugin_api::family::FamilySpec;
 
 #[test]
 fn gemma4_rewrite_renames_splits_experts_and_drops_towers() {
@@ -27,11 +28,35 @@ fn gemma4_rewrite_renames_splits_experts_and_drops_towers() {
         rewritten(&f, &plan, &format!("{p}.experts.down_proj"), zeros(&[4, 8, 6])),
         [("language_model.model.layers.1.experts.switch_glu.down_proj.weight".to_string(), vec![4, 8, 6])]
     );
-    for dropped in [
-        "model.vision_tower.encoder.weight",
-        "model.embed_audio.weight",
-        "model.language_model.layers.0.self_attn.rotary_emb.inv_freq",
-    ] {
+    for dropped in ["model.embed_audio.weight", "model.language_model.layers.0.self_attn.rotary_emb.inv_freq"] {
         assert!(rewritten(&f, &plan, dropped, zeros(&[2])).is_empty(), "{dropped} kept");
     }
+}
+
+/// With a vision tower in the config, its tensors move to mlx-vlm's names
+/// (clip bounds kept where the tower clips); without one they are dropped.
+#[test]
+fn gemma4_vision_tensors_follow_mlx_vlm_names() {
+    let f = Gemma4Family;
+    let plan = fixture_plan(&f, "gemma4-vision-hf-f32");
+    let q = "model.vision_tower.encoder.layers.0.self_attn.q_proj";
+    assert_eq!(
+        rewritten(&f, &plan, &format!("{q}.linear.weight"), zeros(&[48, 32])),
+        [("vision_tower.encoder.layers.0.self_attn.q_proj.linear.weight".to_string(), vec![48, 32])]
+    );
+    assert_eq!(
+        rewritten(&f, &plan, &format!("{q}.input_max"), zeros(&[])),
+        [("vision_tower.encoder.layers.0.self_attn.q_proj.input_max".to_string(), vec![])]
+    );
+    assert_eq!(
+        rewritten(&f, &plan, "model.embed_vision.embedding_projection.weight", zeros(&[64, 32])),
+        [("embed_vision.embedding_projection.weight".to_string(), vec![64, 32])]
+    );
+    assert!(rewritten(&f, &plan, "model.vision_tower.rotary_emb.inv_freq", zeros(&[2])).is_empty());
+    assert_eq!(
+        f.quant_class(&plan, "vision_tower.encoder.layers.0.mlp.up_proj.linear.weight"),
+        plugin_api::QuantClass::Skip
+    );
+    let text_only = fixture_plan(&f, "gemma4-e2b-bf16");
+    assert!(rewritten(&f, &text_only, "model.vision_tower.encoder.weight", zeros(&[2])).is_empty());
 }

@@ -23,8 +23,12 @@ fn qwen3_5_hugging_face_names_map_to_mlx_lm_names() {
         c("language_model.model.embed_tokens.weight"),
         Some(("language_model.model.embed_tokens.weight".into(), false))
     );
-    assert_eq!(c("model.visual.blocks.0.attn.qkv.weight"), None);
-    assert_eq!(c("vision_tower.patch_embed.weight"), None);
+    assert_eq!(
+        c("model.visual.blocks.0.attn.qkv.weight"),
+        Some(("vision_tower.blocks.0.attn.qkv.weight".into(), true))
+    );
+    assert_eq!(c("vision_tower.patch_embed.proj.weight"), Some(("vision_tower.patch_embed.proj.weight".into(), false)));
+    assert_eq!(c("model.visual.rotary_pos_emb.position_ids"), None);
     assert_eq!(c("something_else"), None);
 }
 
@@ -49,5 +53,15 @@ fn qwen3_5_rewrite_splits_experts_moves_convs_and_shifts_norms() {
     assert_eq!(w[0].1.to_vec::<f32>().unwrap(), [1.0; 4]);
     let w = f.rewrite(&plan, "language_model.model.layers.0.input_layernorm.weight", zeros(&[4])).unwrap();
     assert_eq!(w[0].1.to_vec::<f32>().unwrap(), [0.0; 4]);
-    assert!(rewritten(&f, &plan, "model.visual.merger.weight", zeros(&[2])).is_empty());
+    // The vision tower: mlx-vlm's names, Conv3d weights moved to channels-last.
+    let vl = fixture_plan(&f, "qwen3_5-vl-hf-f32");
+    assert_eq!(
+        rewritten(&f, &vl, "model.visual.patch_embed.proj.weight", zeros(&[32, 3, 2, 16, 16])),
+        [("vision_tower.patch_embed.proj.weight".to_string(), vec![32, 2, 16, 16, 3])]
+    );
+    assert_eq!(
+        rewritten(&f, &vl, "vision_tower.patch_embed.proj.weight", zeros(&[32, 2, 16, 16, 3])),
+        [("vision_tower.patch_embed.proj.weight".to_string(), vec![32, 2, 16, 16, 3])]
+    );
+    assert_eq!(f.quant_class(&vl, "vision_tower.blocks.0.attn.qkv.weight"), plugin_api::QuantClass::Skip);
 }

@@ -8,7 +8,8 @@
 mod common;
 
 use common::parity::{check_greedy, check_logits, floats};
-use common::{expected, fixture, ids, json_of, run, Scratch};
+use common::vision::{generate, max_abs_diff};
+use common::{expected, fixture, ids, Scratch};
 use common::{mlx_lock, registry};
 use famlx::cache::CacheOptions;
 use famlx::model::LoadedModel;
@@ -25,11 +26,6 @@ fn load(variant: &str) -> LoadedModel {
 fn image_path(stem: &str) -> PathBuf {
     let file = if stem == "large" { "large.jpg".to_string() } else { format!("{stem}.png") };
     fixture("images").join(file)
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "lengths differ");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 #[test]
@@ -73,46 +69,6 @@ fn tower_rows_match_mlx_vlm() {
     }
 }
 
-/// `famlx generate` on `dir` for a recorded prompt: the text through the
-/// chat template with `--image` for one image (images go first, as
-/// mlx-vlm's prompt helper puts them), the recorded ids with `--prompt-ids`
-/// for interleaved images. Returns the logits of the last position and the
-/// `--json` output.
-fn generate(
-    dir: &std::path::Path,
-    p: &serde_json::Value,
-    dump: &std::path::Path,
-) -> (Vec<u32>, Vec<f32>, serde_json::Value) {
-    let model = dir.display().to_string();
-    let dump_s = dump.display().to_string();
-    let mut args: Vec<String> =
-        ["generate", "--model", &model, "--max-tokens", "24", "--temp", "0", "--json", "--dump-logits", &dump_s]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-    for im in p["images"].as_array().unwrap() {
-        args.push("--image".into());
-        args.push(fixture("images").join(im.as_str().unwrap()).display().to_string());
-    }
-    let content = p["messages"][0]["content"].as_array().unwrap();
-    let images_first =
-        content.iter().take_while(|c| c["type"] == "image").count() == p["images"].as_array().unwrap().len();
-    let texts: Vec<&str> =
-        content.iter().filter(|c| c["type"] == "text").map(|c| c["text"].as_str().unwrap()).collect();
-    if images_first && texts.len() == 1 {
-        args.push("--prompt".into());
-        args.push(texts[0].into());
-    } else {
-        args.push("--prompt-ids".into());
-        args.push(ids(&p["ids"]).iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","));
-    }
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let j = json_of(&run(&a));
-    let d: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dump).unwrap()).unwrap();
-    let rows = d["logits"].as_array().unwrap();
-    (ids(&d["ids"]), floats(rows.last().unwrap()), j)
-}
-
 /// Every recorded prompt (text, one image, two images) on the three
 /// checkpoints: expanded ids, first-step logits, 24 greedy tokens.
 #[test]
@@ -124,7 +80,7 @@ fn prompts_match_mlx_vlm() {
         let f32_model = exp["activation_dtype"] == "float32";
         for p in exp["prompts"].as_array().unwrap() {
             let name = p["name"].as_str().unwrap();
-            let (got_ids, logits, j) = generate(&fixture(variant), p, &tmp.path().join("l.json"));
+            let (got_ids, logits, j) = generate(&fixture(variant), p, &tmp.path().join("l.json"), &[]);
             assert_eq!(got_ids, ids(&p["ids"]), "{variant}/{name}: prompt ids");
             let n_img: u64 = p["num_soft_tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).sum();
             assert_eq!(j["image_tokens"].as_u64(), Some(n_img), "{variant}/{name}: image_tokens");
@@ -157,7 +113,7 @@ fn causal_image_attention_without_the_flag() {
     let exp = expected("gemma4-vision-f32");
     for p in exp["prompts"].as_array().unwrap().iter().filter(|p| p["name"] != "text") {
         let name = p["name"].as_str().unwrap();
-        let (_, logits, j) = generate(&dir, p, &tmp.path().join("l.json"));
+        let (_, logits, j) = generate(&dir, p, &tmp.path().join("l.json"), &[]);
         check_logits("causal", name, true, &logits, &floats(&p["logits_causal"])).unwrap();
         check_greedy(
             "causal",

@@ -39,6 +39,9 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
         b.finish_and_clear();
     }
     let mut model = model.map_err(crate::memory::explain)?;
+    if let Some(why) = model.disable_media_without_tower() {
+        eprintln!("famlx: warning: {}: images are off: {why}", path.display());
+    }
     let plan = &model.plan;
     tracing::info!(
         "loaded {} ({} plugin): {} cache slots, vocabulary {}, context {}, stored as {}, inputs {}",

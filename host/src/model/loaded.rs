@@ -6,7 +6,6 @@ use super::media::MediaState;
 use super::weights::{assemble, plugin_err, HostWeights, Source};
 use crate::cache::{make_caches, CacheOptions, Rollback, SharedCache};
 use crate::plugins::{FamilyEntry, Registry};
-use crate::prompt::PromptImage;
 use abi_stable::std_types::{ROption, RVec};
 use anyhow::{anyhow, bail, Context, Result};
 use famlx_text::Tokenizer;
@@ -206,6 +205,18 @@ impl LoadedModel {
         self.caches.first().map_or(0, |c| c.lock().offset())
     }
 
+    /// Switches image input off when the plan takes images but the model
+    /// cannot embed any (a VLM checkpoint without its vision weights: the
+    /// family's `embed_images` of no images fails); returns why, for the one
+    /// warning line the model then serves text with.
+    pub fn disable_media_without_tower(&mut self) -> Option<String> {
+        self.plan.media.as_ref().into_option()?;
+        let err = self.model.embed_images(RVec::new()).into_result().err()?;
+        self.plan.media = ROption::RNone;
+        self.plan.modalities.retain(|m| m.as_str() != "image");
+        Some(err.to_string())
+    }
+
     /// The rows replacing each image's placeholder tokens (the family's
     /// vision tower), checked against the placeholder counts.
     pub fn embed_images(&mut self, images: Vec<ProcessedImage>) -> Result<Vec<Array>> {
@@ -234,8 +245,8 @@ impl LoadedModel {
 
     /// The rotary positions of the whole sequence `ids` with `images` and
     /// the delta of later positions, for families that place images in 2-D.
-    pub fn positions(&self, ids: &[u32], images: &[Rc<PromptImage>]) -> Result<Option<(Array, i64)>> {
-        let processed: RVec<ProcessedImage> = images.iter().map(|i| i.processed.clone()).collect();
+    pub fn positions(&self, ids: &[u32], images: &[ProcessedImage]) -> Result<Option<(Array, i64)>> {
+        let processed: RVec<ProcessedImage> = images.iter().cloned().collect();
         let p = self
             .model
             .positions(ids.to_vec().into(), processed)

@@ -4,6 +4,7 @@
 
 pub mod names;
 pub mod parity;
+pub mod vision;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -36,6 +37,17 @@ pub const QWEN3_5_FIXTURES: [&str; 7] = [
     "qwen3_5_moe-q4",
     "qwen3_5-mtp-hf-bf16",
     "qwen3_5_moe-mtp-hf-f32",
+];
+
+/// The image-input fixtures (tests/vision_gemma4.rs, tests/vision_qwen3_5.rs;
+/// fixtures/make_{gemma4,qwen3_5}_vision_fixtures.py).
+pub const VISION_FIXTURES: [&str; 6] = [
+    "gemma4-vision-hf-f32",
+    "gemma4-vision-f32",
+    "gemma4-vision-q4",
+    "qwen3_5-vl-hf-f32",
+    "qwen3_5-vl-f32",
+    "qwen3_5-vl-q4",
 ];
 
 /// `fixtures/<name>` in the repository.

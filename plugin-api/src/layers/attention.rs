@@ -6,6 +6,7 @@
 //! (Gemma 4's KV-shared layers and assistant drafter), and any score scale.
 
 use super::head_norms::{rope_one_token, HeadNorms};
+use super::Rotary;
 use crate::family::Caches;
 use crate::{AttnMask, AttnOptions};
 use abi_stable::std_types::ROption;
@@ -354,6 +355,26 @@ impl Attention {
         let (q, kv, gate) = self.qkv(x, off)?;
         let (k, v) = kv.ok_or_else(Self::no_kv)?;
         let o = caches.attend(slot, q, k, v, AttnOptions::causal(self.scale))?;
+        self.finish(&o, gate.as_ref(), b, l)
+    }
+
+    /// [`Attention::forward`] with queries and keys rotated by `rotary`
+    /// (explicit per-token positions, e.g. M-RoPE) instead of the layer's
+    /// rope at the cache offset.
+    pub fn forward_rotary(&self, x: &Array, caches: &mut Caches<'_>, slot: usize, rotary: &Rotary) -> Result<Array> {
+        let (b, l) = (x.dim(0), x.dim(1));
+        let Projected { q, gate, kv } = self.project(x)?;
+        let (k, v) = kv.ok_or_else(Self::no_kv)?;
+        let q = rotary.apply(&self.queries(&q, l)?)?;
+        let k = self.heads(&k, l, self.n_kv_heads, |x| match &self.k_norm {
+            Some(n) => n.forward(x),
+            None => Ok(x.clone()),
+        })?;
+        let v = self.heads(&v, l, self.n_kv_heads, |x| match self.v_norm_eps {
+            Some(eps) => rms_norm(x, None, eps),
+            None => Ok(x.clone()),
+        })?;
+        let o = caches.attend(slot, q, rotary.apply(&k)?, v, AttnOptions::causal(self.scale))?;
         self.finish(&o, gate.as_ref(), b, l)
     }
 

@@ -9,6 +9,7 @@ mod drafter;
 mod fusion;
 mod head_norms;
 mod media;
+mod rotary;
 
 pub use attention::{mask_for, mask_with_overlay, Attention, AttentionShape, Qkv, SharedKv};
 pub use decoder::{lm_output, DecoderLm, DecoderShape, PreNormBlock};
@@ -16,3 +17,4 @@ pub use drafter::LmDrafter;
 pub use fusion::{decoder_fusions, gate_up_fusion, qkv_fusion};
 pub use head_norms::{rope_one_token, HeadNorms};
 pub use media::splice_rows;
+pub use rotary::Rotary;

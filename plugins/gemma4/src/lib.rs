@@ -90,9 +90,11 @@ impl FamilySpec for Gemma4Family {
             .with_dtype(&dtype)
             // Gemma is trained with BOS first; the tokenizer adds it once.
             .with_bos(true);
-        Ok(match ImageConfig::parse(config)? {
-            Some(img) => plan.with_media(img.spec()),
-            None => plan,
+        // A vision_config that does not describe a usable tower (e.g. a
+        // stub beside text weights) leaves the model serving text.
+        Ok(match ImageConfig::parse(config) {
+            Ok(Some(img)) => plan.with_media(img.spec()),
+            _ => plan,
         })
     }
 
@@ -110,7 +112,7 @@ impl FamilySpec for Gemma4Family {
         if VISION_PREFIXES.iter().any(|p| bare.starts_with(p)) {
             // Hugging Face's `model.vision_tower.X` is mlx-vlm's `vision_tower.X`;
             // clip bounds are kept only where the tower clips.
-            let img = ImageConfig::parse(&plan.config_as::<Value>()?)?;
+            let img = ImageConfig::parse(&plan.config_as::<Value>()?).ok().flatten();
             let keep = match &img {
                 None => false,
                 Some(_) if name.contains("rotary_emb") => false,
@@ -188,7 +190,7 @@ impl FamilySpec for Gemma4Family {
         if plan.model_type.as_str() == assistant::MODEL_TYPE {
             return Err(Error::msg("gemma4_assistant is a draft model: pass it with --draft-model"));
         }
-        let image = ImageConfig::parse(&plan.config_as::<Value>()?)?;
+        let image = if plan.media.is_some() { ImageConfig::parse(&plan.config_as::<Value>()?)? } else { None };
         let cfg = Config::from_plan(plan)?;
         Ok(Box::new(Gemma4Text::load(&cfg, w)?.with_vision(image, w, cfg.hidden_size)?))
     }

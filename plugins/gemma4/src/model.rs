@@ -92,7 +92,7 @@ impl Gemma4Text {
     /// says so when given an image).
     pub fn with_vision(mut self, image: Option<ImageConfig>, w: &dyn Weights, text_hidden: i32) -> Result<Gemma4Text> {
         if let Some(img) = &image {
-            if VisionTower::present(w) {
+            if VisionTower::present(&img.vision, w) {
                 self.vision = Some(VisionTower::load(&img.vision, w, text_hidden)?);
             }
         }

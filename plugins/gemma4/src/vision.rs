@@ -200,9 +200,47 @@ pub struct VisionTower {
 }
 
 impl VisionTower {
-    /// Whether the checkpoint holds the tower's weights.
-    pub fn present(w: &dyn Weights) -> bool {
-        w.get("vision_tower.patch_embedder.input_proj.weight").is_some()
+    /// Whether the checkpoint holds every tensor of the tower and projector
+    /// (a checkpoint with none, or only some, serves text).
+    pub fn present(cfg: &VisionConfig, w: &dyn Weights) -> bool {
+        let mut names = vec![
+            "vision_tower.patch_embedder.input_proj.weight".to_string(),
+            "vision_tower.patch_embedder.position_embedding_table".to_string(),
+            "embed_vision.embedding_projection.weight".to_string(),
+        ];
+        if cfg.standardize {
+            names.extend(["vision_tower.std_bias".to_string(), "vision_tower.std_scale".to_string()]);
+        }
+        let linears = [
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        ];
+        let norms = [
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+            "self_attn.q_norm",
+            "self_attn.k_norm",
+        ];
+        for i in 0..cfg.num_hidden_layers {
+            let lp = format!("vision_tower.encoder.layers.{i}");
+            for l in linears {
+                names.push(format!("{lp}.{l}.linear.weight"));
+                if cfg.use_clipped_linears {
+                    names.extend(
+                        ["input_min", "input_max", "output_min", "output_max"].map(|b| format!("{lp}.{l}.{b}")),
+                    );
+                }
+            }
+            names.extend(norms.map(|n| format!("{lp}.{n}.weight")));
+        }
+        names.iter().all(|n| w.get(n).is_some())
     }
 
     /// Loads `vision_tower.*` and `embed_vision.*` (projecting to `text_hidden`).

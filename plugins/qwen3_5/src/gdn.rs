@@ -198,7 +198,9 @@ impl GatedDeltaNet {
     }
 
     /// `x` is `[B, S, hidden]`; reads and replaces the state in cache `slot`.
-    pub fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize) -> Result<Array> {
+    /// `chunked`: a prompt chunk scanned chunk-parallel as mlx-vlm does
+    /// ([`crate::chunked`]), for sequences with images.
+    pub fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize, chunked: bool) -> Result<Array> {
         let d = self.dims;
         let (b, s) = (x.dim(0), x.dim(1));
         let qkv = self.in_qkv.forward(x)?;
@@ -238,7 +240,11 @@ impl GatedDeltaNet {
         let g = self.neg_a.mul(&softplus)?.exp()?;
         let beta = beta_in.sigmoid()?;
 
-        let (y, new_state) = scan(self.path, &q, &k, &v, &g, &beta, &state)?;
+        let (y, new_state) = if chunked && s > 1 {
+            crate::chunked::scan_chunked(&q, &k, &v, &g, &beta, &state)?
+        } else {
+            scan(self.path, &q, &k, &v, &g, &beta, &state)?
+        };
         caches.set_state(slot, vec![new_conv, new_state], s as i64)?;
 
         // Gated RMS norm: rms_norm(y) * silu(z), computed in float32.

@@ -8,7 +8,7 @@ use crate::moe::SparseMoe;
 use mlx::nn::{GatedMlp, RmsNorm, Rope, Weights};
 use mlx::{Array, Error, Result};
 use plugin_api::family::Caches;
-use plugin_api::layers::Attention;
+use plugin_api::layers::{Attention, Rotary};
 
 /// A layer's token mixer.
 #[derive(Debug, Clone)]
@@ -68,12 +68,16 @@ impl Layer {
         })
     }
 
-    /// Runs the layer through cache `slot`.
-    pub fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize) -> Result<Array> {
+    /// Runs the layer through cache `slot`. `rotary` is given for sequences
+    /// with images, which follow mlx-vlm: attention rotates by it (M-RoPE)
+    /// and the delta net scans prompt chunks chunk-parallel; without it,
+    /// mlx-lm's text path (the rope at the cache offset, a sequential scan).
+    pub fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize, rotary: Option<&Rotary>) -> Result<Array> {
         let n = self.input_norm.forward(x)?;
-        let r = match &self.mixer {
-            Mixer::DeltaNet(g) => g.forward(&n, caches, slot)?,
-            Mixer::Attention(a) => a.forward(&n, caches, slot)?,
+        let r = match (&self.mixer, rotary) {
+            (Mixer::DeltaNet(g), rot) => g.forward(&n, caches, slot, rot.is_some())?,
+            (Mixer::Attention(a), Some(rot)) => a.forward_rotary(&n, caches, slot, rot)?,
+            (Mixer::Attention(a), None) => a.forward(&n, caches, slot)?,
         };
         let h = x.add(&r)?;
         let n = self.post_norm.forward(&h)?;

@@ -9,16 +9,20 @@
 //! multi-token-prediction head becomes the family's speculative-decoding
 //! drafter ([`mtp`]).
 
+pub mod chunked;
 pub mod config;
 pub mod gdn;
+pub mod image;
 pub mod layer;
 pub mod model;
 pub mod moe;
 pub mod mtp;
 pub mod names;
 pub mod scan_kernel;
+pub mod vision;
 
 use config::Config;
+use image::ImageConfig;
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use model::Qwen3_5;
@@ -26,7 +30,8 @@ use names::{canonical_name, MTP_PREFIX, OFFSET_NORMS, PREFIX};
 use plugin_api::config::{eos_ids, field_or, text_config};
 use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
 use plugin_api::layers::gate_up_fusion;
-use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec};
+use plugin_api::media::MediaInput;
+use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawImage};
 use serde_json::Value;
 
 /// The family registration.
@@ -45,7 +50,7 @@ impl FamilySpec for Qwen3_5Family {
         let cfg = Config::parse(config)?;
         let mut stored = config.clone();
         if let Some(o) = stored.as_object_mut() {
-            o.retain(|k, _| !k.starts_with("quantization") && k != "vision_config");
+            o.retain(|k, _| !k.starts_with("quantization"));
         }
         let text = text_config(config);
         let mut eos = eos_ids(config);
@@ -62,16 +67,39 @@ impl FamilySpec for Qwen3_5Family {
             .collect();
         let model_type = field_or::<String>(config, "model_type", "qwen3_5".into())?;
         let context = plugin_api::config::context_length(cfg.max_position_embeddings, &cfg.rope_scaling);
-        Ok(ModelPlan::text("qwen3_5", &model_type, &stored, caches, cfg.vocab_size, cfg.hidden_size)?
+        let plan = ModelPlan::text("qwen3_5", &model_type, &stored, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos)
             .with_context(context)
-            .with_dtype(&dtype))
+            .with_dtype(&dtype);
+        // A vision_config that does not describe a usable tower (e.g. a
+        // stub beside text weights) leaves the model serving text.
+        Ok(match ImageConfig::parse(config) {
+            Ok(Some(img)) if img.vision.out_hidden_size == cfg.hidden_size => plan.with_media(img.spec()),
+            _ => plan,
+        })
+    }
+
+    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> Result<MediaInput> {
+        let img = ImageConfig::parse(&plan.config_as::<Value>()?)?
+            .ok_or_else(|| Error::msg("this qwen3_5 checkpoint has no vision_config"))?;
+        img.process(image)
     }
 
     fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
         let Some((name, hf)) = canonical_name(name) else {
             return Ok(vec![]);
         };
+        if name.starts_with(vision::PREFIX) {
+            if plan.media.is_none() {
+                // A text model (no usable vision_config): the tower is not run.
+                return Ok(vec![]);
+            }
+            // Hugging Face's Conv3d [D, C, T, P, P] → mlx-vlm's [D, T, P, P, C].
+            if name.ends_with("patch_embed.proj.weight") && t.ndim() == 5 && t.dim(1) == 3 && t.dim(-1) != 3 {
+                return Ok(vec![(name, t.transpose(&[0, 2, 3, 4, 1])?)]);
+            }
+            return Ok(vec![(name, t)]);
+        }
         // Fused expert tensors of HF MoE checkpoints: [E, 2I, H] → gate and up.
         if let Some(p) = name.strip_suffix(".mlp.experts.gate_up_proj") {
             let mid = t.dim(-2) / 2;
@@ -99,6 +127,10 @@ impl FamilySpec for Qwen3_5Family {
     }
 
     fn quant_class(&self, _plan: &ModelPlan, name: &str) -> QuantClass {
+        if name.starts_with(vision::PREFIX) {
+            // The tower stays in float, as mlx-vlm's converter keeps it.
+            return QuantClass::Skip;
+        }
         if name.ends_with("mlp.gate.weight") || name.ends_with("shared_expert_gate.weight") {
             // Routers stay at 8 bits, as mlx-lm's converter keeps them.
             return QuantClass::Pinned(QuantSpec { group_size: 64, bits: 8, mode: "affine".into() });
@@ -126,7 +158,8 @@ impl FamilySpec for Qwen3_5Family {
     }
 
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        Ok(Box::new(Qwen3_5::load(&Config::from_plan(plan)?, w)?))
+        let image = if plan.media.is_some() { ImageConfig::parse(&plan.config_as::<Value>()?)? } else { None };
+        Ok(Box::new(Qwen3_5::load(&Config::from_plan(plan)?, w)?.with_vision(image, w)?))
     }
 
     /// The MTP head of the target's own checkpoint, when it carries one.

@@ -1,14 +1,19 @@
-//! The Qwen3.5 text model: embedding, the hybrid decoder layers (one cache
-//! slot each), the final norm and the output head.
+//! The Qwen3.5 model: embedding (image rows spliced in at their
+//! placeholders), the hybrid decoder layers (one cache slot each; M-RoPE
+//! over sequences with images), the final norm and the output head; the
+//! vision tower of VL checkpoints.
 
 use crate::config::Config;
 use crate::gdn::ScanPath;
+use crate::image::ImageConfig;
 use crate::layer::{Layer, Mixer};
 use crate::names::{LM_HEAD, PREFIX};
+use crate::vision::VisionTower;
 use mlx::nn::{Embedding, OutputHead, RmsNorm, Weights};
-use mlx::Result;
+use mlx::{Array, Error, Result};
 use plugin_api::family::{Caches, Input, ModelForward, Output};
-use plugin_api::layers::lm_output;
+use plugin_api::layers::{lm_output, splice_rows, Rotary};
+use plugin_api::media::MediaInput;
 
 /// The Qwen3.5 text model.
 #[derive(Debug, Clone)]
@@ -18,6 +23,12 @@ pub struct Qwen3_5 {
     pub layers: Vec<Layer>,
     norm: RmsNorm,
     head: OutputHead,
+    image: Option<ImageConfig>,
+    vision: Option<VisionTower>,
+    /// Rope base and rotated features of the attention layers (for M-RoPE).
+    rope: (f32, i32),
+    /// The first attention layer's cache slot (its offset is the position).
+    first_attention: Option<usize>,
 }
 
 impl Qwen3_5 {
@@ -37,7 +48,41 @@ impl Qwen3_5 {
             embed,
             layers,
             norm: RmsNorm::load(w, &format!("{PREFIX}norm"), h, cfg.rms_norm_eps)?,
+            image: None,
+            vision: None,
+            rope: (cfg.rope_theta, cfg.rope_dims),
+            first_attention: cfg.linear.iter().position(|l| !l),
         })
+    }
+
+    /// With image input as `image` says, the tower loaded from `w` when the
+    /// checkpoint has its weights (without them the model serves text and
+    /// says so when given an image).
+    pub fn with_vision(mut self, image: Option<ImageConfig>, w: &dyn Weights) -> Result<Self> {
+        if let Some(img) = &image {
+            if VisionTower::present(&img.vision, w) {
+                self.vision = Some(VisionTower::load(&img.vision, w)?);
+            }
+        }
+        self.image = image;
+        Ok(self)
+    }
+
+    /// The M-RoPE tables of this call, when the sequence has images (its
+    /// positions are given, or later positions are shifted by the delta);
+    /// `None` for text, which keeps the layers' own rope.
+    fn rotary(&self, input: &Input, caches: &Caches<'_>, dtype: mlx::Dtype) -> Result<Option<Rotary>> {
+        let (Some(img), Some(slot)) = (&self.image, self.first_attention) else { return Ok(None) };
+        let (theta, dims) = self.rope;
+        match &input.positions {
+            Some(p) => Ok(Some(Rotary::mrope(p, theta, dims, img.mrope_section, dtype)?)),
+            None if input.position_delta != 0 => {
+                let start = caches.offset(slot)? + input.position_delta;
+                let l = input.tokens.dim(1);
+                Ok(Some(Rotary::mrope_run(start, l, theta, dims, img.mrope_section, dtype)?))
+            }
+            None => Ok(None),
+        }
     }
 
     /// Sets the scan implementation of every linear-attention layer.
@@ -53,12 +98,30 @@ impl Qwen3_5 {
 impl ModelForward for Qwen3_5 {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let mut h = input.embed(&self.embed)?;
+        if let (Some(rows), Some(img)) = (&input.media, &self.image) {
+            h = splice_rows(&h, &input.tokens, rows, img.image_token_id)?;
+        }
+        let rotary = self.rotary(input, caches, h.dtype())?;
         for (i, l) in self.layers.iter().enumerate() {
-            h = l.forward(&h, caches, i)?;
+            h = l.forward(&h, caches, i, rotary.as_ref())?;
         }
         // The hidden state returned with `want_hidden` is taken after the
         // final norm: what the MTP head (mtp.rs) is defined on.
         let h = self.norm.forward(&h)?;
         lm_output(h, input.logits, input.want_hidden, |x| self.head.forward(x))
+    }
+
+    fn embed_images(&mut self, images: &[MediaInput]) -> Result<Vec<Array>> {
+        let tower = self.vision.as_ref().ok_or_else(|| {
+            Error::msg("this checkpoint has no vision tower weights (vision_tower.*): it serves text only")
+        })?;
+        images.iter().map(|m| tower.embed(m)).collect()
+    }
+
+    fn positions(&self, tokens: &[u32], images: &[MediaInput]) -> Result<Option<(Array, i64)>> {
+        match &self.image {
+            Some(img) if !images.is_empty() => img.positions(tokens, images).map(Some),
+            _ => Ok(None),
+        }
     }
 }

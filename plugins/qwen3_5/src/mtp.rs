@@ -115,7 +115,7 @@ impl DraftForward for MtpDrafter {
         let x = mlx::concatenate(&[&self.norm_embed.forward(&e)?, &self.norm_hidden.forward(hidden)?], -1)?;
         let mut h = self.fc.forward(&x)?;
         for (i, l) in self.layers.iter().enumerate() {
-            h = l.forward(&h, own, i)?;
+            h = l.forward(&h, own, i, None)?;
         }
         // Only the last position is read out (the norm is per position).
         let l = h.dim(1);

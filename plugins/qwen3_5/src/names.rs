@@ -4,8 +4,9 @@
 //! `language_model.lm_head.weight`), so per-tensor quantization overrides
 //! of converted checkpoints match. Hugging Face checkpoints
 //! (`model.language_model.*`, or `model.*` for text-only ones) are renamed;
-//! vision-tower tensors are dropped; the multi-token-prediction head
-//! (`mtp.*`) is kept under `language_model.mtp.*`.
+//! the vision tower (`model.visual.*`) goes under mlx-vlm's
+//! `vision_tower.*`; the multi-token-prediction head (`mtp.*`) is kept
+//! under `language_model.mtp.*`.
 
 /// Where the text model's tensors live (mlx-lm's naming).
 pub const PREFIX: &str = "language_model.model.";
@@ -33,8 +34,16 @@ pub const OFFSET_NORMS: [&str; 8] = [
 /// Maps a checkpoint name to mlx-lm's; `None` drops it. The flag says the
 /// tensor came in Hugging Face form.
 pub fn canonical_name(name: &str) -> Option<(String, bool)> {
-    if name.starts_with("model.visual") || name.starts_with("vision_tower") || name.starts_with("visual.") {
+    if name.contains("position_ids") {
         return None;
+    }
+    for p in ["model.visual.", "model.language_model.visual.", "visual."] {
+        if let Some(rest) = name.strip_prefix(p) {
+            return Some((format!("vision_tower.{rest}"), true));
+        }
+    }
+    if name.starts_with("vision_tower.") {
+        return Some((name.to_string(), false));
     }
     // The multi-token-prediction head: Hugging Face keeps it at the top
     // level (zero-centred norms); a converted checkpoint already holds it

@@ -258,3 +258,39 @@ fn chat_attaches_images() {
     assert!(out.contains("attached to the next message: 60 tokens"), "image not attached:\n{out}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `--image-tokens` picks another budget: Gemma 4's trained ones only, a
+/// pixel budget for Qwen3.5 (the processor's formulas at the new cap).
+#[test]
+fn image_token_budget_is_selectable() {
+    let img = image("portrait.png");
+    let tokens = |model: &str, n: &str| -> u64 {
+        let m = fixture(model).display().to_string();
+        let o = run(&[
+            "generate",
+            "--model",
+            &m,
+            "--image",
+            &img,
+            "--prompt",
+            "hi",
+            "--max-tokens",
+            "1",
+            "--json",
+            "--image-tokens",
+            n,
+        ]);
+        common::json_of(&o)["image_tokens"].as_u64().unwrap()
+    };
+    // 672x432 pixels: 42x27 patches, 126 pooled tokens (mlx-vlm at max_soft_tokens 140).
+    assert_eq!(tokens(VLM, "140"), 126);
+    // 288x192 pixels: an 18x12 grid, 54 merged tokens within 64 x 32x32 pixels.
+    assert_eq!(tokens("qwen3_5-vl-f32", "64"), 54);
+    let a = generate_args(&["--image", &img, "--prompt", "hi", "--image-tokens", "100"]);
+    expect_error(&a.iter().map(String::as_str).collect::<Vec<_>>(), &["--image-tokens 100", "70, 140, 280, 560, 1120"]);
+    let llama = fixture("llama-bf16").display().to_string();
+    expect_error(
+        &["generate", "--model", &llama, "--image-tokens", "70", "--prompt", "hi"],
+        &["--image-tokens", "takes no images"],
+    );
+}

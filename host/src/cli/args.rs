@@ -20,6 +20,11 @@ pub struct ModelArgs {
     /// Refuse a checkpoint with tensors the model does not use (by default a warning).
     #[arg(long)]
     pub strict: bool,
+    /// Most placeholder tokens per image, instead of the checkpoint's
+    /// processor config (gemma4: 70, 140, 280, 560 or 1120; qwen3_5: the
+    /// pixel budget, 32x32 pixels per token).
+    #[arg(long = "image-tokens", value_name = "N")]
+    pub image_tokens: Option<u32>,
 }
 
 /// Sampling flags (mlx-lm's names).

@@ -42,6 +42,9 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
     if let Some(why) = model.disable_media_without_tower() {
         eprintln!("famlx: warning: {}: images are off: {why}", path.display());
     }
+    if let Some(n) = m.image_tokens {
+        model.set_image_tokens(n)?;
+    }
     let plan = &model.plan;
     tracing::info!(
         "loaded {} ({} plugin): {} cache slots, vocabulary {}, context {}, stored as {}, inputs {}",

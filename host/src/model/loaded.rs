@@ -217,6 +217,33 @@ impl LoadedModel {
         Some(err.to_string())
     }
 
+    /// Caps the placeholder tokens per image at `n` (the families read
+    /// `famlx_image_tokens` from their config), checked at once by
+    /// processing a small image.
+    pub fn set_image_tokens(&mut self, n: u32) -> Result<()> {
+        if self.plan.media.is_none() {
+            bail!("--image-tokens: the {} model at hand takes no images", self.plan.model_type);
+        }
+        let mut cfg: serde_json::Value =
+            serde_json::from_str(self.plan.config.as_str()).context("the plan's config is not JSON")?;
+        if let Some(o) = cfg.as_object_mut() {
+            o.insert("famlx_image_tokens".into(), n.into());
+        }
+        self.plan.config = cfg.to_string().into();
+        let probe = plugin_api::RawImage {
+            width: 64,
+            height: 64,
+            rgb: vec![128u8; 64 * 64 * 3].into(),
+            alpha: Vec::new().into(),
+        };
+        self.family
+            .family
+            .process_image(&self.plan, &probe)
+            .into_result()
+            .map(|_| ())
+            .map_err(|e| anyhow!("--image-tokens {n}: {e}"))
+    }
+
     /// The rows replacing each image's placeholder tokens (the family's
     /// vision tower), checked against the placeholder counts.
     pub fn embed_images(&mut self, images: Vec<ProcessedImage>) -> Result<Vec<Array>> {

@@ -89,6 +89,13 @@ impl ImageConfig {
         if cfg.patch_size as i32 != cfg.vision.patch_size || cfg.pooling as i32 != cfg.vision.pooling_kernel_size {
             return Err(Error::msg("processor config: patch_size / pooling_kernel_size differ from vision_config's"));
         }
+        let mut cfg = cfg;
+        if let Some(n) = c.get("famlx_image_tokens").and_then(Value::as_u64) {
+            if !BUDGETS.contains(&(n as u32)) {
+                return Err(Error(format!("gemma4 takes {BUDGETS:?} soft tokens per image, not {n}")));
+            }
+            cfg.max_soft_tokens = n as u32;
+        }
         if !(1..=4096).contains(&cfg.max_soft_tokens) {
             return Err(Error(format!(
                 "processor config: max_soft_tokens must be in 1..=4096 (Gemma 4 uses {BUDGETS:?}), got {}",

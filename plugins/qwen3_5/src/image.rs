@@ -63,6 +63,15 @@ impl ImageConfig {
         if let Some(v) = p.get("max_pixels").and_then(Value::as_f64) {
             max_pixels = v;
         }
+        if let Some(n) = c.get("famlx_image_tokens").and_then(Value::as_u64) {
+            // One placeholder per merged window of (patch x merge)^2 pixels.
+            let window = (vision.patch_size * vision.spatial_merge_size) as f64;
+            if n == 0 {
+                return Err(Error::msg("at least one token per image"));
+            }
+            max_pixels = n as f64 * window * window;
+            min_pixels = min_pixels.min(max_pixels);
+        }
         if !(min_pixels > 0.0 && max_pixels >= min_pixels && max_pixels.is_finite()) {
             return Err(Error(format!(
                 "processor config: min_pixels {min_pixels} / max_pixels {max_pixels} must be positive and ordered"

@@ -24,6 +24,21 @@ pub struct RawImage {
 }
 
 impl RawImage {
+    /// The RGB bytes (alpha dropped, as Pillow's `convert("RGB")` drops it)
+    /// resized to `width x height` with Pillow's bicubic filter (unchanged
+    /// when the size is the same); an error for an empty or inconsistent
+    /// image.
+    pub fn rgb_resized(&self, width: u32, height: u32) -> mlx::Result<Vec<u8>> {
+        let (w, h) = (self.width, self.height);
+        if w == 0 || h == 0 || self.rgb.len() != w as usize * h as usize * 3 {
+            return Err(mlx::Error(format!("a {w}x{h} image with {} bytes of RGB", self.rgb.len())));
+        }
+        if (width, height) == (w, h) {
+            return Ok(self.rgb.to_vec());
+        }
+        Ok(super::resize_bicubic_rgb(&self.rgb, w as usize, h as usize, width as usize, height as usize))
+    }
+
     /// The image composited over opaque white, as Hugging Face's
     /// `convert_to_rgb` does it (Pillow's `alpha_composite` on a white
     /// background, then RGB), bit for bit; the RGB bytes when opaque.

@@ -7,7 +7,7 @@
 use crate::vision::VisionConfig;
 use mlx::{Array, Error, Result};
 use plugin_api::config::{field, field_or, text_config};
-use plugin_api::media::{resize_bicubic_rgb, MediaInput};
+use plugin_api::media::MediaInput;
 use plugin_api::{MediaSpec, RawImage};
 use serde_json::Value;
 
@@ -151,17 +151,11 @@ impl ImageConfig {
     /// 2x2 merge-window order, the grid `[t, h, w]` in patches, and its
     /// placeholder count (one per 2x2 window).
     pub fn process(&self, img: &RawImage) -> Result<MediaInput> {
-        let (w, h) = (img.width, img.height);
-        if w == 0 || h == 0 || img.rgb.len() != w as usize * h as usize * 3 {
-            return Err(Error(format!("a {w}x{h} image with {} bytes of RGB", img.rgb.len())));
+        if img.width == 0 || img.height == 0 {
+            return Err(Error(format!("a {}x{} image", img.width, img.height)));
         }
-        let (th, tw) = self.target_size(h, w)?;
-        // The reference converts to RGB by dropping the alpha channel.
-        let rgb = if (th, tw) == (h, w) {
-            img.rgb.to_vec()
-        } else {
-            resize_bicubic_rgb(&img.rgb, w as usize, h as usize, tw as usize, th as usize)
-        };
+        let (th, tw) = self.target_size(img.height, img.width)?;
+        let rgb = img.rgb_resized(tw, th)?;
         let value = |px: u8, c: usize| -> f32 {
             let v = px as f32 * self.rescale;
             match &self.normalize {

@@ -213,10 +213,12 @@ impl Session {
         self.model.reset_caches()
     }
 
-    /// Forgets what the caches hold (they are about to be replaced).
+    /// Forgets what the caches hold (they are about to be replaced), and
+    /// the images' embeddings (a reloaded family may embed them otherwise).
     pub fn forget(&mut self) {
         self.cached.clear();
         self.cached_images.clear();
+        self.image_rows.clear();
         self.rollback = None;
     }
 

@@ -65,3 +65,48 @@ fn bench_checks_the_context() {
         json_of(&run(&["bench", "--model", &m, "-p", "250", "-g", "10", "-n", "1", "--max-kv-size", "64", "--json"]));
     assert!(v.get("trials").is_some(), "{v}");
 }
+
+/// `--image`: the prompt is the image's placeholder block (as the model's
+/// processor expands it) and then the random ids; every trial runs the
+/// vision tower again, and its time is part of the time to first token.
+/// The printed ids are a prompt `generate --prompt-ids` accepts for the
+/// same image.
+#[test]
+fn bench_with_an_image_times_the_vision_tower_every_trial() {
+    let m = fixture("gemma4-vision-f32").display().to_string();
+    let exp = common::expected("gemma4-vision-f32");
+    let image = fixture("images").join("portrait.png").display().to_string();
+    let n = exp["images"]["portrait.png"]["num_soft_tokens"].as_u64().expect("num_soft_tokens") as usize;
+    let (boi, eoi, tok) = (exp["boi_token_id"].as_u64(), exp["eoi_token_id"].as_u64(), exp["image_token_id"].as_u64());
+    let v = json_of(&run(&["bench", "--model", &m, "--image", &image, "-p", "12", "-g", "4", "-n", "2", "--json"]));
+    assert_eq!(v["image_tokens"].as_u64(), Some(n as u64), "{v}");
+    let ids: Vec<u64> = v["prompt_ids"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no prompt_ids: {v}"))
+        .iter()
+        .map(|i| i.as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), n + 2 + 12, "{ids:?}");
+    assert_eq!((Some(ids[0]), Some(ids[n + 1])), (boi, eoi), "{ids:?}");
+    assert!(ids[1..=n].iter().all(|&t| Some(t) == tok), "{ids:?}");
+    for t in v["trials"].as_array().expect("trials").iter().chain([&v["warmup"]]) {
+        let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("no {k} in {t}"));
+        assert!(f("vision_s") > 0.0 && f("ttft_s") > f("vision_s"), "{t}");
+        assert!(f("total_time_s") > f("ttft_s"), "{t}");
+    }
+    let list = ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    let g = json_of(&run(&["generate", "--model", &m, "--image", &image, "--prompt-ids", &list, "-m", "2", "--json"]));
+    assert_eq!(g["image_tokens"].as_u64(), Some(n as u64), "{g}");
+    assert_eq!(g["prompt_tokens"].as_u64(), Some(ids.len() as u64), "{g}");
+}
+
+/// `--image` on a text-only model is refused in one line.
+#[test]
+fn bench_refuses_an_image_for_a_text_model() {
+    let m = fixture("llama-bf16").display().to_string();
+    let image = fixture("images").join("portrait.png").display().to_string();
+    let o = run(&["bench", "--model", &m, "--image", &image, "-p", "8", "-n", "1"]);
+    let (_, err) = texts(&o);
+    assert!(!o.status.success() && err.contains("takes no images"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
+}

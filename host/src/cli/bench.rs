@@ -6,14 +6,20 @@
 //! tokens (no stop tokens). Per run: prompt tok/s = prompt length / time to
 //! the first token; generation tok/s = tokens after the first / time after
 //! the first; peak MLX memory during the run.
+//!
+//! With `--image` the prompt starts with each image's placeholder block and
+//! the random ids follow; every run embeds the images afresh (the vision
+//! tower's time counts in the time to first token, and is also reported).
 
 use super::args::{CacheArgs, ModelArgs, SamplingArgs, SpecArgs};
 use super::setup::{load, params};
 use crate::decode::{GenParams, GenStats};
+use crate::prompt::{expand_markers, load_images, Prompt};
 use crate::session::Session;
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::{json, Value};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// `famlx bench`.
@@ -47,6 +53,11 @@ pub struct BenchArgs {
     /// Speculative decoding.
     #[command(flatten)]
     pub spec: SpecArgs,
+    /// An image to put before the random prompt ids (repeatable): each
+    /// adds its placeholder tokens to the prompt and its vision tower time
+    /// to the time to first token.
+    #[arg(long = "image", value_name = "PATH")]
+    pub images: Vec<PathBuf>,
 }
 
 /// What one run measured.
@@ -60,6 +71,10 @@ pub struct Trial {
     pub peak_memory_bytes: usize,
     /// Wall time of the whole run, seconds.
     pub total_time_s: f64,
+    /// Time to the first token, seconds (vision tower included).
+    pub ttft_s: f64,
+    /// Seconds in the vision tower (0 without images).
+    pub vision_s: f64,
     /// Where the decode time went (plain decoding only).
     pub split: Option<crate::decode::DecodeSplit>,
 }
@@ -71,6 +86,8 @@ impl Trial {
             generation_tps: s.generation_tps,
             peak_memory_bytes: s.peak_memory_bytes,
             total_time_s,
+            ttft_s: if s.prompt_tps > 0.0 { s.prompt_tokens as f64 / s.prompt_tps } else { 0.0 },
+            vision_s: s.vision_s,
             split: s.split,
         }
     }
@@ -83,6 +100,8 @@ impl Trial {
             "peak_memory_bytes": self.peak_memory_bytes,
             "peak_memory_gb": self.peak_memory_bytes as f64 / 1e9,
             "total_time_s": self.total_time_s,
+            "ttft_s": self.ttft_s,
+            "vision_s": self.vision_s,
         });
         if let Some(s) = self.split {
             v["decode_build_s"] = json!(s.build_s);
@@ -129,6 +148,7 @@ pub fn summarize(trials: &[Trial]) -> Summary {
         col(|t| t.peak_memory_bytes as f64),
         col(|t| t.total_time_s),
     );
+    let (ttft, vision) = (col(|t| t.ttft_s), col(|t| t.vision_s));
     let splits: Option<Vec<_>> = trials.iter().map(|t| t.split).collect();
     let split_of = |f: fn(&[f64]) -> f64| {
         let v = splits.as_ref().filter(|v| !v.is_empty())?;
@@ -145,6 +165,8 @@ pub fn summarize(trials: &[Trial]) -> Summary {
             generation_tps: mean(&g),
             peak_memory_bytes: mean(&m).round() as usize,
             total_time_s: mean(&t),
+            ttft_s: mean(&ttft),
+            vision_s: mean(&vision),
             split: split_of(mean),
         },
         median: Trial {
@@ -152,6 +174,8 @@ pub fn summarize(trials: &[Trial]) -> Summary {
             generation_tps: median(&g),
             peak_memory_bytes: median(&m).round() as usize,
             total_time_s: median(&t),
+            ttft_s: median(&ttft),
+            vision_s: median(&vision),
             split: split_of(median),
         },
     }
@@ -212,6 +236,28 @@ pub fn random_prompt(vocab: u32, n: usize, seed: u64) -> Result<Vec<u32>> {
     Ok(ids.to_vec::<i32>()?.into_iter().map(|i| i as u32).collect())
 }
 
+/// The bench prompt: each `--image`'s placeholder block, then `-p` random
+/// ids. A random id that is one of the model's image tokens would make
+/// another placeholder run: refused (another `--seed` draws other ids).
+fn bench_prompt(s: &Session, a: &BenchArgs, seed: u64) -> Result<Prompt> {
+    let text = random_prompt(s.model.plan.vocab_size, a.prompt_tokens, seed)?;
+    let images = load_images(&s.model, &a.images)?;
+    let Some(spec) = s.model.plan.media.as_ref().into_option().filter(|_| !images.is_empty()) else {
+        return Ok(Prompt::text(text));
+    };
+    let media_ids: Vec<u32> = [spec.image_marker, spec.image_token_id]
+        .into_iter()
+        .chain(spec.image_prefix.iter().copied())
+        .chain(spec.image_suffix.iter().copied())
+        .collect();
+    if let Some(t) = text.iter().find(|t| media_ids.contains(t)) {
+        bail!("the random prompt (--seed {seed}) drew the image token {t}; pass another --seed");
+    }
+    let mut ids = expand_markers(&vec![spec.image_marker; images.len()], spec, &images)?;
+    ids.extend(text);
+    Prompt::with_images(ids, Some(spec), images)
+}
+
 /// `--max-tokens`'s default, read from the flag's definition.
 fn default_max_tokens() -> Option<usize> {
     let cmd = <SamplingArgs as Args>::augment_args(clap::Command::new("bench"));
@@ -233,11 +279,19 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut s = load(&a.model, &a.cache, Some(&a.spec), false)?;
     let mut p = params(&a.sampling, &a.cache, &s.model)?;
     p.max_tokens = a.generation_tokens;
+    let seed = a.sampling.seed.unwrap_or(0);
+    let prompt = bench_prompt(&s, &a, seed)?;
+    let image_tokens = prompt.image_tokens();
     // Every run generates exactly -g tokens: prompt and generation must fit.
-    let total = a.prompt_tokens + a.generation_tokens;
+    let total = prompt.ids.len() + a.generation_tokens;
     if s.model.context_room(total).is_err() {
+        let images = if image_tokens > 0 {
+            format!(" + {} image tokens", prompt.ids.len() - a.prompt_tokens)
+        } else {
+            String::new()
+        };
         bail!(
-            "-p {} + -g {} = {total} tokens, more than the model's context of {} tokens; \
+            "-p {}{images} + -g {} = {total} tokens, more than the model's context of {} tokens; \
              pass --max-kv-size N to bench with a sliding window",
             a.prompt_tokens,
             a.generation_tokens,
@@ -246,17 +300,20 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     // No stop tokens: every run generates exactly -g tokens.
     p.stop_ids.clear();
-    let seed = a.sampling.seed.unwrap_or(0);
-    let prompt = random_prompt(s.model.plan.vocab_size, a.prompt_tokens, seed)?;
     if let Some(s) = a.sampling.seed {
         // Sampling (temperature > 0) starts from the same state in every process.
         mlx::random::seed(s)?;
     }
     let model_name = a.model.model.clone().unwrap_or_else(|| "default".into());
     let run_once = |s: &mut Session, p: &GenParams| -> Result<(Trial, GenStats)> {
+        // Also forgets the images' embeddings: each run pays the vision tower.
         s.reset()?;
         let t0 = Instant::now();
-        let stats = s.run(&prompt, p, |_| true)?;
+        let stats = if prompt.images.is_empty() {
+            s.run(&prompt.ids, p, |_| true)?
+        } else {
+            s.generate_prompt(&prompt, p, |_| true)?.0
+        };
         let total = t0.elapsed().as_secs_f64();
         if stats.tokens.len() != a.generation_tokens {
             bail!("generated {} tokens instead of {}", stats.tokens.len(), a.generation_tokens);
@@ -282,13 +339,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
     for i in 0..a.num_trials {
         let (t, _) = run_once(&mut s, &p)?;
         if !a.json {
+            let vision = if image_tokens > 0 { format!(", vision={:.3}", t.vision_s) } else { String::new() };
             eprintln!(
-                "Trial {}:  prompt_tps={:.3}, generation_tps={:.3}, peak_memory={:.3}, total_time={:.3}",
+                "Trial {}:  prompt_tps={:.3}, generation_tps={:.3}, peak_memory={:.3}, total_time={:.3}, ttft={:.3}{vision}",
                 i + 1,
                 t.prompt_tps,
                 t.generation_tps,
                 t.peak_memory_bytes as f64 / 1e9,
-                t.total_time_s
+                t.total_time_s,
+                t.ttft_s
             );
         }
         trials.push(t);
@@ -300,6 +359,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "family": s.model.family.name.to_string(),
             "prompt_tokens": a.prompt_tokens,
             "generation_tokens": a.generation_tokens,
+            "images": a.images.len(),
+            "image_tokens": image_tokens,
             "batch_size": a.batch_size,
             "num_trials": a.num_trials,
             "seed": seed,
@@ -311,6 +372,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "average": summary.average.to_json(),
             "median": summary.median.to_json(),
         });
+        let mut out = out;
+        if image_tokens > 0 {
+            // The whole prompt, so another tool can be fed the same ids.
+            out["prompt_ids"] = json!(prompt.ids);
+        }
         println!("{out}");
     } else {
         print!("{}", table(&trials));
@@ -323,7 +389,15 @@ mod tests {
     use super::*;
 
     fn t(p: f64, g: f64, m: usize) -> Trial {
-        Trial { prompt_tps: p, generation_tps: g, peak_memory_bytes: m, total_time_s: 1.0, split: None }
+        Trial {
+            prompt_tps: p,
+            generation_tps: g,
+            peak_memory_bytes: m,
+            total_time_s: 1.0,
+            ttft_s: 0.5,
+            vision_s: 0.0,
+            split: None,
+        }
     }
 
     #[test]

@@ -60,3 +60,22 @@ fn gemma4_vision_tensors_follow_mlx_vlm_names() {
     let text_only = fixture_plan(&f, "gemma4-e2b-bf16");
     assert!(rewritten(&f, &text_only, "model.vision_tower.encoder.weight", zeros(&[2])).is_empty());
 }
+
+/// A `vision_config` that leaves fields out gets the reference's defaults
+/// (mlx-vlm's Gemma4VisionConfig: the E2B/E4B tower), as mlx-vlm reads it;
+/// a field present but of the wrong type is an error naming it.
+#[test]
+fn gemma4_vision_config_defaults_as_the_reference() {
+    use famlx_plugin_gemma4::vision::VisionConfig;
+    let c = VisionConfig::parse(&serde_json::json!({"vision_config": {"model_type": "gemma4_vision"}}))
+        .expect("parse")
+        .expect("a vision config");
+    assert_eq!(
+        (c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads),
+        (768, 3072, 16, 12, 12)
+    );
+    assert_eq!((c.head_dim, c.patch_size, c.pooling_kernel_size, c.position_embedding_size), (64, 16, 3, 10240));
+    let e = VisionConfig::parse(&serde_json::json!({"vision_config": {"hidden_size": "wide"}})).unwrap_err();
+    assert!(e.to_string().contains("hidden_size"), "{e}");
+    assert!(VisionConfig::parse(&serde_json::json!({"vision_config": null})).expect("parse").is_none());
+}

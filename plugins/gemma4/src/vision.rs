@@ -7,7 +7,7 @@
 use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask};
 use mlx::nn::{gelu_approx, Kind, Linear, Weights};
 use mlx::{Array, Dtype, Error, Result};
-use plugin_api::config::{field, field_or};
+use plugin_api::config::field_or;
 use serde_json::Value;
 
 /// `vision_config`, the fields the tower reads.
@@ -45,16 +45,18 @@ impl VisionConfig {
     /// From `vision_config` (`None` when the checkpoint has no vision tower).
     pub fn parse(c: &Value) -> Result<Option<VisionConfig>> {
         let Some(v) = c.get("vision_config").filter(|v| v.is_object()) else { return Ok(None) };
-        let heads: i32 = field(v, "num_attention_heads")?;
-        let hidden: i32 = field(v, "hidden_size")?;
+        // Absent fields take the reference's defaults (mlx-vlm's and
+        // transformers' Gemma4VisionConfig: the E2B/E4B tower).
+        let heads: i32 = field_or(v, "num_attention_heads", 12)?;
+        let hidden: i32 = field_or(v, "hidden_size", 768)?;
         let theta = v.get("rope_parameters").and_then(|r| r.get("rope_theta")).and_then(Value::as_f64).unwrap_or(100.0);
         let cfg = VisionConfig {
             hidden_size: hidden,
-            intermediate_size: field(v, "intermediate_size")?,
-            num_hidden_layers: field(v, "num_hidden_layers")?,
+            intermediate_size: field_or(v, "intermediate_size", 3072)?,
+            num_hidden_layers: field_or(v, "num_hidden_layers", 16)?,
             num_attention_heads: heads,
             num_key_value_heads: field_or(v, "num_key_value_heads", heads)?,
-            head_dim: field_or(v, "head_dim", hidden / heads.max(1))?,
+            head_dim: field_or(v, "head_dim", 64)?,
             rms_norm_eps: field_or(v, "rms_norm_eps", 1e-6)?,
             patch_size: field_or(v, "patch_size", 16)?,
             pooling_kernel_size: field_or(v, "pooling_kernel_size", 3)?,

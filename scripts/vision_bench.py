@@ -210,7 +210,7 @@ def run_famlx(famlx, folder, image, p, g, n):
            "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
-        sys.exit(f"famlx bench failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"famlx bench failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -233,7 +233,7 @@ def run_mlx_vlm(folder, image, prompt_ids, g, n, want_image_tokens):
         thw = np.array(data["image_grid_thw"])
         tokens = int(thw.prod(axis=-1).sum()) // 4  # spatial merge 2x2
     if tokens != want_image_tokens:
-        sys.exit(f"mlx-vlm's processor gives {tokens} image tokens, famlx {want_image_tokens}")
+        raise RuntimeError(f"mlx-vlm's processor gives {tokens} image tokens, famlx {want_image_tokens}")
     kw = {}
     pixels = mx.array(np.asarray(data["pixel_values"]))
     ids = mx.array([prompt_ids], dtype=mx.int32)
@@ -255,8 +255,19 @@ def run_mlx_vlm(folder, image, prompt_ids, g, n, want_image_tokens):
         assert count == g, count
         return {"ttft_s": t_first - t0, "generation_tps": (g - 1) / (t_end - t_first) if g > 1 else 0.0}
 
+    def vision():
+        # The image's rows merged into the prompt's embeddings (what the
+        # first step of generate_step does before the prefill).
+        t0 = time.perf_counter()
+        out = model.get_input_embeddings(ids, pixels, **kw)
+        mx.eval(out.inputs_embeds)
+        return time.perf_counter() - t0
+
     trial()  # warm-up
     trials = [trial() for _ in range(n)]
+    vision()
+    for t in trials:
+        t["vision_s"] = vision()
     del model
     mx.clear_cache()
     return trials
@@ -287,25 +298,28 @@ def main():
         t = time.perf_counter()
         build(shape, folder)
         print(f"[{shape}] checkpoint ready ({time.perf_counter() - t:.0f} s)", flush=True)
-        fam = run_famlx(a.famlx, folder, image, a.p, a.g, a.n)
-        ref = run_mlx_vlm(folder, image, fam["prompt_ids"], a.g, a.n, fam["image_tokens"])
+        try:
+            fam = run_famlx(a.famlx, folder, image, a.p, a.g, a.n)
+            ref = run_mlx_vlm(folder, image, fam["prompt_ids"], a.g, a.n, fam["image_tokens"])
+        except (RuntimeError, subprocess.SubprocessError) as e:
+            print(f"[{shape}] failed: {e}", flush=True)
+            continue
         f_ttft, r_ttft = fam["median"]["ttft_s"], med(ref, "ttft_s")
         f_dec, r_dec = fam["median"]["generation_tps"], med(ref, "generation_tps")
         rows.append((shape, len(fam["prompt_ids"]), fam["image_tokens"], fam["median"]["vision_s"], f_ttft, r_ttft,
                      f_dec, r_dec))
         record[shape] = {"famlx": fam, "mlx_vlm": ref}
-        print(f"[{shape}] famlx ttft {f_ttft * 1e3:.1f} ms, decode {f_dec:.1f} tok/s; "
-              f"mlx-vlm ttft {r_ttft * 1e3:.1f} ms, decode {r_dec:.1f} tok/s", flush=True)
+        print(f"[{shape}] famlx ttft {f_ttft * 1e3:.1f} ms (vision {fam['median']['vision_s'] * 1e3:.1f}), "
+              f"decode {f_dec:.1f} tok/s; mlx-vlm ttft {r_ttft * 1e3:.1f} ms (vision {med(ref, 'vision_s') * 1e3:.1f}), "
+              f"decode {r_dec:.1f} tok/s", flush=True)
+        if a.json:
+            a.json.write_text(json.dumps(record, indent=1) + "\n")
     print(f"\nimage {w}x{h}, +{a.p} text ids, {a.g} generated, median of {a.n} (after one warm-up each)")
     print(f"{'shape':<14} {'prompt':>6} {'img tok':>7} {'famlx vision ms':>15} {'famlx ttft ms':>13} "
           f"{'mlx-vlm ttft ms':>15} {'ttft ratio':>10} {'famlx tok/s':>11} {'mlx-vlm tok/s':>13} {'decode x':>8}")
     for s, plen, itok, vis, ft, rt, fd, rd in rows:
         print(f"{s:<14} {plen:>6} {itok:>7} {vis * 1e3:>15.1f} {ft * 1e3:>13.1f} {rt * 1e3:>15.1f} {ft / rt:>10.2f} "
               f"{fd:>11.1f} {rd:>13.1f} {fd / rd:>8.2f}")
-    if a.json:
-        for v in record.values():
-            v["famlx"].pop("prompt_ids", None)
-        a.json.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

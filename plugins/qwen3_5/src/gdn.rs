@@ -198,8 +198,14 @@ impl GatedDeltaNet {
     }
 
     /// `x` is `[B, S, hidden]`; reads and replaces the state in cache `slot`.
-    /// `chunked`: a prompt chunk scanned chunk-parallel as mlx-vlm does
-    /// ([`crate::chunked`]), for sequences with images.
+    /// `chunked`: a prompt chunk of a sequence with images, scanned
+    /// chunk-parallel as mlx-vlm does ([`crate::chunked`]) where the scan
+    /// would otherwise be the ops loop (CPU: mlx-vlm's numbers exactly).
+    /// Where a fused op or kernel runs the scan (GPU), it runs images too:
+    /// the chunked scan costs there ~7x the prefill of the kernel (a
+    /// Qwen3.5-0.8B-shaped 652-token image prompt on an H100: 300 ms
+    /// against 42 ms), and text on a GPU already differs from the ops
+    /// scan by the same rounding.
     pub fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize, chunked: bool) -> Result<Array> {
         let d = self.dims;
         let (b, s) = (x.dim(0), x.dim(1));
@@ -240,7 +246,11 @@ impl GatedDeltaNet {
         let g = self.neg_a.mul(&softplus)?.exp()?;
         let beta = beta_in.sigmoid()?;
 
-        let (y, new_state) = if chunked && s > 1 {
+        let ops = match self.path {
+            ScanPath::Auto => auto_path() == ScanPath::Ops,
+            p => p == ScanPath::Ops,
+        };
+        let (y, new_state) = if chunked && s > 1 && ops {
             crate::chunked::scan_chunked(&q, &k, &v, &g, &beta, &state)?
         } else {
             scan(self.path, &q, &k, &v, &g, &beta, &state)?

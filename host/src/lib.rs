@@ -1,6 +1,7 @@
 //! The famlx runtime: plugin registry, checkpoint reading, caches, sampler,
 //! generation loop and the pieces of the `famlx` command line.
 
+pub mod audio;
 pub mod cache;
 pub mod cache_file;
 pub mod checkpoint;

@@ -17,6 +17,7 @@
 //! checkpoints are drafters for speculative decoding ([`assistant`]).
 
 pub mod assistant;
+pub mod audio_features;
 pub mod config;
 pub mod image;
 pub mod layer;

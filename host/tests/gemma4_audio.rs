@@ -1,0 +1,51 @@
+//! gemma4's log-mel front end against mlx-vlm 0.7.10's feature extractor
+//! (fixtures/make_gemma4_audio_features.py): a 1 s 440 Hz sine and a 3 s
+//! chirp, read from their WAV files, within 5e-4 (1e-4 with the window exact, see below), the same frame mask.
+
+mod common;
+
+use common::fixture;
+use famlx::audio::load_audio;
+use famlx_plugin_gemma4::audio_features::{log_mel, MEL_BINS};
+
+#[test]
+fn log_mel_matches_the_reference_extractor() {
+    let (want, _) = mlx::io::load_safetensors(&fixture("audio").join("gemma4_log_mel.safetensors")).expect("fixture");
+    for clip in ["sine440", "chirp"] {
+        let a = load_audio(&fixture("audio").join(format!("{clip}.wav"))).unwrap_or_else(|e| panic!("{e:#}"));
+        let got = log_mel(&a.samples);
+        let diff = |key: &str| {
+            let w = &want[&format!("{clip}.{key}")];
+            assert_eq!(w.shape(), vec![got.frames() as i32, MEL_BINS as i32], "{clip}");
+            let w = w.to_vec::<f32>().unwrap();
+            got.features.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max)
+        };
+        // Against the reference as it is: 5e-4, not the 1e-4 issue 19 asks.
+        // Its Hann window is NumPy's float32 cos, 1 ulp off the correctly
+        // rounded value in 19 of 320 entries, which alone moves its log-mel
+        // by up to ~2.4e-4 (quiet bins, at the 1e-3 floor); with that window
+        // entry by entry correctly rounded, the rest agrees within 1e-4
+        // (4e-5 seen; where that rest comes from is not yet known).
+        // Matching NumPy's float32 cos bit for bit is open.
+        let (as_is, exact) = (diff("features"), diff("features_exact_window"));
+        assert!(as_is <= 5e-4, "{clip}: max |diff| {as_is}");
+        assert!(exact <= 1e-4, "{clip}: max |diff| with the exact window {exact}");
+        let m: Vec<bool> = want[&format!("{clip}.mask")].to_vec::<i32>().unwrap().iter().map(|&v| v != 0).collect();
+        assert_eq!(got.mask, m, "{clip}");
+    }
+}
+
+/// A clip whose last frame reaches into the padding (16,129 samples: 101
+/// frames, the last masked and zero, as the reference gives); clips over
+/// 30 s are cut there.
+#[test]
+fn padding_frames_are_masked_and_long_clips_cut() {
+    let x: Vec<f32> = (0..16_129).map(|i| (i as f32 * 0.05).sin() * 0.3).collect();
+    let m = log_mel(&x);
+    assert_eq!(m.frames(), 101);
+    assert!(m.mask[..100].iter().all(|&b| b) && !m.mask[100]);
+    assert!(m.features[100 * MEL_BINS..].iter().all(|&v| v == 0.0));
+    assert!(m.features[99 * MEL_BINS..100 * MEL_BINS].iter().any(|&v| v != 0.0));
+    let long = vec![0.1f32; 40 * 16_000];
+    assert_eq!(log_mel(&long).frames(), log_mel(&long[..480_000]).frames());
+}

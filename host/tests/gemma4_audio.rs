@@ -1,6 +1,6 @@
 //! gemma4's log-mel front end against mlx-vlm 0.7.10's feature extractor
 //! (fixtures/make_gemma4_audio_features.py): a 1 s 440 Hz sine and a 3 s
-//! chirp, read from their WAV files, within 5e-4 (1e-4 with the window exact, see below), the same frame mask.
+//! chirp, read from their WAV files, within 5e-4 (1e-6 with the window exact, see below), the same frame mask.
 
 mod common;
 
@@ -24,12 +24,12 @@ fn log_mel_matches_the_reference_extractor() {
         // Its Hann window is NumPy's float32 cos, 1 ulp off the correctly
         // rounded value in 19 of 320 entries, which alone moves its log-mel
         // by up to ~2.4e-4 (quiet bins, at the 1e-3 floor); with that window
-        // entry by entry correctly rounded, the rest agrees within 1e-4
-        // (4e-5 seen; where that rest comes from is not yet known).
+        // entry by entry correctly rounded (as famlx computes it), the rest
+        // agrees to 1e-6.
         // Matching NumPy's float32 cos bit for bit is open.
         let (as_is, exact) = (diff("features"), diff("features_exact_window"));
         assert!(as_is <= 5e-4, "{clip}: max |diff| {as_is}");
-        assert!(exact <= 1e-4, "{clip}: max |diff| with the exact window {exact}");
+        assert!(exact <= 1e-6, "{clip}: max |diff| with the exact window {exact}");
         let m: Vec<bool> = want[&format!("{clip}.mask")].to_vec::<i32>().unwrap().iter().map(|&v| v != 0).collect();
         assert_eq!(got.mask, m, "{clip}");
     }

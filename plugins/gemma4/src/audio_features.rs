@@ -71,7 +71,10 @@ pub fn log_mel(samples: &[f32]) -> LogMel {
     let frames = if wave.len() > FRAME { (wave.len() - (FRAME + 1)) / HOP + 1 } else { 0 };
     // The window in f32, as the reference computes it (2*pi rounded to f32).
     let two_pi = (2.0 * std::f64::consts::PI) as f32;
-    let window: Vec<f32> = (0..FRAME).map(|n| 0.5 - 0.5 * (two_pi * n as f32 / FRAME as f32).cos()).collect();
+    // cos in f64 rounded to f32: the correctly rounded value (f32::cos is
+    // not always; the reference's NumPy float32 cos is not either, see the test).
+    let window: Vec<f32> =
+        (0..FRAME).map(|n| 0.5 - 0.5 * (f64::from(two_pi * n as f32 / FRAME as f32).cos() as f32)).collect();
     let filters = mel_filters();
     let fft = RealFftPlanner::<f64>::new().plan_fft_forward(FFT);
     let (mut input, mut spectrum) = (fft.make_input_vec(), fft.make_output_vec());

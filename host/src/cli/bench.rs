@@ -354,7 +354,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     if a.json {
         let summary = summarize(&trials);
-        let out = json!({
+        let mut out = json!({
             "model": model_name,
             "family": s.model.family.name.to_string(),
             "prompt_tokens": a.prompt_tokens,
@@ -372,7 +372,6 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "average": summary.average.to_json(),
             "median": summary.median.to_json(),
         });
-        let mut out = out;
         if image_tokens > 0 {
             // The whole prompt, so another tool can be fed the same ids.
             out["prompt_ids"] = json!(prompt.ids);

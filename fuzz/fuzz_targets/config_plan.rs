@@ -8,11 +8,12 @@ use plugin_api::family::FamilySpec;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(c) = serde_json::from_slice::<serde_json::Value>(data) else { return };
-    let families: [&dyn FamilySpec; 4] = [
+    let families: [&dyn FamilySpec; 5] = [
         &famlx_plugin_llama::LlamaFamily,
         &famlx_plugin_qwen3::Qwen3Family,
         &famlx_plugin_qwen3_5::Qwen3_5Family,
         &famlx_plugin_gemma4::Gemma4Family,
+        &famlx_plugin_gemma4_unified::Gemma4UnifiedFamily,
     ];
     for f in families {
         if let Ok(plan) = f.plan(&c) {

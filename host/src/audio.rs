@@ -100,3 +100,14 @@ pub fn resample(mono: &[f32], rate: u32) -> Result<Vec<f32>> {
     }
     Ok(out[delay..delay + want].to_vec())
 }
+
+/// A hash of a clip's samples (FNV-1a over their bits): the same clip at the
+/// same place is a prompt-cache hit.
+pub fn sample_hash(samples: &[f32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ 0xa0d1_0000;
+    for b in samples.iter().flat_map(|s| s.to_bits().to_le_bytes()) {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}

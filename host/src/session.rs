@@ -4,10 +4,10 @@
 //! the rollback point a turn falls back to when a cache cannot rewind.
 
 use crate::cache::Rollback;
-use crate::decode::{generate, generate_speculative, DraftSource, Drafter, GenParams, GenStats, SpecParams};
-use crate::model::{LoadedModel, MediaState};
+use crate::decode::{generate, generate_speculative, DraftSource, Drafter, GenParams, GenStats, MediaTime, SpecParams};
+use crate::model::{LoadedModel, MediaSpan, MediaState};
 use crate::plugins::FamilyEntry;
-use crate::prompt::Prompt;
+use crate::prompt::{MediaKind, Prompt};
 use anyhow::Result;
 use mlx::Array;
 use std::collections::HashMap;
@@ -27,12 +27,12 @@ pub struct Session {
     /// The caches at the end of the last turn's prefill (its whole prompt,
     /// `cached[..tokens]`), kept when some cache cannot rewind by trimming.
     pub rollback: Option<Rollback>,
-    /// The images in `cached`: where each placeholder run starts, and the
-    /// image's pixel hash.
-    pub cached_images: Vec<(usize, u64)>,
-    /// The vision tower's rows of the conversation's images, by pixel hash
-    /// (an image already seen is not embedded again).
-    image_rows: HashMap<u64, Array>,
+    /// The images and clips in `cached`: where each placeholder run
+    /// starts, and the item's hash.
+    pub cached_media: Vec<(usize, u64)>,
+    /// The towers' rows of the conversation's images and clips, by hash
+    /// (an item already seen is not embedded again).
+    media_rows: HashMap<u64, Array>,
 }
 
 impl Session {
@@ -44,8 +44,8 @@ impl Session {
             spec: SpecParams::default(),
             cached: Vec::new(),
             rollback: None,
-            cached_images: Vec::new(),
-            image_rows: HashMap::new(),
+            cached_media: Vec::new(),
+            media_rows: HashMap::new(),
         }
     }
 
@@ -57,21 +57,21 @@ impl Session {
         self.prepare_prompt(&Prompt::text(ids.to_vec()))
     }
 
-    /// [`Session::prepare`] for a prompt with images: an image counts as
-    /// common only when the same pixels sit at the same place, and reuse
-    /// never ends inside an image.
+    /// [`Session::prepare`] for a prompt with images or audio: an item
+    /// counts as common only when the same pixels or samples sit at the
+    /// same place, and reuse never ends inside one.
     pub fn prepare_prompt(&mut self, prompt: &Prompt) -> Result<usize> {
         let ids = &prompt.ids[..];
         let mut common = self.cached.iter().zip(ids).take_while(|(a, b)| a == b).count();
         let new: Vec<(usize, u64, usize)> =
-            prompt.starts.iter().zip(&prompt.images).map(|(&s, i)| (s, i.hash, i.tokens())).collect();
+            prompt.starts.iter().zip(&prompt.media).map(|(&s, i)| (s, i.hash, i.tokens())).collect();
         for &(start, hash, n) in &new {
-            let same = self.cached_images.contains(&(start, hash));
+            let same = self.cached_media.contains(&(start, hash));
             if start < common && (!same || start + n > common) {
                 common = start;
             }
         }
-        for &(start, hash) in &self.cached_images {
+        for &(start, hash) in &self.cached_media {
             if start < common && !new.iter().any(|&(s, h, _)| (s, h) == (start, hash)) {
                 common = start;
             }
@@ -100,52 +100,71 @@ impl Session {
 
     fn truncate_cached(&mut self, len: usize) {
         self.cached.truncate(len);
-        self.cached_images.retain(|&(s, _)| s < len);
+        self.cached_media.retain(|&(s, _)| s < len);
     }
 
-    /// Embeds the images of `prompt` that the prefill from `start` feeds
-    /// (those seen before are reused) and hands the model the sequence's
-    /// media: each image's rows and, for families that place images in
-    /// 2-D, the positions of the whole sequence. Returns the seconds spent
-    /// in the vision tower.
-    pub(crate) fn attach_media(&mut self, prompt: &Prompt, start: usize) -> Result<f64> {
-        if prompt.images.is_empty() {
+    /// Embeds the images and clips of `prompt` that the prefill from
+    /// `start` feeds (those seen before are reused) and hands the model the
+    /// sequence's media: each item's rows and, for families that place
+    /// images in 2-D, the positions of the whole sequence. Returns the time
+    /// spent in the towers.
+    pub(crate) fn attach_media(&mut self, prompt: &Prompt, start: usize) -> Result<MediaTime> {
+        if prompt.media.is_empty() {
             self.model.media = None;
-            self.image_rows.clear();
-            return Ok(0.0);
+            self.media_rows.clear();
+            return Ok(MediaTime::default());
         }
-        let t0 = Instant::now();
-        let mut vision_s = 0.0;
-        let todo: Vec<_> = prompt
-            .images
-            .iter()
-            .zip(&prompt.starts)
-            .filter(|(img, &s)| s + img.tokens() > start && !self.image_rows.contains_key(&img.hash))
-            .map(|(img, _)| img.clone())
-            .collect();
-        if !todo.is_empty() {
-            let rows = self.model.embed_images(todo.iter().map(|i| i.processed.clone()).collect())?;
-            mlx::eval(&rows.iter().collect::<Vec<_>>())?;
-            for (img, r) in todo.iter().zip(rows) {
-                self.image_rows.insert(img.hash, r);
+        let mut time = MediaTime {
+            image_tokens: prompt.tokens_of(MediaKind::Image),
+            audio_tokens: prompt.tokens_of(MediaKind::Audio),
+            ..MediaTime::default()
+        };
+        for kind in [MediaKind::Image, MediaKind::Audio] {
+            let todo: Vec<_> = prompt
+                .media
+                .iter()
+                .zip(&prompt.starts)
+                .filter(|(m, &s)| m.kind == kind && s + m.tokens() > start && !self.media_rows.contains_key(&m.hash))
+                .map(|(m, _)| m.clone())
+                .collect();
+            if todo.is_empty() {
+                continue;
             }
-            vision_s = t0.elapsed().as_secs_f64();
+            let t0 = Instant::now();
+            let processed = todo.iter().map(|m| m.processed.clone()).collect();
+            let rows = match kind {
+                MediaKind::Image => self.model.embed_images(processed)?,
+                MediaKind::Audio => self.model.embed_audio(processed)?,
+            };
+            mlx::eval(&rows.iter().collect::<Vec<_>>())?;
+            for (m, r) in todo.iter().zip(rows) {
+                self.media_rows.insert(m.hash, r);
+            }
+            match kind {
+                MediaKind::Image => time.vision_s = t0.elapsed().as_secs_f64(),
+                MediaKind::Audio => time.audio_s = t0.elapsed().as_secs_f64(),
+            }
         }
-        self.image_rows.retain(|h, _| prompt.images.iter().any(|i| i.hash == *h));
+        self.media_rows.retain(|h, _| prompt.media.iter().any(|m| m.hash == *h));
         let spans = prompt
             .starts
             .iter()
-            .zip(&prompt.images)
-            .filter(|(&s, img)| s + img.tokens() > start)
-            .map(|(&s, img)| (s, self.image_rows[&img.hash].clone()))
+            .zip(&prompt.media)
+            .filter(|(&s, m)| s + m.tokens() > start)
+            .map(|(&s, m)| MediaSpan {
+                start: s,
+                rows: self.media_rows[&m.hash].clone(),
+                whole: m.kind == MediaKind::Image,
+            })
             .collect();
-        let processed: Vec<_> = prompt.images.iter().map(|i| i.processed.clone()).collect();
-        let (positions, delta) = match self.model.positions(&prompt.ids, &processed)? {
+        let images: Vec<_> =
+            prompt.media.iter().filter(|m| m.kind == MediaKind::Image).map(|m| m.processed.clone()).collect();
+        let (positions, delta) = match self.model.positions(&prompt.ids, &images)? {
             Some((p, d)) => (Some(p), d),
             None => (None, 0),
         };
         self.model.media = Some(MediaState { spans, positions, delta });
-        Ok(vision_s)
+        Ok(time)
     }
 
     /// Generates a reply to `ids` (the whole conversation so far), reusing
@@ -160,8 +179,8 @@ impl Session {
         self.generate_prompt(&Prompt::text(ids.to_vec()), p, on_token)
     }
 
-    /// [`Session::generate`] for a prompt that may carry images. With
-    /// images the plain loop runs (drafters see no images).
+    /// [`Session::generate`] for a prompt that may carry images and audio.
+    /// With media the plain loop runs (drafters see no media).
     pub fn generate_prompt(
         &mut self,
         prompt: &Prompt,
@@ -172,9 +191,9 @@ impl Session {
         let start = self.prepare_prompt(prompt)?;
         let p = &GenParams { keep_prompt_rollback: true, ..p.clone() };
         let run = match self.attach_media(prompt, start) {
-            Ok(_) if prompt.images.is_empty() => self.run(&ids[start..], p, on_token),
-            Ok(vision_s) => generate(&mut self.model, &ids[start..], p, on_token).map(|mut s| {
-                s.add_vision_time(vision_s, prompt.image_tokens());
+            Ok(_) if prompt.media.is_empty() => self.run(&ids[start..], p, on_token),
+            Ok(time) => generate(&mut self.model, &ids[start..], p, on_token).map(|mut s| {
+                s.add_media_time(&time);
                 s
             }),
             Err(e) => Err(e),
@@ -188,7 +207,7 @@ impl Session {
             }
         };
         self.rollback = stats.prompt_rollback.take();
-        self.cached_images = prompt.starts.iter().zip(&prompt.images).map(|(&s, i)| (s, i.hash)).collect();
+        self.cached_media = prompt.starts.iter().zip(&prompt.media).map(|(&s, i)| (s, i.hash)).collect();
         // The last generated token was never fed back, the rest were.
         self.cached = ids.to_vec();
         if let Some((_, fed)) = stats.tokens.split_last() {
@@ -214,11 +233,11 @@ impl Session {
     }
 
     /// Forgets what the caches hold (they are about to be replaced), and
-    /// the images' embeddings (a reloaded family may embed them otherwise).
+    /// the media embeddings (a reloaded family may embed them otherwise).
     pub fn forget(&mut self) {
         self.cached.clear();
-        self.cached_images.clear();
-        self.image_rows.clear();
+        self.cached_media.clear();
+        self.media_rows.clear();
         self.rollback = None;
     }
 

@@ -104,6 +104,7 @@ fn every_fixture_is_tested() {
         .chain(common::QWEN3_5_FIXTURES.iter())
         .chain(["phi3-bf16"].iter())
         .chain(common::VISION_FIXTURES.iter())
+        .chain(common::AUDIO_FIXTURES.iter())
         .map(|s| s.to_string())
         .collect();
     listed.sort();

@@ -206,7 +206,7 @@ fn prompt_reuse_keys_images_by_pixels() {
     let params = GenParams { max_tokens: 4, ..GenParams::default() };
     let kw = serde_json::Map::new();
 
-    let turn1 = vec![Message::with_images("user", "Describe this picture.", portrait.clone())];
+    let turn1 = vec![Message::with_media("user", "Describe this picture.", portrait.clone())];
     let p1 = chat_prompt(&tok, media.as_ref(), &turn1, &kw).unwrap();
     let (st1, pre1) = s.generate_prompt(&p1, &params, |_| true).unwrap();
     assert_eq!(pre1, p1.ids.len());
@@ -226,7 +226,7 @@ fn prompt_reuse_keys_images_by_pixels() {
 
     // Same ids, another picture: prefill restarts at the image.
     let mut swapped = turn2.clone();
-    swapped[0].images = tiny.clone();
+    swapped[0].media = tiny.clone();
     let p3 = chat_prompt(&tok, media.as_ref(), &swapped, &kw).unwrap();
     let start = p3.starts[0];
     let (_, pre3) = s.generate_prompt(&p3, &params, |_| true).unwrap();

@@ -43,6 +43,13 @@ pub trait FamilySpec: Send + Sync + 'static {
     fn process_image(&self, _plan: &ModelPlan, _image: &RawImage) -> Result<MediaInput> {
         Err(mlx::Error::msg("this model takes no images"))
     }
+    /// The audio processor: one decoded clip (mono, 16 kHz) → the audio
+    /// tower's inputs and its placeholder count. Families that take audio
+    /// set an audio [`crate::Placeholders`] in their plan's media and
+    /// implement this.
+    fn process_audio(&self, _plan: &ModelPlan, _audio: &RawAudio) -> Result<MediaInput> {
+        Err(mlx::Error::msg("this model takes no audio"))
+    }
     /// Builds a drafter from `weights` (see [`crate::Family::build_drafter`]
     /// for the two pairs) when the family and weights have one.
     fn build_drafter(
@@ -64,6 +71,11 @@ pub trait ModelForward: Send {
     /// hidden]` per image (see [`crate::Model::embed_images`]).
     fn embed_images(&mut self, _images: &[MediaInput]) -> Result<Vec<Array>> {
         Err(mlx::Error::msg("this model takes no images"))
+    }
+    /// The rows replacing each audio clip's placeholder tokens, `[tokens,
+    /// hidden]` per clip (see [`crate::Model::embed_audio`]).
+    fn embed_audio(&mut self, _clips: &[MediaInput]) -> Result<Vec<Array>> {
+        Err(mlx::Error::msg("this model takes no audio"))
     }
     /// Rotary positions of a whole sequence with images, and the delta of
     /// later positions (see [`crate::Model::positions`]); `None` by default.
@@ -290,8 +302,11 @@ impl<F: FamilySpec> Family for FamilyAdapter<F> {
     fn fusions(&self, plan: &ModelPlan) -> RVec<Fusion> {
         catch_unwind(AssertUnwindSafe(|| self.0.fusions(plan).into_iter().collect())).unwrap_or_default()
     }
-    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> RResult<ProcessedImage, RString> {
-        guard(self.0.name(), || self.0.process_image(plan, image).map(ProcessedImage::from))
+    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> RResult<ProcessedMedia, RString> {
+        guard(self.0.name(), || self.0.process_image(plan, image).map(ProcessedMedia::from))
+    }
+    fn process_audio(&self, plan: &ModelPlan, audio: &RawAudio) -> RResult<ProcessedMedia, RString> {
+        guard(self.0.name(), || self.0.process_audio(plan, audio).map(ProcessedMedia::from))
     }
     fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString> {
         guard(self.0.name(), || {
@@ -347,20 +362,19 @@ impl Model for ModelAdapter {
             })
         })
     }
-    fn embed_images(&mut self, images: RVec<ProcessedImage>) -> RResult<RVec<ArrayHandle>, RString> {
+    fn embed_images(&mut self, images: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, RString> {
         guard(self.family, || {
             let rows = self.inner.embed_images(&Self::media(&images))?;
-            if rows.len() != images.len() {
-                return Err(mlx::Error(format!(
-                    "embed_images returned {} arrays for {} images",
-                    rows.len(),
-                    images.len()
-                )));
-            }
-            Ok(rows.into_iter().map(ArrayHandle::from).collect())
+            Self::one_per_item("embed_images", rows, images.len())
         })
     }
-    fn positions(&self, tokens: RVec<u32>, images: RVec<ProcessedImage>) -> RResult<ROption<Positions>, RString> {
+    fn embed_audio(&mut self, clips: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, RString> {
+        guard(self.family, || {
+            let rows = self.inner.embed_audio(&Self::media(&clips))?;
+            Self::one_per_item("embed_audio", rows, clips.len())
+        })
+    }
+    fn positions(&self, tokens: RVec<u32>, images: RVec<ProcessedMedia>) -> RResult<ROption<Positions>, RString> {
         guard(self.family, || {
             let p = self.inner.positions(&tokens, &Self::media(&images))?;
             Ok(p.map(|(ids, delta)| Positions { ids: ids.into(), delta }).into())
@@ -369,8 +383,16 @@ impl Model for ModelAdapter {
 }
 
 impl ModelAdapter {
-    fn media(images: &RVec<ProcessedImage>) -> Vec<MediaInput> {
+    fn media(images: &RVec<ProcessedMedia>) -> Vec<MediaInput> {
         images.iter().map(MediaInput::from).collect()
+    }
+
+    /// The rows of an `embed_*` call, checked to be one array per item.
+    fn one_per_item(what: &str, rows: Vec<Array>, items: usize) -> mlx::Result<RVec<ArrayHandle>> {
+        if rows.len() != items {
+            return Err(mlx::Error(format!("{what} returned {} arrays for {items} items", rows.len())));
+        }
+        Ok(rows.into_iter().map(ArrayHandle::from).collect())
     }
 }
 

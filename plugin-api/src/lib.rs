@@ -21,7 +21,7 @@ mod types;
 
 pub use abi_stable;
 pub use handle::ArrayHandle;
-pub use media::{MediaSpec, Positions, ProcessedImage, RawImage};
+pub use media::{MediaSpec, Placeholders, Positions, ProcessedMedia, RawAudio, RawImage};
 /// The MLX API, so out-of-tree plugins need no other famlx crate.
 pub use mlx;
 pub use serde;
@@ -108,7 +108,10 @@ pub trait Family: Send + Sync {
     fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString>;
     /// The media processor: one decoded image → the vision tower's inputs
     /// and its placeholder count (an error for families without images).
-    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> RResult<ProcessedImage, RString>;
+    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> RResult<ProcessedMedia, RString>;
+    /// The audio processor: one decoded clip → the audio tower's inputs and
+    /// its placeholder count (an error for families without audio).
+    fn process_audio(&self, plan: &ModelPlan, audio: &RawAudio) -> RResult<ProcessedMedia, RString>;
     /// Builds a drafter for speculative decoding from `plan`/`weights`, to
     /// run beside the target model described by `target_plan` /
     /// `target_weights`. For a self-drafter (an MTP head inside the target's
@@ -151,12 +154,15 @@ pub trait Model {
     fn forward(&mut self, input: ForwardInput, caches: &mut RVec<CacheBox>) -> RResult<ForwardOutput, RString>;
     /// The rows that replace each image's placeholder tokens (the vision
     /// tower and projector): `[tokens, hidden]` per image, in order.
-    fn embed_images(&mut self, images: RVec<ProcessedImage>) -> RResult<RVec<ArrayHandle>, RString>;
+    fn embed_images(&mut self, images: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, RString>;
+    /// The rows that replace each audio clip's placeholder tokens (the
+    /// audio tower and projector): `[tokens, hidden]` per clip, in order.
+    fn embed_audio(&mut self, clips: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, RString>;
     /// The rotary positions of the whole sequence `tokens` with `images` in
     /// it, when the family places images in 2-D (Qwen's M-RoPE); `None`
     /// when positions are the cache offsets.
     #[sabi(last_prefix_field)]
-    fn positions(&self, tokens: RVec<u32>, images: RVec<ProcessedImage>) -> RResult<ROption<Positions>, RString>;
+    fn positions(&self, tokens: RVec<u32>, images: RVec<ProcessedMedia>) -> RResult<ROption<Positions>, RString>;
 }
 
 /// A boxed [`Model`].

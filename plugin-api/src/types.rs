@@ -83,7 +83,7 @@ pub struct ModelPlan {
     /// refuses longer prompts unless a window is asked for. 0: unknown.
     pub max_position_embeddings: u32,
     /// Inputs the model accepts: "text", "image", "audio" (shown in the
-    /// host's load log; the host feeds text only so far).
+    /// host's load log).
     pub modalities: RVec<RString>,
     /// The checkpoint's storage dtype ("bfloat16", ...), shown in the host's
     /// load log; the weights compute in the dtype they are stored in.
@@ -91,8 +91,8 @@ pub struct ModelPlan {
     /// Whether the tokenizer should prepend BOS when its own files do not
     /// say (None: leave it to the tokenizer).
     pub add_bos: ROption<bool>,
-    /// How prompts carry images, for a model that takes them (`None`: text
-    /// only). Set with [`ModelPlan::with_media`].
+    /// How prompts carry images and audio, for a model that takes them
+    /// (`None`: text only). Set with [`ModelPlan::with_media`].
     pub media: ROption<crate::MediaSpec>,
 }
 
@@ -145,12 +145,15 @@ impl ModelPlan {
         self
     }
 
-    /// Taking images as `spec` says (adds "image" to the modalities).
+    /// Taking images and/or audio as `spec` says (adds "image" and
+    /// "audio" to the modalities as it has them).
     pub fn with_media(mut self, spec: crate::MediaSpec) -> Self {
-        self.media = ROption::RSome(spec);
-        if !self.modalities.iter().any(|m| m == "image") {
-            self.modalities.push("image".into());
+        for (kind, has) in [("image", spec.image.is_some()), ("audio", spec.audio.is_some())] {
+            if has && !self.modalities.iter().any(|m| m == kind) {
+                self.modalities.push(kind.into());
+            }
         }
+        self.media = ROption::RSome(spec);
         self
     }
 
@@ -193,8 +196,9 @@ pub struct ForwardInput {
     pub logits: LogitsWanted,
     /// Also return the final hidden state (before the head).
     pub want_hidden: bool,
-    /// The rows for this call's image placeholder tokens, in order
-    /// (`[M, hidden]`, from `embed_images`), when it has any.
+    /// The rows for this call's media placeholder tokens (image and audio
+    /// alike), in the order of their positions (`[M, hidden]`, from
+    /// `embed_images` / `embed_audio`), when it has any.
     pub media: ROption<ArrayHandle>,
     /// Rotary positions of this call's tokens (a slice of `positions`),
     /// when the family places images in 2-D.

@@ -172,6 +172,12 @@ pub struct GenerateArgs {
     /// hold its placeholder tokens.
     #[arg(long = "image", value_name = "PATH")]
     pub images: Vec<PathBuf>,
+    /// An audio clip for the prompt (repeatable; WAV, any rate, mixed down
+    /// to mono and resampled to 16 kHz): placed after the images, before
+    /// the text, in order. With --prompt-ids the ids must already hold its
+    /// placeholder tokens.
+    #[arg(long = "audio", value_name = "PATH")]
+    pub audio: Vec<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -14,7 +14,7 @@
 use super::args::{CacheArgs, ModelArgs, SamplingArgs, SpecArgs};
 use super::setup::{load, params};
 use crate::decode::{GenParams, GenStats};
-use crate::prompt::{expand_markers, load_images, Prompt};
+use crate::prompt::{expand_markers, load_audio_clips, load_images, MediaKind, Prompt};
 use crate::session::Session;
 use anyhow::{bail, Result};
 use clap::Args;
@@ -58,6 +58,11 @@ pub struct BenchArgs {
     /// to the time to first token.
     #[arg(long = "image", value_name = "PATH")]
     pub images: Vec<PathBuf>,
+    /// An audio clip (WAV) to put after the images, before the random
+    /// prompt ids (repeatable): each adds its placeholder tokens to the
+    /// prompt and its audio tower time to the time to first token.
+    #[arg(long = "audio", value_name = "PATH")]
+    pub audio: Vec<PathBuf>,
 }
 
 /// What one run measured.
@@ -75,6 +80,8 @@ pub struct Trial {
     pub ttft_s: f64,
     /// Seconds in the vision tower (0 without images).
     pub vision_s: f64,
+    /// Seconds in the audio tower (0 without audio).
+    pub audio_s: f64,
     /// Where the decode time went (plain decoding only).
     pub split: Option<crate::decode::DecodeSplit>,
 }
@@ -88,6 +95,7 @@ impl Trial {
             total_time_s,
             ttft_s: if s.prompt_tps > 0.0 { s.prompt_tokens as f64 / s.prompt_tps } else { 0.0 },
             vision_s: s.vision_s,
+            audio_s: s.audio_s,
             split: s.split,
         }
     }
@@ -102,6 +110,7 @@ impl Trial {
             "total_time_s": self.total_time_s,
             "ttft_s": self.ttft_s,
             "vision_s": self.vision_s,
+            "audio_s": self.audio_s,
         });
         if let Some(s) = self.split {
             v["decode_build_s"] = json!(s.build_s);
@@ -148,7 +157,7 @@ pub fn summarize(trials: &[Trial]) -> Summary {
         col(|t| t.peak_memory_bytes as f64),
         col(|t| t.total_time_s),
     );
-    let (ttft, vision) = (col(|t| t.ttft_s), col(|t| t.vision_s));
+    let (ttft, vision, audio) = (col(|t| t.ttft_s), col(|t| t.vision_s), col(|t| t.audio_s));
     let splits: Option<Vec<_>> = trials.iter().map(|t| t.split).collect();
     let split_of = |f: fn(&[f64]) -> f64| {
         let v = splits.as_ref().filter(|v| !v.is_empty())?;
@@ -167,6 +176,7 @@ pub fn summarize(trials: &[Trial]) -> Summary {
             total_time_s: mean(&t),
             ttft_s: mean(&ttft),
             vision_s: mean(&vision),
+            audio_s: mean(&audio),
             split: split_of(mean),
         },
         median: Trial {
@@ -176,6 +186,7 @@ pub fn summarize(trials: &[Trial]) -> Summary {
             total_time_s: median(&t),
             ttft_s: median(&ttft),
             vision_s: median(&vision),
+            audio_s: median(&audio),
             split: split_of(median),
         },
     }
@@ -236,26 +247,26 @@ pub fn random_prompt(vocab: u32, n: usize, seed: u64) -> Result<Vec<u32>> {
     Ok(ids.to_vec::<i32>()?.into_iter().map(|i| i as u32).collect())
 }
 
-/// The bench prompt: each `--image`'s placeholder block, then `-p` random
-/// ids. A random id that is one of the model's image tokens would make
-/// another placeholder run: refused (another `--seed` draws other ids).
+/// The bench prompt: each `--image`'s then each `--audio`'s placeholder
+/// block, then `-p` random ids. A random id that is one of the model's
+/// media tokens would make another placeholder run: refused (another
+/// `--seed` draws other ids).
 fn bench_prompt(s: &Session, a: &BenchArgs, seed: u64) -> Result<Prompt> {
     let text = random_prompt(s.model.plan.vocab_size, a.prompt_tokens, seed)?;
-    let images = load_images(&s.model, &a.images)?;
-    let Some(spec) = s.model.plan.media.as_ref().into_option().filter(|_| !images.is_empty()) else {
+    let mut items = load_images(&s.model, &a.images)?;
+    items.extend(load_audio_clips(&s.model, &a.audio)?);
+    let Some(spec) = s.model.plan.media.as_ref().into_option().filter(|_| !items.is_empty()) else {
         return Ok(Prompt::text(text));
     };
-    let media_ids: Vec<u32> = [spec.image_marker, spec.image_token_id]
-        .into_iter()
-        .chain(spec.image_prefix.iter().copied())
-        .chain(spec.image_suffix.iter().copied())
-        .collect();
+    let kinds = [MediaKind::Image, MediaKind::Audio];
+    let media_ids: Vec<u32> = kinds.iter().filter_map(|k| k.placeholders(spec)).flat_map(|p| p.ids()).collect();
     if let Some(t) = text.iter().find(|t| media_ids.contains(t)) {
-        bail!("the random prompt (--seed {seed}) drew the image token {t}; pass another --seed");
+        bail!("the random prompt (--seed {seed}) drew the media token {t}; pass another --seed");
     }
-    let mut ids = expand_markers(&vec![spec.image_marker; images.len()], spec, &images)?;
+    let markers: Vec<u32> = items.iter().filter_map(|m| m.kind.placeholders(spec).map(|p| p.marker)).collect();
+    let mut ids = expand_markers(&markers, spec, &items)?;
     ids.extend(text);
-    Prompt::with_images(ids, Some(spec), images)
+    Prompt::with_media(ids, Some(spec), items)
 }
 
 /// `--max-tokens`'s default, read from the flag's definition.
@@ -281,14 +292,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
     p.max_tokens = a.generation_tokens;
     let seed = a.sampling.seed.unwrap_or(0);
     let prompt = bench_prompt(&s, &a, seed)?;
-    let image_tokens = prompt.image_tokens();
+    let image_tokens = prompt.tokens_of(MediaKind::Image);
+    let audio_tokens = prompt.tokens_of(MediaKind::Audio);
     // Every run generates exactly -g tokens: prompt and generation must fit.
     let total = prompt.ids.len() + a.generation_tokens;
     if s.model.context_room(total).is_err() {
-        let images = if image_tokens > 0 {
-            format!(" + {} image tokens", prompt.ids.len() - a.prompt_tokens)
-        } else {
+        let images = if prompt.media.is_empty() {
             String::new()
+        } else {
+            format!(" + {} media tokens", prompt.ids.len() - a.prompt_tokens)
         };
         bail!(
             "-p {}{images} + -g {} = {total} tokens, more than the model's context of {} tokens; \
@@ -306,10 +318,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let model_name = a.model.model.clone().unwrap_or_else(|| "default".into());
     let run_once = |s: &mut Session, p: &GenParams| -> Result<(Trial, GenStats)> {
-        // Also forgets the images' embeddings: each run pays the vision tower.
+        // Also forgets the media embeddings: each run pays the towers.
         s.reset()?;
         let t0 = Instant::now();
-        let stats = if prompt.images.is_empty() {
+        let stats = if prompt.media.is_empty() {
             s.run(&prompt.ids, p, |_| true)?
         } else {
             s.generate_prompt(&prompt, p, |_| true)?.0
@@ -339,7 +351,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     for i in 0..a.num_trials {
         let (t, _) = run_once(&mut s, &p)?;
         if !a.json {
-            let vision = if image_tokens > 0 { format!(", vision={:.3}", t.vision_s) } else { String::new() };
+            let mut vision = if image_tokens > 0 { format!(", vision={:.3}", t.vision_s) } else { String::new() };
+            if audio_tokens > 0 {
+                vision += &format!(", audio={:.3}", t.audio_s);
+            }
             eprintln!(
                 "Trial {}:  prompt_tps={:.3}, generation_tps={:.3}, peak_memory={:.3}, total_time={:.3}, ttft={:.3}{vision}",
                 i + 1,
@@ -361,6 +376,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "generation_tokens": a.generation_tokens,
             "images": a.images.len(),
             "image_tokens": image_tokens,
+            "audio": a.audio.len(),
+            "audio_tokens": audio_tokens,
             "batch_size": a.batch_size,
             "num_trials": a.num_trials,
             "seed": seed,
@@ -372,7 +389,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "average": summary.average.to_json(),
             "median": summary.median.to_json(),
         });
-        if image_tokens > 0 {
+        if !prompt.media.is_empty() {
             // The whole prompt, so another tool can be fed the same ids.
             out["prompt_ids"] = json!(prompt.ids);
         }
@@ -395,6 +412,7 @@ mod tests {
             total_time_s: 1.0,
             ttft_s: 0.5,
             vision_s: 0.0,
+            audio_s: 0.0,
             split: None,
         }
     }

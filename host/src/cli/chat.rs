@@ -7,7 +7,7 @@ use super::args::ChatArgs;
 use super::setup::{load, params, template_kwargs};
 use crate::decode::{GenParams, Interrupted};
 use crate::plugins::search_dirs;
-use crate::prompt::{chat_prompt, load_images, Message, PromptImage};
+use crate::prompt::{chat_prompt, load_audio_clips, load_images, Message, PromptMedia};
 use crate::reload::{reload_if_changed, PluginWatcher, Reload};
 use crate::session::Session;
 use anyhow::Result;
@@ -24,6 +24,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ("/help", "list these commands"),
     ("/reset", "forget the conversation (the system message stays)"),
     ("/image PATH", "attach an image to the next message"),
+    ("/audio PATH", "attach a WAV audio clip to the next message"),
     ("/exit, /quit", "leave (also Ctrl-D, or Ctrl-C twice at the prompt)"),
 ];
 
@@ -52,6 +53,8 @@ enum Command<'a> {
     Reset,
     /// `/image PATH`
     Image(&'a str),
+    /// `/audio PATH`
+    Audio(&'a str),
     /// `/exit` or `/quit`
     Exit,
     /// An unknown `/command`.
@@ -66,6 +69,7 @@ fn parse(line: &str) -> Command<'_> {
         "/reset" | "/clear" => Command::Reset,
         "/exit" | "/quit" | "/bye" => Command::Exit,
         _ if t.starts_with("/image ") || t == "/image" => Command::Image(t["/image".len()..].trim()),
+        _ if t.starts_with("/audio ") || t == "/audio" => Command::Audio(t["/audio".len()..].trim()),
         // `//text` sends `/text`.
         _ if t.starts_with("//") => Command::Say(&t[1..]),
         _ if t.starts_with('/') => Command::Unknown(t.split_whitespace().next().unwrap_or(t)),
@@ -130,8 +134,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let kwargs = template_kwargs(a.think);
     let mut pending: VecDeque<Event> = VecDeque::new();
     let mut armed = false;
-    // Images attached with /image, waiting for the next message.
-    let mut attached: Vec<Rc<PromptImage>> = Vec::new();
+    // Images and clips attached with /image and /audio, waiting for the next message.
+    let mut attached: Vec<Rc<PromptMedia>> = Vec::new();
     loop {
         if tty {
             print!(">> ");
@@ -174,12 +178,20 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 eprintln!("usage: /image PATH");
                 continue;
             }
-            Command::Image(path) => {
-                match load_images(&s.model, &[std::path::PathBuf::from(path)]) {
-                    Ok(mut img) => {
-                        let n = img[0].tokens();
-                        attached.append(&mut img);
-                        println!("(image {path} attached to the next message: {n} tokens)");
+            Command::Audio("") => {
+                eprintln!("usage: /audio PATH");
+                continue;
+            }
+            Command::Image(path) | Command::Audio(path) => {
+                let audio = matches!(parse(&line), Command::Audio(_));
+                let paths = [std::path::PathBuf::from(path)];
+                let loaded = if audio { load_audio_clips(&s.model, &paths) } else { load_images(&s.model, &paths) };
+                match loaded {
+                    Ok(mut item) => {
+                        let n = item[0].tokens();
+                        attached.append(&mut item);
+                        let what = if audio { "audio" } else { "image" };
+                        println!("({what} {path} attached to the next message: {n} tokens)");
                     }
                     Err(e) => eprintln!("famlx: error: {e:#}"),
                 }
@@ -198,15 +210,15 @@ pub fn run(a: ChatArgs) -> Result<()> {
             }
             Command::Say(t) => t.to_string(),
         };
-        history.push(Message::with_images("user", &text, std::mem::take(&mut attached)));
+        history.push(Message::with_media("user", &text, std::mem::take(&mut attached)));
         cancel.store(false, Ordering::SeqCst);
         match answer(&mut s, &history, &kwargs, &p, tty) {
             Ok(reply) => history.push(Message::new("assistant", &reply)),
             Err(e) => {
                 // The turn did not happen: the conversation stays as it was
-                // (its images wait for the next message).
+                // (its images and clips wait for the next message).
                 if let Some(m) = history.pop() {
-                    attached = m.images;
+                    attached = m.media;
                 }
                 if e.downcast_ref::<Interrupted>().is_some() {
                     eprintln!("(interrupted)");

@@ -1,7 +1,7 @@
 //! `famlx generate` and `famlx cache-prompt`.
 
 use super::args::{CachePromptArgs, GenerateArgs};
-use super::setup::{encode_prompt, encode_prompt_with_images, load, params};
+use super::setup::{encode_prompt, encode_prompt_with_media, load, params};
 use crate::decode::{prefill_last_alone, GenStats};
 use crate::plugins::search_dirs;
 use crate::reload::{reload_if_changed, PluginWatcher, Reload};
@@ -45,7 +45,7 @@ pub(crate) fn run_cache_prompt(a: CachePromptArgs) -> Result<()> {
 
 fn generate_once(a: &GenerateArgs, s: &mut Session) -> Result<()> {
     let mut p = params(&a.sampling, &a.cache, &s.model)?;
-    let prompt = encode_prompt_with_images(&s.model, &a.prompt, &a.images)?;
+    let prompt = encode_prompt_with_media(&s.model, &a.prompt, &a.images, &a.audio)?;
     if let Some(room) = s.model.context_room(prompt.ids.len())? {
         p.max_tokens = p.max_tokens.min(room);
     }
@@ -55,8 +55,10 @@ fn generate_once(a: &GenerateArgs, s: &mut Session) -> Result<()> {
     // Without a file nothing is cached: the whole prompt is prefilled.
     s.forget();
     if let Some(f) = &a.prompt_cache_file {
-        if !prompt.images.is_empty() {
-            anyhow::bail!("--prompt-cache-file: prompt caches hold text only; leave out --image or the cache file");
+        if !prompt.media.is_empty() {
+            anyhow::bail!(
+                "--prompt-cache-file: prompt caches hold text only; leave out --image/--audio or the cache file"
+            );
         }
         s.cached = s.model.load_prompt_cache(f)?;
     }
@@ -135,6 +137,8 @@ fn stats_json(s: &GenStats, text: &str) -> Value {
         "finish_reason": format!("{:?}", s.finish).to_lowercase(),
         "vision_s": s.vision_s,
         "image_tokens": s.image_tokens,
+        "audio_s": s.audio_s,
+        "audio_tokens": s.audio_tokens,
         "draft": s.draft.map(|d| json!({
             "proposed": d.proposed,
             "accepted": d.accepted,

@@ -6,7 +6,7 @@ use crate::decode::{Drafter, GenParams, SpecParams};
 use crate::default_model;
 use crate::model::LoadedModel;
 use crate::plugins::{search_dirs, Registry};
-use crate::prompt::{chat_prompt, expand_markers, load_images, parse_ids, Message, Prompt};
+use crate::prompt::{chat_prompt, expand_markers, load_audio_clips, load_images, parse_ids, Message, Prompt};
 use crate::sample::SamplerParams;
 use crate::session::Session;
 use anyhow::{anyhow, bail, Result};
@@ -39,8 +39,8 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
         b.finish_and_clear();
     }
     let mut model = model.map_err(crate::memory::explain)?;
-    if let Some(why) = model.disable_media_without_tower() {
-        eprintln!("famlx: warning: {}: images are off: {why}", path.display());
+    for (kind, why) in model.disable_media_without_tower() {
+        eprintln!("famlx: warning: {}: {kind} input is off: {why}", path.display());
     }
     if let Some(n) = m.image_tokens {
         model.set_image_tokens(n)?;
@@ -182,17 +182,24 @@ pub(crate) fn template_kwargs(think: Think) -> Map<String, Value> {
 
 /// The prompt's token ids: `ids` as given, else `text` templated (or raw).
 pub(crate) fn encode_prompt(model: &LoadedModel, a: &PromptArgs) -> Result<Vec<u32>> {
-    Ok(encode_prompt_with_images(model, a, &[])?.ids)
+    Ok(encode_prompt_with_media(model, a, &[], &[])?.ids)
 }
 
-/// The prompt with the images at `paths`: ids as given (their placeholder
-/// runs checked against the images), else the text templated with the
-/// images before it (or raw, its image markers expanded).
-pub(crate) fn encode_prompt_with_images(model: &LoadedModel, a: &PromptArgs, paths: &[PathBuf]) -> Result<Prompt> {
-    let images = load_images(model, paths)?;
+/// The prompt with the images at `images` and the clips at `audio`: ids as
+/// given (their placeholder runs checked against the items), else the text
+/// templated with the items before it (or raw, its markers expanded).
+pub(crate) fn encode_prompt_with_media(
+    model: &LoadedModel,
+    a: &PromptArgs,
+    images: &[PathBuf],
+    audio: &[PathBuf],
+) -> Result<Prompt> {
+    let mut items = load_images(model, images)?;
+    items.extend(load_audio_clips(model, audio)?);
+    let images = items;
     let media = model.plan.media.as_ref().into_option();
     let prompt = if let Some(ids) = &a.prompt_ids {
-        Prompt::with_images(parse_ids(ids)?, media, images)?
+        Prompt::with_media(parse_ids(ids)?, media, images)?
     } else {
         let text = a.prompt.as_deref().unwrap_or("Hello!");
         let tok = model.tokenizer()?;
@@ -201,13 +208,13 @@ pub(crate) fn encode_prompt_with_images(model: &LoadedModel, a: &PromptArgs, pat
             if let Some(spec) = media.filter(|_| !images.is_empty()) {
                 ids = expand_markers(&ids, spec, &images)?;
             }
-            Prompt::with_images(ids, media, images)?
+            Prompt::with_media(ids, media, images)?
         } else {
             let mut msgs = Vec::new();
             if let Some(s) = &a.system {
                 msgs.push(Message::new("system", s));
             }
-            msgs.push(Message::with_images("user", text, images));
+            msgs.push(Message::with_media("user", text, images));
             chat_prompt(tok, media, &msgs, &template_kwargs(a.think))?
         }
     };

@@ -11,7 +11,7 @@ mod prefill;
 mod speculative;
 
 pub use drafter::{DraftSource, Drafter, SpecParams, MAX_DEPTH};
-pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, TOKEN_DTYPE};
+pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};
 pub use plain::generate;
 pub use prefill::{prefill, prefill_last_alone};
 pub use speculative::generate_speculative;

@@ -109,6 +109,11 @@ pub struct GenStats {
     pub vision_s: f64,
     /// Placeholder tokens the prompt's images took.
     pub image_tokens: usize,
+    /// Seconds in the audio tower before the prefill (counted like
+    /// `vision_s`).
+    pub audio_s: f64,
+    /// Placeholder tokens the prompt's audio clips took.
+    pub audio_tokens: usize,
 }
 
 /// The plain decode loop's time after the first token, in two parts: the
@@ -194,22 +199,40 @@ impl GenStats {
             prompt_rollback: None,
             vision_s: 0.0,
             image_tokens: 0,
+            audio_s: 0.0,
+            audio_tokens: 0,
         }
     }
 }
 
 impl GenStats {
-    /// Counts `vision_s` seconds of vision tower work, done before the
-    /// prefill, into the time to first token.
-    pub(crate) fn add_vision_time(&mut self, vision_s: f64, image_tokens: usize) {
+    /// Counts the towers' work done before the prefill into the time to
+    /// first token.
+    pub(crate) fn add_media_time(&mut self, t: &MediaTime) {
         let first = if self.prompt_tps > 0.0 { self.prompt_tokens as f64 / self.prompt_tps } else { 0.0 };
-        let total = first + vision_s;
+        let total = first + t.vision_s + t.audio_s;
         if total > 0.0 {
             self.prompt_tps = self.prompt_tokens as f64 / total;
         }
-        self.vision_s = vision_s;
-        self.image_tokens = image_tokens;
+        self.vision_s = t.vision_s;
+        self.image_tokens = t.image_tokens;
+        self.audio_s = t.audio_s;
+        self.audio_tokens = t.audio_tokens;
     }
+}
+
+/// Time in the vision and audio towers for one prompt, and the placeholder
+/// tokens of its images and clips.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MediaTime {
+    /// Seconds in the vision tower.
+    pub vision_s: f64,
+    /// Image placeholder tokens.
+    pub image_tokens: usize,
+    /// Seconds in the audio tower.
+    pub audio_s: f64,
+    /// Audio placeholder tokens.
+    pub audio_tokens: usize,
 }
 
 /// Records a generated token and tells whether generation ends with it: a

@@ -78,7 +78,9 @@ fn chunk_ends(m: &LoadedModel, len: usize, step: usize) -> Vec<usize> {
     let whole = m.plan.media.as_ref().into_option().is_some_and(|s| s.keep_images_whole);
     let offset = m.cache_offset().max(0) as usize;
     let spans: Vec<(usize, usize)> = match (&m.media, whole) {
-        (Some(media), true) => media.spans.iter().map(|(s, rows)| (*s, s + rows.dim(0) as usize)).collect(),
+        (Some(media), true) => {
+            media.spans.iter().filter(|s| s.whole).map(|s| (s.start, s.start + s.rows.dim(0) as usize)).collect()
+        }
         _ => Vec::new(),
     };
     let mut ends = Vec::new();

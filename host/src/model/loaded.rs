@@ -10,7 +10,7 @@ use abi_stable::std_types::{ROption, RVec};
 use anyhow::{anyhow, bail, Context, Result};
 use famlx_text::Tokenizer;
 use mlx::Array;
-use plugin_api::{ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan, ProcessedImage};
+use plugin_api::{ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan, ProcessedMedia};
 use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
@@ -205,23 +205,39 @@ impl LoadedModel {
         self.caches.first().map_or(0, |c| c.lock().offset())
     }
 
-    /// Switches image input off when the plan takes images but the model
-    /// cannot embed any (a VLM checkpoint without its vision weights: the
-    /// family's `embed_images` of no images fails); returns why, for the one
-    /// warning line the model then serves text with.
-    pub fn disable_media_without_tower(&mut self) -> Option<String> {
-        self.plan.media.as_ref().into_option()?;
-        let err = self.model.embed_images(RVec::new()).into_result().err()?;
-        self.plan.media = ROption::RNone;
-        self.plan.modalities.retain(|m| m.as_str() != "image");
-        Some(err.to_string())
+    /// Switches image (audio) input off when the plan takes it but the
+    /// model cannot embed any (a checkpoint without its vision (audio)
+    /// weights: the family's `embed_images` (`embed_audio`) of no items
+    /// fails); returns the kinds switched off and why, for the one warning
+    /// line each the model then serves the rest with.
+    pub fn disable_media_without_tower(&mut self) -> Vec<(&'static str, String)> {
+        let mut off = Vec::new();
+        let Some(mut spec) = self.plan.media.as_ref().into_option().cloned() else { return off };
+        if spec.image.is_some() {
+            if let Some(err) = self.model.embed_images(RVec::new()).into_result().err() {
+                spec.image = ROption::RNone;
+                off.push(("image", err.to_string()));
+            }
+        }
+        if spec.audio.is_some() {
+            if let Some(err) = self.model.embed_audio(RVec::new()).into_result().err() {
+                spec.audio = ROption::RNone;
+                off.push(("audio", err.to_string()));
+            }
+        }
+        for (kind, _) in &off {
+            self.plan.modalities.retain(|m| m.as_str() != *kind);
+        }
+        self.plan.media =
+            if spec.image.is_none() && spec.audio.is_none() { ROption::RNone } else { ROption::RSome(spec) };
+        off
     }
 
     /// Caps the placeholder tokens per image at `n` (the families read
     /// `famlx_image_tokens` from their config), checked at once by
     /// processing a small image.
     pub fn set_image_tokens(&mut self, n: u32) -> Result<()> {
-        if self.plan.media.is_none() {
+        if self.plan.media.as_ref().into_option().and_then(|s| s.image_spec()).is_none() {
             bail!("--image-tokens: the {} model at hand takes no images", self.plan.model_type);
         }
         let mut cfg: serde_json::Value =
@@ -246,13 +262,18 @@ impl LoadedModel {
 
     /// The rows replacing each image's placeholder tokens (the family's
     /// vision tower), checked against the placeholder counts.
-    pub fn embed_images(&mut self, images: Vec<ProcessedImage>) -> Result<Vec<Array>> {
+    pub fn embed_images(&mut self, images: Vec<ProcessedMedia>) -> Result<Vec<Array>> {
         let want: Vec<u32> = images.iter().map(|i| i.tokens).collect();
         let rows = self
             .model
             .embed_images(images.into())
             .into_result()
             .map_err(|e| plugin_err(&self.family.name, "embed_images", e))?;
+        self.check_rows("embed_images", "image", rows, want)
+    }
+
+    /// A tower's rows, one `[n, hidden]` array per item of `n` placeholders.
+    fn check_rows(&self, what: &str, item: &str, rows: RVec<ArrayHandle>, want: Vec<u32>) -> Result<Vec<Array>> {
         let hidden = self.plan.hidden_size as i32;
         rows.into_iter()
             .zip(want)
@@ -260,7 +281,7 @@ impl LoadedModel {
                 let r = r.into_array();
                 if r.shape() != [n as i32, hidden] {
                     bail!(
-                        "{} plugin: embed_images returned rows of shape {:?} for an image of {n} tokens, expected [{n}, {hidden}]",
+                        "{} plugin: {what} returned rows of shape {:?} for an {item} of {n} tokens, expected [{n}, {hidden}]",
                         self.family.name,
                         r.shape()
                     );
@@ -270,10 +291,22 @@ impl LoadedModel {
             .collect()
     }
 
+    /// The rows replacing each audio clip's placeholder tokens (the
+    /// family's audio tower), checked against the placeholder counts.
+    pub fn embed_audio(&mut self, clips: Vec<ProcessedMedia>) -> Result<Vec<Array>> {
+        let want: Vec<u32> = clips.iter().map(|i| i.tokens).collect();
+        let rows = self
+            .model
+            .embed_audio(clips.into())
+            .into_result()
+            .map_err(|e| plugin_err(&self.family.name, "embed_audio", e))?;
+        self.check_rows("embed_audio", "clip", rows, want)
+    }
+
     /// The rotary positions of the whole sequence `ids` with `images` and
     /// the delta of later positions, for families that place images in 2-D.
-    pub fn positions(&self, ids: &[u32], images: &[ProcessedImage]) -> Result<Option<(Array, i64)>> {
-        let processed: RVec<ProcessedImage> = images.iter().cloned().collect();
+    pub fn positions(&self, ids: &[u32], images: &[ProcessedMedia]) -> Result<Option<(Array, i64)>> {
+        let processed: RVec<ProcessedMedia> = images.iter().cloned().collect();
         let p = self
             .model
             .positions(ids.to_vec().into(), processed)

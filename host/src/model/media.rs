@@ -1,17 +1,29 @@
-//! The images of the sequence a model's caches are filling: each image's
-//! rows (what replaces its placeholder tokens) at their absolute positions,
-//! and the rotary positions of the whole sequence for families that place
-//! images in 2-D. A forward takes the part that falls in its chunk.
+//! The media of the sequence a model's caches are filling: each image's or
+//! clip's rows (what replaces its placeholder tokens) at their absolute
+//! positions, and the rotary positions of the whole sequence for families
+//! that place images in 2-D. A forward takes the part that falls in its
+//! chunk.
 
 use anyhow::Result;
 use mlx::Array;
 
-/// The images of the current sequence.
+/// One image's or clip's rows in the sequence.
+#[derive(Clone)]
+pub struct MediaSpan {
+    /// The position of its first placeholder token.
+    pub start: usize,
+    /// Its rows `[tokens, hidden]`.
+    pub rows: Array,
+    /// Whether prefill must keep its placeholders in one forward (images,
+    /// when the family's [`plugin_api::MediaSpec::keep_images_whole`]).
+    pub whole: bool,
+}
+
+/// The images and clips of the current sequence.
 #[derive(Clone, Default)]
 pub struct MediaState {
-    /// Per image: the position of its first placeholder token and its rows
-    /// `[tokens, hidden]`.
-    pub spans: Vec<(usize, Array)>,
+    /// Per item, in order of position.
+    pub spans: Vec<MediaSpan>,
     /// Rotary positions of the whole sequence (family layout, positions on
     /// the last axis), when the family has them.
     pub positions: Option<Array>,
@@ -34,11 +46,11 @@ impl MediaState {
     pub fn chunk(&self, start: usize, len: usize) -> Result<ChunkMedia> {
         let end = start + len;
         let mut parts = Vec::new();
-        for (s, rows) in &self.spans {
-            let n = rows.dim(0) as usize;
-            let (a, b) = (start.max(*s), end.min(s + n));
+        for span in &self.spans {
+            let (s, n) = (span.start, span.rows.dim(0) as usize);
+            let (a, b) = (start.max(s), end.min(s + n));
             if a < b {
-                parts.push(rows.slice_axis(0, (a - s) as i32, (b - s) as i32)?);
+                parts.push(span.rows.slice_axis(0, (a - s) as i32, (b - s) as i32)?);
             }
         }
         let rows = match parts.len() {

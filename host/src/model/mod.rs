@@ -6,6 +6,6 @@ mod media;
 mod weights;
 
 pub use loaded::{apply_bos_convention, LoadedModel};
-pub use media::{ChunkMedia, MediaState};
+pub use media::{ChunkMedia, MediaSpan, MediaState};
 pub use weights::{build, count, HostWeights};
 pub(crate) use weights::{plan_and_rewrite, Source};

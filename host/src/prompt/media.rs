@@ -1,42 +1,72 @@
-//! Images in a prompt: loaded and made into model inputs by the family's
-//! media processor, their markers in the rendered template expanded into
-//! placeholder tokens, and the placeholder runs of the final ids matched to
-//! the images (so `--prompt-ids` expanded elsewhere is checked too).
+//! Images and audio clips in a prompt: loaded and made into model inputs by
+//! the family's media processors, their markers in the rendered template
+//! expanded into placeholder tokens, and the placeholder runs of the final
+//! ids matched to the items (so `--prompt-ids` expanded elsewhere is
+//! checked too).
 
 use crate::model::LoadedModel;
 use anyhow::{anyhow, bail, Result};
-use plugin_api::{MediaSpec, ProcessedImage};
+use plugin_api::{MediaSpec, Placeholders, ProcessedMedia};
 use std::path::PathBuf;
 use std::rc::Rc;
 
-/// An image of a prompt, processed for the model.
-#[derive(Debug)]
-pub struct PromptImage {
-    /// Where it came from (for messages).
-    pub path: PathBuf,
-    /// A hash of its pixels: the same picture at the same place is a
-    /// prompt-cache hit.
-    pub hash: u64,
-    /// The family's processor output.
-    pub processed: ProcessedImage,
+/// What a media item is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MediaKind {
+    /// A picture, through the vision tower.
+    Image,
+    /// A sound clip, through the audio tower.
+    Audio,
 }
 
-impl PromptImage {
-    /// Placeholder tokens the image takes.
+impl MediaKind {
+    /// "image" / "audio".
+    pub fn name(self) -> &'static str {
+        match self {
+            MediaKind::Image => "image",
+            MediaKind::Audio => "audio",
+        }
+    }
+
+    /// How the model's prompts carry this kind, if it takes it.
+    pub fn placeholders(self, spec: &MediaSpec) -> Option<&Placeholders> {
+        match self {
+            MediaKind::Image => spec.image_spec(),
+            MediaKind::Audio => spec.audio_spec(),
+        }
+    }
+}
+
+/// An image or audio clip of a prompt, processed for the model.
+#[derive(Debug)]
+pub struct PromptMedia {
+    /// Where it came from (for messages).
+    pub path: PathBuf,
+    /// Image or audio.
+    pub kind: MediaKind,
+    /// A hash of its pixels or samples: the same item at the same place is
+    /// a prompt-cache hit.
+    pub hash: u64,
+    /// The family's processor output.
+    pub processed: ProcessedMedia,
+}
+
+impl PromptMedia {
+    /// Placeholder tokens the item takes.
     pub fn tokens(&self) -> usize {
         self.processed.tokens as usize
     }
 }
 
-/// A prompt's ids and its images, each with the position of its first
-/// placeholder token.
+/// A prompt's ids and its media items in the order of their placeholder
+/// runs, each with the position of its first placeholder token.
 #[derive(Debug, Clone, Default)]
 pub struct Prompt {
     /// Token ids, placeholders expanded.
     pub ids: Vec<u32>,
-    /// The images in order.
-    pub images: Vec<Rc<PromptImage>>,
-    /// Where each image's placeholder run starts in `ids`.
+    /// The images and clips, in prompt order.
+    pub media: Vec<Rc<PromptMedia>>,
+    /// Where each item's placeholder run starts in `ids`.
     pub starts: Vec<usize>,
 }
 
@@ -46,87 +76,135 @@ impl Prompt {
         Prompt { ids, ..Prompt::default() }
     }
 
-    /// A prompt of `ids` with `images`, its placeholder runs checked
-    /// against them (a model that takes images also checks that a prompt
-    /// without any has no stray placeholders).
-    pub fn with_images(ids: Vec<u32>, media: Option<&MediaSpec>, images: Vec<Rc<PromptImage>>) -> Result<Prompt> {
-        let Some(spec) = media else {
-            if !images.is_empty() {
-                bail!("this model takes no images");
+    /// A prompt of `ids` with `media` (images and clips, each kind in its
+    /// prompt order), the placeholder runs checked against them.
+    pub fn with_media(ids: Vec<u32>, spec: Option<&MediaSpec>, media: Vec<Rc<PromptMedia>>) -> Result<Prompt> {
+        let Some(spec) = spec else {
+            if let Some(m) = media.first() {
+                bail!("this model takes no {}", if m.kind == MediaKind::Image { "images" } else { "audio" });
             }
             return Ok(Prompt::text(ids));
         };
-        let starts = image_spans(&ids, spec.image_token_id, &images)?;
-        Ok(Prompt { ids, images, starts })
+        let mut placed: Vec<(usize, Rc<PromptMedia>)> = Vec::new();
+        for kind in [MediaKind::Image, MediaKind::Audio] {
+            let items: Vec<Rc<PromptMedia>> = media.iter().filter(|m| m.kind == kind).cloned().collect();
+            let Some(p) = kind.placeholders(spec) else {
+                if !items.is_empty() {
+                    bail!("this model takes no {}", if kind == MediaKind::Image { "images" } else { "audio" });
+                }
+                continue;
+            };
+            let starts = spans(&ids, p.token_id, kind, &items)?;
+            placed.extend(starts.into_iter().zip(items));
+        }
+        placed.sort_by_key(|(s, _)| *s);
+        let (starts, media) = placed.into_iter().unzip();
+        Ok(Prompt { ids, media, starts })
     }
 
-    /// Placeholder tokens of all images.
-    pub fn image_tokens(&self) -> usize {
-        self.images.iter().map(|i| i.tokens()).sum()
+    /// Placeholder tokens of the items of `kind`.
+    pub fn tokens_of(&self, kind: MediaKind) -> usize {
+        self.media.iter().filter(|m| m.kind == kind).map(|m| m.tokens()).sum()
+    }
+
+    /// Whether the prompt has an item of `kind`.
+    pub fn has(&self, kind: MediaKind) -> bool {
+        self.media.iter().any(|m| m.kind == kind)
     }
 }
 
 /// Loads, decodes and processes the images at `paths` for `model`.
-pub fn load_images(model: &LoadedModel, paths: &[PathBuf]) -> Result<Vec<Rc<PromptImage>>> {
+pub fn load_images(model: &LoadedModel, paths: &[PathBuf]) -> Result<Vec<Rc<PromptMedia>>> {
+    load_media(model, MediaKind::Image, paths)
+}
+
+/// Loads, decodes, resamples and processes the WAV files at `paths` for `model`.
+pub fn load_audio_clips(model: &LoadedModel, paths: &[PathBuf]) -> Result<Vec<Rc<PromptMedia>>> {
+    load_media(model, MediaKind::Audio, paths)
+}
+
+fn load_media(model: &LoadedModel, kind: MediaKind, paths: &[PathBuf]) -> Result<Vec<Rc<PromptMedia>>> {
     if paths.is_empty() {
         return Ok(Vec::new());
     }
-    if model.plan.media.is_none() {
+    if model.plan.media.as_ref().into_option().and_then(|s| kind.placeholders(s)).is_none() {
         bail!(
-            "--image: the {} model at hand takes no images (inputs: {})",
+            "--{}: the {} model at hand takes no {} (inputs: {})",
+            kind.name(),
             model.plan.model_type,
+            if kind == MediaKind::Image { "images" } else { "audio" },
             model.plan.modalities.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
         );
     }
+    let family = &model.family.family;
     paths
         .iter()
         .map(|path| {
-            let raw = crate::media::load_image(path)?;
-            let processed = model
-                .family
-                .family
-                .process_image(&model.plan, &raw)
-                .into_result()
-                .map_err(|e| anyhow!("image {}: {e}", path.display()))?;
-            Ok(Rc::new(PromptImage { path: path.clone(), hash: crate::media::pixel_hash(&raw), processed }))
+            let (processed, hash) = match kind {
+                MediaKind::Image => {
+                    let raw = crate::media::load_image(path)?;
+                    (family.process_image(&model.plan, &raw), crate::media::pixel_hash(&raw))
+                }
+                MediaKind::Audio => {
+                    let clip = crate::audio::load_audio(path)?;
+                    let hash = crate::audio::sample_hash(&clip.samples);
+                    let raw =
+                        plugin_api::RawAudio { samples: clip.samples.into(), sample_rate: crate::audio::SAMPLE_RATE };
+                    (family.process_audio(&model.plan, &raw), hash)
+                }
+            };
+            let processed = processed.into_result().map_err(|e| anyhow!("{} {}: {e}", kind.name(), path.display()))?;
+            Ok(Rc::new(PromptMedia { path: path.clone(), kind, hash, processed }))
         })
         .collect()
 }
 
-/// Replaces the i-th image marker of `ids` with the i-th image's
-/// placeholders (`prefix + token × N + suffix`).
-pub fn expand_markers(ids: &[u32], spec: &MediaSpec, images: &[Rc<PromptImage>]) -> Result<Vec<u32>> {
-    let found = ids.iter().filter(|&&t| t == spec.image_marker).count();
-    if found != images.len() {
-        bail!(
-            "the prompt places {found} image{} (token {}) for {} given",
-            if found == 1 { "" } else { "s" },
-            spec.image_marker,
-            images.len()
-        );
-    }
-    let mut out = Vec::with_capacity(ids.len() + images.iter().map(|i| i.tokens() + 2).sum::<usize>());
-    let mut next = images.iter();
-    for &t in ids {
-        if t == spec.image_marker {
-            if let Some(img) = next.next() {
-                out.extend_from_slice(&spec.image_prefix);
-                out.extend(std::iter::repeat_n(spec.image_token_id, img.tokens()));
-                out.extend_from_slice(&spec.image_suffix);
-                continue;
+/// Replaces the i-th marker of each kind in `ids` with the i-th item of
+/// that kind's placeholders (`prefix + token × N + suffix`).
+pub fn expand_markers(ids: &[u32], spec: &MediaSpec, media: &[Rc<PromptMedia>]) -> Result<Vec<u32>> {
+    let mut out = ids.to_vec();
+    for kind in [MediaKind::Image, MediaKind::Audio] {
+        let items: Vec<&Rc<PromptMedia>> = media.iter().filter(|m| m.kind == kind).collect();
+        let Some(p) = kind.placeholders(spec) else {
+            if !items.is_empty() {
+                bail!("this model takes no {}", if kind == MediaKind::Image { "images" } else { "audio" });
             }
+            continue;
+        };
+        let found = out.iter().filter(|&&t| t == p.marker).count();
+        if found != items.len() {
+            let what = if kind == MediaKind::Image { "image" } else { "audio clip" };
+            bail!(
+                "the prompt places {found} {what}{} (token {}) for {} given",
+                if found == 1 { "" } else { "s" },
+                p.marker,
+                items.len()
+            );
         }
-        out.push(t);
+        let mut next = items.iter();
+        let mut expanded = Vec::with_capacity(out.len() + items.iter().map(|i| i.tokens() + 2).sum::<usize>());
+        for &t in &out {
+            if t == p.marker {
+                if let Some(item) = next.next() {
+                    expanded.extend_from_slice(&p.prefix);
+                    expanded.extend(std::iter::repeat_n(p.token_id, item.tokens()));
+                    expanded.extend_from_slice(&p.suffix);
+                    continue;
+                }
+            }
+            expanded.push(t);
+        }
+        out = expanded;
     }
     Ok(out)
 }
 
-/// The start of each run of `image_token` in `ids`, checked to be one run
-/// per image, each as long as its image's placeholder count.
-pub fn image_spans(ids: &[u32], image_token: u32, images: &[Rc<PromptImage>]) -> Result<Vec<usize>> {
+/// The start of each run of `token` in `ids`, checked to be one run per
+/// item of `kind`, each as long as its item's placeholder count.
+fn spans(ids: &[u32], token: u32, kind: MediaKind, items: &[Rc<PromptMedia>]) -> Result<Vec<usize>> {
     let mut runs: Vec<(usize, usize)> = Vec::new();
     for (i, &t) in ids.iter().enumerate() {
-        if t != image_token {
+        if t != token {
             continue;
         }
         match runs.last_mut() {
@@ -134,22 +212,25 @@ pub fn image_spans(ids: &[u32], image_token: u32, images: &[Rc<PromptImage>]) ->
             _ => runs.push((i, 1)),
         }
     }
-    if runs.len() != images.len() {
+    let what = if kind == MediaKind::Image { "image" } else { "audio clip" };
+    if runs.len() != items.len() {
         bail!(
-            "the prompt has {} image placeholder run{} (token {image_token}) but {} image{} given",
+            "the prompt has {} {} placeholder run{} (token {token}) but {} {what}{} given",
             runs.len(),
+            kind.name(),
             if runs.len() == 1 { "" } else { "s" },
-            images.len(),
-            if images.len() == 1 { " was" } else { "s were" }
+            items.len(),
+            if items.len() == 1 { " was" } else { "s were" }
         );
     }
-    for (k, ((_, n), img)) in runs.iter().zip(images).enumerate() {
-        if *n != img.tokens() {
+    for (k, ((_, n), item)) in runs.iter().zip(items).enumerate() {
+        if *n != item.tokens() {
             bail!(
-                "image {} ({}): the prompt has {n} placeholder tokens for it, the image gives {}",
+                "{what} {} ({}): the prompt has {n} placeholder tokens for it, the {} gives {}",
                 k + 1,
-                img.path.display(),
-                img.tokens()
+                item.path.display(),
+                kind.name(),
+                item.tokens()
             );
         }
     }

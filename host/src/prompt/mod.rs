@@ -1,10 +1,10 @@
-//! Turning user text (and images) into prompt token ids: chat template (or
-//! raw), BOS rule, image placeholders expanded as the reference processors
-//! expand them.
+//! Turning user text (with images and audio) into prompt token ids: chat
+//! template (or raw), BOS rule, media placeholders expanded as the
+//! reference processors expand them.
 
-mod images;
+mod media;
 
-pub use images::{expand_markers, image_spans, load_images, Prompt, PromptImage};
+pub use media::{expand_markers, load_audio_clips, load_images, MediaKind, Prompt, PromptMedia};
 
 use anyhow::{anyhow, Result};
 use famlx_text::{ChatTemplate, Tokenizer};
@@ -19,30 +19,32 @@ pub struct Message {
     pub role: String,
     /// Text.
     pub content: String,
-    /// Images attached to the turn (placed before its text, as mlx-vlm's
-    /// prompt helper places them).
-    pub images: Vec<Rc<PromptImage>>,
+    /// Images and audio clips attached to the turn (placed before its
+    /// text, images first, as mlx-vlm's prompt helper places them).
+    pub media: Vec<Rc<PromptMedia>>,
 }
 
 impl Message {
     /// A text message.
     pub fn new(role: &str, content: &str) -> Self {
-        Message { role: role.into(), content: content.into(), images: Vec::new() }
+        Message { role: role.into(), content: content.into(), media: Vec::new() }
     }
 
-    /// A message with images.
-    pub fn with_images(role: &str, content: &str, images: Vec<Rc<PromptImage>>) -> Self {
-        Message { role: role.into(), content: content.into(), images }
+    /// A message with images and/or audio clips.
+    pub fn with_media(role: &str, content: &str, media: Vec<Rc<PromptMedia>>) -> Self {
+        Message { role: role.into(), content: content.into(), media }
     }
 
-    /// The template's view: a plain string for text (as before images
+    /// The template's view: a plain string for text (as before media
     /// existed, so text prompts render exactly as they did), content parts
-    /// when there are images.
+    /// when there are images or clips.
     fn to_json(&self) -> Value {
-        if self.images.is_empty() {
+        if self.media.is_empty() {
             return json!({"role": self.role, "content": self.content});
         }
-        let mut parts: Vec<Value> = self.images.iter().map(|_| json!({"type": "image"})).collect();
+        let mut ordered: Vec<&Rc<PromptMedia>> = self.media.iter().collect();
+        ordered.sort_by_key(|m| m.kind != MediaKind::Image);
+        let mut parts: Vec<Value> = ordered.iter().map(|m| json!({"type": m.kind.name()})).collect();
         parts.push(json!({"type": "text", "text": self.content}));
         json!({"role": self.role, "content": parts})
     }
@@ -54,19 +56,20 @@ pub fn chat_ids(tok: &Tokenizer, messages: &[Message], extra: &Map<String, Value
     Ok(chat_prompt(tok, None, messages, extra)?.ids)
 }
 
-/// [`chat_ids`] for messages that may carry images: each image's marker in
-/// the rendered text is expanded to its placeholder tokens (`media` says
-/// how), and the ids are checked against the images.
+/// [`chat_ids`] for messages that may carry images and audio: each item's
+/// marker in the rendered text is expanded to its placeholder tokens
+/// (`media` says how), and the ids are checked against the items.
 pub fn chat_prompt(
     tok: &Tokenizer,
     media: Option<&MediaSpec>,
     messages: &[Message],
     extra: &Map<String, Value>,
 ) -> Result<Prompt> {
-    let images: Vec<Rc<PromptImage>> = messages.iter().flat_map(|m| m.images.iter().cloned()).collect();
+    // Each kind in prompt order: per message, images then clips.
+    let items: Vec<Rc<PromptMedia>> = messages.iter().flat_map(|m| m.media.iter().cloned()).collect();
     let Some(src) = tok.chat_template() else {
-        if !images.is_empty() {
-            anyhow::bail!("the tokenizer has no chat template to place images with; pass --prompt-ids with the placeholders expanded");
+        if !items.is_empty() {
+            anyhow::bail!("the tokenizer has no chat template to place images or audio with; pass --prompt-ids with the placeholders expanded");
         }
         // No template: fall back to the plain text of the last user turn.
         let text = messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n");
@@ -83,10 +86,10 @@ pub fn chat_prompt(
         anyhow::bail!("the chat template rendered an empty prompt; pass --raw to send the text as it is");
     }
     let mut ids = tok.encode(&text, true).map_err(|e| anyhow!("{e}"))?;
-    if let Some(spec) = media.filter(|_| !images.is_empty()) {
-        ids = expand_markers(&ids, spec, &images)?;
+    if let Some(spec) = media.filter(|_| !items.is_empty()) {
+        ids = expand_markers(&ids, spec, &items)?;
     }
-    Prompt::with_images(ids, media, images)
+    Prompt::with_media(ids, media, items)
 }
 
 /// Parses `--prompt-ids 1,2,3`.

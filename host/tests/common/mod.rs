@@ -50,6 +50,9 @@ pub const VISION_FIXTURES: [&str; 6] = [
     "qwen3_5-vl-q4",
 ];
 
+/// Fixtures with audio (tests/audio_gemma4.rs, tests/gemma4_unified.rs).
+pub const AUDIO_FIXTURES: [&str; 3] = ["gemma4-audio-hf-f32", "gemma4-audio-f32", "gemma4_unified-f32"];
+
 /// `fixtures/<name>` in the repository.
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("fixtures").join(name)

@@ -11,9 +11,9 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `famlx generate` on `dir` for a recorded prompt: the text through the
-/// chat template with `--image` for one image (images go first, as
-/// mlx-vlm's prompt helper puts them), the recorded ids with `--prompt-ids`
-/// for interleaved images. Returns the logits of the last position and the
+/// chat template with `--image` / `--audio` when the media come first
+/// (images, then clips, as famlx places them), the recorded ids with
+/// `--prompt-ids` otherwise. Returns the logits of the last position and the
 /// `--json` output; `extra` flags are added.
 pub fn generate(
     dir: &Path,
@@ -32,9 +32,17 @@ pub fn generate(
         args.push("--image".into());
         args.push(fixture("images").join(im.as_str().unwrap()).display().to_string());
     }
+    let clips = p.get("audios").and_then(|a| a.as_array()).cloned().unwrap_or_default();
+    for a in &clips {
+        args.push("--audio".into());
+        args.push(fixture("audio").join(a.as_str().unwrap()).display().to_string());
+    }
     let content = p["messages"][0]["content"].as_array().unwrap();
-    let images_first =
-        content.iter().take_while(|c| c["type"] == "image").count() == p["images"].as_array().unwrap().len();
+    // famlx places images, then clips, then the text.
+    let n_img = p["images"].as_array().unwrap().len();
+    let media_first = content.iter().take(n_img).all(|c| c["type"] == "image")
+        && content.iter().skip(n_img).take(clips.len()).all(|c| c["type"] == "audio");
+    let images_first = media_first && content.iter().filter(|c| c["type"] != "text").count() == n_img + clips.len();
     let texts: Vec<&str> =
         content.iter().filter(|c| c["type"] == "text").map(|c| c["text"].as_str().unwrap()).collect();
     if images_first && texts.len() == 1 {

@@ -1,7 +1,7 @@
 //! The media types of the ABI and their plugin-side forms.
 
 use crate::ArrayHandle;
-use abi_stable::std_types::RVec;
+use abi_stable::std_types::{ROption, RVec};
 use abi_stable::StableAbi;
 use mlx::Array;
 
@@ -65,36 +65,61 @@ impl RawImage {
     }
 }
 
-/// An image made into model inputs by its family's media processor.
+/// An audio clip as the host decodes it: one channel (a file's channels
+/// averaged, as the reference loaders mix them down), resampled to
+/// [`RawAudio::SAMPLE_RATE`], samples in [-1, 1].
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct RawAudio {
+    /// The samples, mono.
+    pub samples: RVec<f32>,
+    /// Their rate in Hz (the host always hands [`RawAudio::SAMPLE_RATE`]).
+    pub sample_rate: u32,
+}
+
+impl RawAudio {
+    /// The rate every audio family here takes (Gemma 4's feature
+    /// extractors: 16 kHz).
+    pub const SAMPLE_RATE: u32 = 16_000;
+
+    /// The clip's length in milliseconds.
+    pub fn millis(&self) -> f64 {
+        self.samples.len() as f64 * 1000.0 / self.sample_rate.max(1) as f64
+    }
+}
+
+/// An image or an audio clip made into model inputs by its family's media
+/// processor ([`crate::Family::process_image`], `process_audio`).
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone)]
-pub struct ProcessedImage {
-    /// The vision tower's input (pixel values or patches, family layout).
+pub struct ProcessedMedia {
+    /// The tower's input (pixel values, patches or audio features, family
+    /// layout).
     pub pixels: ArrayHandle,
     /// Family-defined sizes (e.g. Qwen's grid `t, h, w` in patches).
     pub grid: RVec<i64>,
-    /// Placeholder tokens the image takes in the prompt.
+    /// Placeholder tokens the item takes in the prompt.
     pub tokens: u32,
     /// Further inputs of the tower (e.g. patch positions).
     pub extra: RVec<ArrayHandle>,
 }
 
-/// [`ProcessedImage`] on the plugin side.
+/// [`ProcessedMedia`] on the plugin side.
 #[derive(Debug, Clone)]
 pub struct MediaInput {
-    /// The vision tower's input.
+    /// The tower's input.
     pub pixels: Array,
     /// Family-defined sizes.
     pub grid: Vec<i64>,
-    /// Placeholder tokens the image takes in the prompt.
+    /// Placeholder tokens the item takes in the prompt.
     pub tokens: u32,
     /// Further inputs of the tower.
     pub extra: Vec<Array>,
 }
 
-impl From<MediaInput> for ProcessedImage {
+impl From<MediaInput> for ProcessedMedia {
     fn from(m: MediaInput) -> Self {
-        ProcessedImage {
+        ProcessedMedia {
             pixels: m.pixels.into(),
             grid: m.grid.into(),
             tokens: m.tokens,
@@ -103,8 +128,8 @@ impl From<MediaInput> for ProcessedImage {
     }
 }
 
-impl From<&ProcessedImage> for MediaInput {
-    fn from(p: &ProcessedImage) -> Self {
+impl From<&ProcessedMedia> for MediaInput {
+    fn from(p: &ProcessedMedia) -> Self {
         MediaInput {
             pixels: p.pixels.to_array(),
             grid: p.grid.to_vec(),
@@ -114,27 +139,65 @@ impl From<&ProcessedImage> for MediaInput {
     }
 }
 
-/// How a family's prompts carry images, in token ids. The chat template
-/// writes the token `image_marker` once per image; the host replaces the
-/// i-th marker of the tokenized prompt with `image_prefix + image_token_id
-/// × N + image_suffix` (N: the image's [`ProcessedImage::tokens`]), as the
-/// reference processors expand the text (every token involved is special,
-/// so expanding ids equals expanding text).
+/// How a family's prompts carry one kind of media, in token ids. The chat
+/// template writes the token `marker` once per item; the host replaces the
+/// i-th marker of the tokenized prompt with `prefix + token_id × N +
+/// suffix` (N: the item's [`ProcessedMedia::tokens`]), as the reference
+/// processors expand the text (every token involved is special, so
+/// expanding ids equals expanding text).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct Placeholders {
+    /// The token the chat template writes for one item.
+    pub marker: u32,
+    /// Tokens before the placeholders.
+    pub prefix: RVec<u32>,
+    /// The placeholder token's id (the forward puts the item's rows there).
+    pub token_id: u32,
+    /// Tokens after the placeholders.
+    pub suffix: RVec<u32>,
+}
+
+impl Placeholders {
+    /// Every token id involved (marker, placeholder, prefix and suffix).
+    pub fn ids(&self) -> Vec<u32> {
+        [self.marker, self.token_id]
+            .into_iter()
+            .chain(self.prefix.iter().copied())
+            .chain(self.suffix.iter().copied())
+            .collect()
+    }
+}
+
+/// How a family's prompts carry media: images, audio clips, or both.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq)]
 pub struct MediaSpec {
-    /// The token the chat template writes for one image.
-    pub image_marker: u32,
-    /// Tokens before the placeholders.
-    pub image_prefix: RVec<u32>,
-    /// The placeholder token's id (the forward puts image rows there).
-    pub image_token_id: u32,
-    /// Tokens after the placeholders.
-    pub image_suffix: RVec<u32>,
+    /// Images (`None`: the model takes none).
+    pub image: ROption<Placeholders>,
+    /// Audio clips (`None`: the model takes none).
+    pub audio: ROption<Placeholders>,
     /// Prefill must not cut an image's placeholder run in two (its tokens
     /// attend to each other both ways, as Gemma 4's with
     /// `use_bidirectional_attention: "vision"`).
     pub keep_images_whole: bool,
+}
+
+impl MediaSpec {
+    /// How images are carried, when the model takes them.
+    pub fn image_spec(&self) -> Option<&Placeholders> {
+        self.image.as_ref().into_option()
+    }
+
+    /// How audio clips are carried, when the model takes them.
+    pub fn audio_spec(&self) -> Option<&Placeholders> {
+        self.audio.as_ref().into_option()
+    }
+
+    /// The placeholder token ids of every kind the model takes.
+    pub fn placeholder_ids(&self) -> Vec<u32> {
+        self.image_spec().into_iter().chain(self.audio_spec()).map(|p| p.token_id).collect()
+    }
 }
 
 /// Rotary positions a prompt with images needs (Qwen's M-RoPE): family

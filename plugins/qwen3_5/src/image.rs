@@ -6,9 +6,10 @@
 
 use crate::vision::VisionConfig;
 use mlx::{Array, Error, Result};
+use plugin_api::abi_stable::std_types::ROption;
 use plugin_api::config::{field, field_or, text_config};
 use plugin_api::media::MediaInput;
-use plugin_api::{MediaSpec, RawImage};
+use plugin_api::{MediaSpec, Placeholders, RawImage};
 use serde_json::Value;
 
 /// Image settings of a VL checkpoint.
@@ -112,10 +113,13 @@ impl ImageConfig {
     /// `<|vision_start|><|image_pad|><|vision_end|>`; the pad becomes N pads.
     pub fn spec(&self) -> MediaSpec {
         MediaSpec {
-            image_marker: self.image_token_id,
-            image_prefix: Vec::new().into(),
-            image_token_id: self.image_token_id,
-            image_suffix: Vec::new().into(),
+            image: ROption::RSome(Placeholders {
+                marker: self.image_token_id,
+                prefix: Vec::new().into(),
+                token_id: self.image_token_id,
+                suffix: Vec::new().into(),
+            }),
+            audio: ROption::RNone,
             keep_images_whole: false,
         }
     }

@@ -99,7 +99,7 @@ impl ModelForward for Qwen3_5 {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let mut h = input.embed(&self.embed)?;
         if let (Some(rows), Some(img)) = (&input.media, &self.image) {
-            h = splice_rows(&h, &input.tokens, rows, img.image_token_id)?;
+            h = splice_rows(&h, &input.tokens, rows, &[img.image_token_id])?;
         }
         let rotary = self.rotary(input, caches, h.dtype())?;
         for (i, l) in self.layers.iter().enumerate() {

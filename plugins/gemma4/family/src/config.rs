@@ -317,9 +317,10 @@ impl Config {
     }
 
     /// The name prefix of the text model's tensors in the host's naming
-    /// (mlx-lm's: `language_model.model.` for multimodal checkpoints).
+    /// (mlx-lm's: `language_model.model.` for the multimodal wrappers,
+    /// `gemma4` and `gemma4_unified`).
     pub fn prefix(&self) -> &'static str {
-        if self.model_type == "gemma4" {
+        if self.model_type == "gemma4" || self.model_type == "gemma4_unified" {
             "language_model."
         } else {
             ""

@@ -8,7 +8,7 @@ use crate::vision::VisionConfig;
 use mlx::{Array, Error, Result};
 use plugin_api::config::{field, field_or};
 use plugin_api::media::MediaInput;
-use plugin_api::{MediaSpec, RawImage};
+use plugin_api::{Placeholders, RawImage};
 use serde_json::Value;
 
 /// The soft-token budgets Gemma 4 was trained with.
@@ -107,13 +107,12 @@ impl ImageConfig {
 
     /// How prompts carry images: each `<|image|>` the template writes
     /// becomes `<|image>`, the soft token N times, `<image|>`.
-    pub fn spec(&self) -> MediaSpec {
-        MediaSpec {
-            image_marker: self.image_token_id,
-            image_prefix: vec![self.boi_token_id].into(),
-            image_token_id: self.image_token_id,
-            image_suffix: vec![self.eoi_token_id].into(),
-            keep_images_whole: self.bidirectional,
+    pub fn placeholders(&self) -> Placeholders {
+        Placeholders {
+            marker: self.image_token_id,
+            prefix: vec![self.boi_token_id].into(),
+            token_id: self.image_token_id,
+            suffix: vec![self.eoi_token_id].into(),
         }
     }
 

@@ -15,18 +15,27 @@
 //! style MoE block (`enable_moe_block`) runs routed experts beside the dense
 //! MLP in every layer and sums the two branches. `gemma4_assistant`
 //! checkpoints are drafters for speculative decoding ([`assistant`]).
+//! Multimodal checkpoints take images ([`image`], [`vision`]) and, with an
+//! `audio_config`, audio ([`audio`], [`audio_tower`]).
 
 pub mod assistant;
+pub mod audio;
 pub mod audio_features;
+pub mod audio_tower;
+mod clipped;
 pub mod config;
 pub mod image;
 pub mod layer;
+pub mod media;
 pub mod model;
 pub mod moe;
 pub mod vision;
 
+use audio::AudioConfig;
+use audio_tower::AudioTower;
 use config::Config;
 use image::ImageConfig;
+use media::{MediaTokens, Tower};
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use model::Gemma4Text;
@@ -34,14 +43,19 @@ use plugin_api::config::{eos_ids, field_or, text_config};
 use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
 use plugin_api::layers::{gate_up_fusion, qkv_fusion};
 use plugin_api::media::MediaInput;
-use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawImage};
+use plugin_api::{CacheKind, Fusion, MediaSpec, ModelPlan, QuantClass, QuantSpec, RawAudio, RawImage};
 use serde_json::Value;
+use vision::VisionTower;
 
-/// Module prefixes of the towers famlx does not run yet (audio).
-const UNUSED_PREFIXES: [&str; 4] = ["multi_modal_projector", "audio_tower", "embed_audio", "vision_embedder"];
+/// Module prefixes of towers gemma4 checkpoints may carry that famlx does
+/// not run (gemma4_unified's embedder has its own family).
+const UNUSED_PREFIXES: [&str; 2] = ["multi_modal_projector", "vision_embedder"];
 
 /// Module prefixes of the vision tower and its projector.
 const VISION_PREFIXES: [&str; 2] = ["vision_tower.", "embed_vision."];
+
+/// Module prefixes of the audio tower and its projector.
+const AUDIO_PREFIXES: [&str; 2] = ["audio_tower.", "embed_audio."];
 
 /// Tensor name fragments that carry no weights a runtime needs.
 const DROPPED: [&str; 5] = ["self_attn.rotary_emb", "input_max", "input_min", "output_max", "output_min"];
@@ -92,17 +106,30 @@ impl FamilySpec for Gemma4Family {
             // Gemma is trained with BOS first; the tokenizer adds it once.
             .with_bos(true);
         // A vision_config that does not describe a usable tower (e.g. a
-        // stub beside text weights) leaves the model serving text.
-        Ok(match ImageConfig::parse(config) {
-            Ok(Some(img)) => plan.with_media(img.spec()),
-            _ => plan,
-        })
+        // stub beside text weights) leaves the model without images; an
+        // audio_config that does not parse is an error.
+        let image = ImageConfig::parse(config).ok().flatten();
+        let audio = AudioConfig::parse(config)?;
+        if image.is_none() && audio.is_none() {
+            return Ok(plan);
+        }
+        Ok(plan.with_media(MediaSpec {
+            image: image.as_ref().map(ImageConfig::placeholders).into(),
+            audio: audio.as_ref().map(AudioConfig::spec).into(),
+            keep_images_whole: image.as_ref().is_some_and(|i| i.bidirectional),
+        }))
     }
 
     fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> Result<MediaInput> {
         let img = ImageConfig::parse(&plan.config_as::<Value>()?)?
             .ok_or_else(|| Error::msg("this gemma4 checkpoint has no vision_config"))?;
         img.process(image)
+    }
+
+    fn process_audio(&self, plan: &ModelPlan, audio: &RawAudio) -> Result<MediaInput> {
+        let cfg = AudioConfig::parse(&plan.config_as::<Value>()?)?
+            .ok_or_else(|| Error::msg("this gemma4 checkpoint has no audio_config"))?;
+        cfg.process(audio)
     }
 
     fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
@@ -121,6 +148,9 @@ impl FamilySpec for Gemma4Family {
                 Some(_) => true,
             };
             return Ok(if keep { vec![(bare.to_string(), t)] } else { vec![] });
+        }
+        if AUDIO_PREFIXES.iter().any(|p| bare.starts_with(p)) {
+            return rewrite_audio(plan, bare, t);
         }
         let cfg = Config::from_plan(plan)?;
         if UNUSED_PREFIXES.iter().any(|p| bare.starts_with(p)) || DROPPED.iter().any(|d| name.contains(d)) {
@@ -158,8 +188,8 @@ impl FamilySpec for Gemma4Family {
     }
 
     fn quant_class(&self, _plan: &ModelPlan, name: &str) -> QuantClass {
-        if VISION_PREFIXES.iter().any(|p| name.starts_with(p)) {
-            // The tower stays in float, as mlx-vlm's converter keeps it.
+        if VISION_PREFIXES.iter().chain(&AUDIO_PREFIXES).any(|p| name.starts_with(p)) {
+            // The towers stay in float, as mlx-vlm's converter keeps them.
             return QuantClass::Skip;
         }
         if name.ends_with("router.proj.weight") {
@@ -191,9 +221,32 @@ impl FamilySpec for Gemma4Family {
         if plan.model_type.as_str() == assistant::MODEL_TYPE {
             return Err(Error::msg("gemma4_assistant is a draft model: pass it with --draft-model"));
         }
-        let image = if plan.media.is_some() { ImageConfig::parse(&plan.config_as::<Value>()?)? } else { None };
         let cfg = Config::from_plan(plan)?;
-        Ok(Box::new(Gemma4Text::load(&cfg, w)?.with_vision(image, w, cfg.hidden_size)?))
+        let model = Gemma4Text::load(&cfg, w)?;
+        let Some(spec) = plan.media.as_ref().into_option() else { return Ok(Box::new(model)) };
+        let c = plan.config_as::<Value>()?;
+        let image = if spec.image.is_some() { ImageConfig::parse(&c)? } else { None };
+        let audio = if spec.audio.is_some() { AudioConfig::parse(&c)? } else { None };
+        let tokens = MediaTokens {
+            image_token_id: image.as_ref().map(|i| i.image_token_id),
+            audio_token_id: audio.as_ref().map(|a| a.audio_token_id),
+            media_ids: image.as_ref().map(|i| i.media_ids.clone()).unwrap_or_else(|| media_ids(&c)),
+            bidirectional_images: image.as_ref().is_some_and(|i| i.bidirectional),
+        };
+        let h = cfg.hidden_size;
+        // Towers whose weights are absent stay unloaded: the host then
+        // serves the other inputs with one warning line.
+        let vision = match &image {
+            Some(i) if VisionTower::present(&i.vision, w) => {
+                Some(Box::new(VisionTower::load(&i.vision, w, h)?) as Box<dyn Tower>)
+            }
+            _ => None,
+        };
+        let audio_tower = match &audio {
+            Some(a) if AudioTower::present(w) => Some(Box::new(AudioTower::load(&a.tower, w, h)?) as Box<dyn Tower>),
+            _ => None,
+        };
+        Ok(Box::new(model.with_media(tokens, vision, audio_tower)))
     }
 
     fn build_drafter(
@@ -210,5 +263,34 @@ impl FamilySpec for Gemma4Family {
     }
 }
 
-#[cfg(feature = "export")]
-plugin_api::export_plugin!("famlx-plugin-gemma4", [Gemma4Family]);
+/// Image, video and audio token ids of a multimodal config (their
+/// per-layer input is the pad token's).
+pub fn media_ids(c: &Value) -> Vec<u32> {
+    ["image_token_id", "video_token_id", "audio_token_id"]
+        .iter()
+        .filter_map(|n| c.get(*n).and_then(Value::as_u64).map(|v| v as u32))
+        .collect()
+}
+
+/// An audio tower or projector tensor: Hugging Face's `model.` prefix gone
+/// (already stripped into `name`), PyTorch conv layouts made MLX's
+/// (`[out, in, kh, kw]` → `[out, kh, kw, in]`, `[out, in, k]` → `[out, k,
+/// in]`) unless stored so already, as mlx-vlm's `sanitize` decides;
+/// dropped when the checkpoint has no `audio_config`.
+fn rewrite_audio(plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+    let Some(audio) = AudioConfig::parse(&plan.config_as::<Value>()?)? else { return Ok(vec![]) };
+    if name.contains("rotary_emb") {
+        return Ok(vec![]);
+    }
+    let mut t = t;
+    if name.contains("subsample_conv_projection") && name.ends_with("conv.weight") && t.ndim() == 4 {
+        let expected_in = if name.contains(".layer0.") { 1 } else { audio.tower.conv_channels[0] };
+        if t.dim(-1) != expected_in {
+            t = t.transpose(&[0, 2, 3, 1])?;
+        }
+    }
+    if name.ends_with("depthwise_conv1d.weight") && t.ndim() == 3 && t.dim(-1) != 1 {
+        t = t.transpose(&[0, 2, 1])?;
+    }
+    Ok(vec![(name.to_string(), t)])
+}

@@ -1,12 +1,12 @@
-//! The Gemma 4 model: scaled embeddings (image rows spliced in at their
-//! soft tokens), the decoder layers (KV-shared ones reading earlier layers'
-//! K/V), per-layer inputs (E2B/E4B), the final norm and the soft-capped
-//! output head; the vision tower when the checkpoint has one.
+//! The Gemma 4 model: scaled embeddings (image and audio rows spliced in at
+//! their soft tokens), the decoder layers (KV-shared ones reading earlier
+//! layers' K/V), per-layer inputs (E2B/E4B), the final norm and the
+//! soft-capped output head; the vision and audio towers when the checkpoint
+//! has them.
 
 use crate::config::Config;
-use crate::image::ImageConfig;
 use crate::layer::Gemma4Layer;
-use crate::vision::VisionTower;
+use crate::media::{MediaTokens, Tower};
 use mlx::nn::{Embedding, Linear, OutputHead, RmsNorm, Weights};
 use mlx::{Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, Input, ModelForward, Output};
@@ -25,7 +25,7 @@ struct PerLayerInputs {
 }
 
 /// The Gemma 4 text model.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Gemma4Text {
     embed: Embedding,
     embed_scale: f64,
@@ -34,8 +34,9 @@ pub struct Gemma4Text {
     head: OutputHead,
     softcap: Option<f32>,
     per_layer: Option<PerLayerInputs>,
-    image: Option<ImageConfig>,
-    vision: Option<VisionTower>,
+    media: MediaTokens,
+    vision: Option<Box<dyn Tower>>,
+    audio: Option<Box<dyn Tower>>,
 }
 
 impl Gemma4Text {
@@ -82,34 +83,47 @@ impl Gemma4Text {
             norm: RmsNorm::load(w, &format!("{p}.norm"), h, eps)?,
             softcap: cfg.final_logit_softcapping.filter(|c| *c > 0.0),
             per_layer,
-            image: None,
+            media: MediaTokens::default(),
             vision: None,
+            audio: None,
         })
     }
 
-    /// With image input as `image` says, the tower loaded from `w` when the
-    /// checkpoint has its weights (without them the model serves text and
-    /// says so when given an image).
-    pub fn with_vision(mut self, image: Option<ImageConfig>, w: &dyn Weights, text_hidden: i32) -> Result<Gemma4Text> {
-        if let Some(img) = &image {
-            if VisionTower::present(&img.vision, w) {
-                self.vision = Some(VisionTower::load(&img.vision, w, text_hidden)?);
-            }
-        }
-        self.image = image;
-        Ok(self)
+    /// With media input as `media` says, through the towers the checkpoint
+    /// has (without one, the model says so when given its kind of input).
+    pub fn with_media(
+        mut self,
+        media: MediaTokens,
+        vision: Option<Box<dyn Tower>>,
+        audio: Option<Box<dyn Tower>>,
+    ) -> Gemma4Text {
+        self.media = media;
+        self.vision = vision;
+        self.audio = audio;
+        self
     }
 
     /// Where each call token may also look besides causally: the tokens of
     /// one image see each other (`[L, L]` bool), for checkpoints with
-    /// `use_bidirectional_attention: "vision"`.
+    /// `use_bidirectional_attention: "vision"`, in calls without audio.
     fn image_overlay(&self, input: &Input) -> Result<Option<Array>> {
-        let Some(img) = self.image.as_ref().filter(|i| i.bidirectional) else { return Ok(None) };
+        let Some(image_token) = self.media.image_token_id.filter(|_| self.media.bidirectional_images) else {
+            return Ok(None);
+        };
         let l = input.tokens.dim(1);
         if input.media.is_none() || l < 2 {
             return Ok(None);
         }
-        let is_img = input.tokens.reshape(&[l])?.eq(&Array::i32(img.image_token_id as i32))?;
+        let flat = input.tokens.reshape(&[l])?;
+        if let Some(a) = self.media.audio_token_id {
+            // mlx-vlm 0.7.10 prefills prompts with audio in chunks, and its
+            // chunked masks leave the image overlay out: with audio in the
+            // call, image tokens attend causally as there.
+            if input.tokens.to_vec::<i32>()?.contains(&(a as i32)) {
+                return Ok(None);
+            }
+        }
+        let is_img = flat.eq(&Array::i32(image_token as i32))?;
         let prev = mlx::concatenate(&[&Array::from_slice(&[false], &[1])?, &is_img.slice_axis(0, 0, l - 1)?], 0)?;
         let starts = is_img.logical_and(&prev.logical_not()?)?.astype(Dtype::I32)?;
         // Runs numbered from 1; text tokens 0.
@@ -121,9 +135,8 @@ impl Gemma4Text {
     /// The token ids the per-layer embedding reads: image, video and audio
     /// tokens read the pad token's row.
     fn per_layer_ids(&self, tokens: &Array) -> Result<Array> {
-        let Some(img) = &self.image else { return Ok(tokens.clone()) };
         let mut ids = tokens.clone();
-        for &m in &img.media_ids {
+        for &m in &self.media.media_ids {
             ids = mlx::where_(&ids.eq(&Array::i32(m as i32))?, &Array::i32(0), &ids)?;
         }
         Ok(ids)
@@ -145,9 +158,9 @@ impl ModelForward for Gemma4Text {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let e = input.embed(&self.embed)?;
         let mut h = e.mul_s(self.embed_scale)?;
-        if let (Some(rows), Some(img)) = (&input.media, &self.image) {
-            // Image rows go in as the tower gives them, not scaled.
-            h = splice_rows(&h, &input.tokens, rows, img.image_token_id)?;
+        if let Some(rows) = &input.media {
+            // Tower rows go in as the tower gives them, not scaled.
+            h = splice_rows(&h, &input.tokens, rows, &self.media.placeholders())?;
         }
         let overlay = self.image_overlay(input)?;
         let pli = match &self.per_layer {
@@ -181,9 +194,16 @@ impl ModelForward for Gemma4Text {
     }
 
     fn embed_images(&mut self, images: &[MediaInput]) -> Result<Vec<Array>> {
-        let tower = self.vision.as_ref().ok_or_else(|| {
-            Error::msg("this checkpoint has no vision tower weights (vision_tower.*): it serves text only")
-        })?;
-        images.iter().map(|m| tower.embed(&m.pixels)).collect()
+        let tower = self
+            .vision
+            .as_ref()
+            .ok_or_else(|| Error::msg("this checkpoint has no vision weights: it takes no images"))?;
+        images.iter().map(|m| tower.embed(m)).collect()
+    }
+
+    fn embed_audio(&mut self, clips: &[MediaInput]) -> Result<Vec<Array>> {
+        let tower =
+            self.audio.as_ref().ok_or_else(|| Error::msg("this checkpoint has no audio weights: it takes no audio"))?;
+        clips.iter().map(|m| tower.embed(m)).collect()
     }
 }

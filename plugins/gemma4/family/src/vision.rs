@@ -4,6 +4,7 @@
 //! optional standardization, and a scale-free RMS norm before the
 //! projection. Each image runs alone (no attention across images).
 
+use crate::clipped::ClippedLinear;
 use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask};
 use mlx::nn::{gelu_approx, Kind, Linear, Weights};
 use mlx::{Array, Dtype, Error, Result};
@@ -90,47 +91,6 @@ impl VisionConfig {
     }
 }
 
-/// A linear that clips its input and output to bounds stored beside it
-/// (`input_min` ... `output_max`, 0-d, kept in their stored dtype so the
-/// arithmetic promotes as the reference's does).
-#[derive(Debug, Clone)]
-struct ClippedLinear {
-    linear: Linear,
-    input: Option<(Array, Array)>,
-    output: Option<(Array, Array)>,
-}
-
-impl ClippedLinear {
-    fn load(w: &dyn Weights, p: &str, i: i32, o: i32, clipped: bool) -> Result<ClippedLinear> {
-        let bounds = |a: &str, b: &str| -> Result<Option<(Array, Array)>> {
-            if !clipped {
-                return Ok(None);
-            }
-            Ok(Some((
-                w.tensor(&format!("{p}.{a}"), &[], Kind::Float)?,
-                w.tensor(&format!("{p}.{b}"), &[], Kind::Float)?,
-            )))
-        };
-        Ok(ClippedLinear {
-            linear: Linear::load(w, &format!("{p}.linear"), i, o)?,
-            input: bounds("input_min", "input_max")?,
-            output: bounds("output_min", "output_max")?,
-        })
-    }
-
-    fn forward(&self, x: &Array) -> Result<Array> {
-        let x = match &self.input {
-            Some((lo, hi)) => x.clip(Some(lo), Some(hi))?,
-            None => x.clone(),
-        };
-        let y = self.linear.forward(&x)?;
-        match &self.output {
-            Some((lo, hi)) => y.clip(Some(lo), Some(hi)),
-            None => Ok(y),
-        }
-    }
-}
-
 /// Bidirectional attention over one image, scale 1 (the q/k norms carry
 /// it), as the reference runs it: heads zero-padded to a fused-kernel size,
 /// an additive zero mask, the whole call compiled (its fused softmax and
@@ -199,6 +159,12 @@ pub struct VisionTower {
     standardize: Option<(Array, Array)>,
     projection: Linear,
     dtype: Dtype,
+}
+
+impl crate::media::Tower for VisionTower {
+    fn embed(&self, item: &plugin_api::media::MediaInput) -> Result<Array> {
+        VisionTower::embed(self, &item.pixels)
+    }
 }
 
 impl VisionTower {

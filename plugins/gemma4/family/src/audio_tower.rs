@@ -1,0 +1,426 @@
+//! Gemma 4's audio tower (a Universal-Speech-Model conformer) and its
+//! projector into the text model: two stride-2 conv blocks over the log-mel
+//! features (conv, channel layer norm, ReLU), a linear to the tower width,
+//! conformer blocks (half-step feed-forward, chunked local attention with
+//! relative positions and soft-capped logits, a light causal depthwise
+//! convolution, a second feed-forward), an output projection, then a
+//! scale-free RMS norm and the projection to the text width. One clip runs
+//! at a time (batch 1); padded frames are masked as the reference masks
+//! them, so a clip's rows do not depend on the padding.
+
+use crate::clipped::ClippedLinear;
+use mlx::fast::{layer_norm, rms_norm};
+use mlx::nn::{silu, Kind, Linear, Weights};
+use mlx::{Array, Dtype, Error, Result};
+use plugin_api::config::field_or;
+use serde_json::Value;
+
+/// Mel bins of the tower's input.
+const MEL_BINS: i32 = 128;
+
+/// `audio_config`, the fields the tower reads (absent fields take mlx-vlm
+/// 0.7.10's defaults: the E2B/E4B tower).
+#[derive(Debug, Clone)]
+pub struct ConformerConfig {
+    /// Width of the conformer.
+    pub hidden_size: i32,
+    /// Conformer blocks.
+    pub num_hidden_layers: i32,
+    /// Attention heads.
+    pub num_attention_heads: i32,
+    /// Output channels of the two conv blocks.
+    pub conv_channels: [i32; 2],
+    /// Width of the light convolution's kernel.
+    pub conv_kernel_size: i32,
+    /// Weight of the feed-forward branches.
+    pub residual_weight: f64,
+    /// Queries per attention chunk.
+    pub chunk: i32,
+    /// Keys before a query it sees, itself included (`attention_context_left`).
+    pub context_left: i32,
+    /// Keys after a query it sees (`attention_context_right`).
+    pub context_right: i32,
+    /// Soft cap of the attention logits.
+    pub logit_cap: f64,
+    /// The logit masked keys get.
+    pub invalid_logit: f64,
+    /// RMS / layer norm epsilon.
+    pub rms_norm_eps: f32,
+    /// Bound activations are clipped to.
+    pub gradient_clipping: f64,
+    /// Width of the output projection (`None`: no projection).
+    pub output_proj_dims: Option<i32>,
+}
+
+impl ConformerConfig {
+    /// From `audio_config` (`None` when the checkpoint has none).
+    pub fn parse(c: &Value) -> Result<Option<ConformerConfig>> {
+        let Some(a) = c.get("audio_config").filter(|v| v.is_object()) else { return Ok(None) };
+        let channels: Vec<i32> = field_or(a, "subsampling_conv_channels", vec![128, 32])?;
+        let [c0, c1] = channels[..] else {
+            return Err(Error::msg("config: audio_config.subsampling_conv_channels must have two entries"));
+        };
+        let cfg = ConformerConfig {
+            hidden_size: field_or(a, "hidden_size", 1024)?,
+            num_hidden_layers: field_or(a, "num_hidden_layers", 12)?,
+            num_attention_heads: field_or(a, "num_attention_heads", 8)?,
+            conv_channels: [c0, c1],
+            conv_kernel_size: field_or(a, "conv_kernel_size", 5)?,
+            residual_weight: field_or(a, "residual_weight", 0.5)?,
+            chunk: field_or(a, "attention_chunk_size", 12)?,
+            context_left: field_or(a, "attention_context_left", 13)?,
+            context_right: field_or(a, "attention_context_right", 0)?,
+            logit_cap: field_or(a, "attention_logit_cap", 50.0)?,
+            invalid_logit: field_or(a, "attention_invalid_logits_value", -1e9)?,
+            rms_norm_eps: field_or(a, "rms_norm_eps", 1e-6)?,
+            gradient_clipping: field_or(a, "gradient_clipping", 1e10)?,
+            output_proj_dims: field_or(a, "output_proj_dims", Some(1536))?,
+        };
+        let positive = [cfg.hidden_size, cfg.num_attention_heads, c0, c1, cfg.conv_kernel_size, cfg.chunk];
+        if positive.iter().any(|&v| v <= 0)
+            || cfg.num_hidden_layers < 0
+            || cfg.context_left < 0
+            || cfg.context_right < 0
+            || cfg.hidden_size % cfg.num_attention_heads != 0
+            || cfg.hidden_size % 2 != 0
+            || cfg.output_proj_dims.is_some_and(|d| d <= 0)
+        {
+            return Err(Error::msg(
+                "config: audio_config: sizes must be positive, hidden_size even and a multiple of num_attention_heads",
+            ));
+        }
+        Ok(Some(cfg))
+    }
+
+    fn head_dim(&self) -> i32 {
+        self.hidden_size / self.num_attention_heads
+    }
+
+    /// Keys before a query (itself excluded) a chunk's context holds.
+    fn past(&self) -> i32 {
+        (self.context_left - 1).max(0)
+    }
+
+    /// Keys per chunk context.
+    fn context(&self) -> i32 {
+        self.chunk + self.past() + self.context_right
+    }
+
+    /// Width of the tower's output rows.
+    pub fn output_dims(&self) -> i32 {
+        self.output_proj_dims.unwrap_or(self.hidden_size)
+    }
+}
+
+/// Macaron feed-forward: norm, 4x SiLU MLP, norm, half-weighted residual.
+#[derive(Debug, Clone)]
+struct FeedForward {
+    pre_norm: Array,
+    up: ClippedLinear,
+    down: ClippedLinear,
+    post_norm: Array,
+}
+
+/// Chunked local self-attention with relative positions.
+#[derive(Debug, Clone)]
+struct Attention {
+    q: ClippedLinear,
+    k: ClippedLinear,
+    v: ClippedLinear,
+    post: ClippedLinear,
+    relative_k: Linear,
+    /// The dtype the position embeddings are cast to before `relative_k`
+    /// (its weight's, as the reference casts them).
+    relative_dtype: Dtype,
+    per_dim_scale: Array,
+}
+
+/// Norm, GLU, causal depthwise conv, norm, SiLU, linear.
+#[derive(Debug, Clone)]
+struct LightConv {
+    pre_norm: Array,
+    start: ClippedLinear,
+    depthwise: Array,
+    conv_norm: Array,
+    end: ClippedLinear,
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    ff1: FeedForward,
+    attn: Attention,
+    conv: LightConv,
+    ff2: FeedForward,
+    norm_pre_attn: Array,
+    norm_post_attn: Array,
+    norm_out: Array,
+}
+
+/// The audio tower and its projector.
+#[derive(Debug, Clone)]
+pub struct AudioTower {
+    cfg: ConformerConfig,
+    convs: [(Array, Array); 2],
+    input_proj: Linear,
+    blocks: Vec<Block>,
+    output_proj: Option<Linear>,
+    projection: Linear,
+}
+
+impl crate::media::Tower for AudioTower {
+    fn embed(&self, item: &plugin_api::media::MediaInput) -> Result<Array> {
+        let valid = item.extra.first().ok_or_else(|| Error::msg("audio input without its frame mask"))?;
+        AudioTower::embed(self, &item.pixels, valid, item.tokens)
+    }
+}
+
+impl AudioTower {
+    /// Whether the checkpoint holds the tower and its projector (a
+    /// checkpoint without them serves text and images).
+    pub fn present(w: &dyn Weights) -> bool {
+        ["audio_tower.subsample_conv_projection.layer0.conv.weight", "embed_audio.embedding_projection.weight"]
+            .iter()
+            .all(|n| w.get(n).is_some())
+    }
+
+    /// Loads `audio_tower.*` and `embed_audio.*` (projecting to `text_hidden`).
+    pub fn load(cfg: &ConformerConfig, w: &dyn Weights, text_hidden: i32) -> Result<AudioTower> {
+        let d = cfg.hidden_size;
+        let t = |n: &str, shape: &[i32]| w.tensor(n, shape, Kind::Float);
+        let cl = |p: &str, i: i32, o: i32| ClippedLinear::load_bounds_if_present(w, p, i, o);
+        let sp = "audio_tower.subsample_conv_projection";
+        let [c0, c1] = cfg.conv_channels;
+        let convs = [
+            (t(&format!("{sp}.layer0.conv.weight"), &[c0, 3, 3, 1])?, t(&format!("{sp}.layer0.norm.weight"), &[c0])?),
+            (t(&format!("{sp}.layer1.conv.weight"), &[c1, 3, 3, c0])?, t(&format!("{sp}.layer1.norm.weight"), &[c1])?),
+        ];
+        let freq = (0..2).fold(MEL_BINS, |f, _| (f + 2 - 3) / 2 + 1);
+        let input_proj = Linear::load(w, &format!("{sp}.input_proj_linear"), freq * c1, d)?;
+        let ff = |p: &str| -> Result<FeedForward> {
+            Ok(FeedForward {
+                pre_norm: t(&format!("{p}.pre_layer_norm.weight"), &[d])?,
+                up: cl(&format!("{p}.ffw_layer_1"), d, 4 * d)?,
+                down: cl(&format!("{p}.ffw_layer_2"), 4 * d, d)?,
+                post_norm: t(&format!("{p}.post_layer_norm.weight"), &[d])?,
+            })
+        };
+        let blocks = (0..cfg.num_hidden_layers)
+            .map(|i| {
+                let p = format!("audio_tower.layers.{i}");
+                let a = format!("{p}.self_attn");
+                let c = format!("{p}.lconv1d");
+                Ok(Block {
+                    ff1: ff(&format!("{p}.feed_forward1"))?,
+                    attn: Attention {
+                        q: cl(&format!("{a}.q_proj"), d, d)?,
+                        k: cl(&format!("{a}.k_proj"), d, d)?,
+                        v: cl(&format!("{a}.v_proj"), d, d)?,
+                        post: cl(&format!("{a}.post"), d, d)?,
+                        relative_k: Linear::load(w, &format!("{a}.relative_k_proj"), d, d)?,
+                        relative_dtype: match w.get(&format!("{a}.relative_k_proj.weight")) {
+                            Some(t) if t.dtype().is_float() => t.dtype(),
+                            _ => Dtype::F32,
+                        },
+                        per_dim_scale: t(&format!("{a}.per_dim_scale"), &[cfg.head_dim()])?,
+                    },
+                    conv: LightConv {
+                        pre_norm: t(&format!("{c}.pre_layer_norm.weight"), &[d])?,
+                        start: cl(&format!("{c}.linear_start"), d, 2 * d)?,
+                        depthwise: t(&format!("{c}.depthwise_conv1d.weight"), &[d, cfg.conv_kernel_size, 1])?,
+                        conv_norm: t(&format!("{c}.conv_norm.weight"), &[d])?,
+                        end: cl(&format!("{c}.linear_end"), d, d)?,
+                    },
+                    ff2: ff(&format!("{p}.feed_forward2"))?,
+                    norm_pre_attn: t(&format!("{p}.norm_pre_attn.weight"), &[d])?,
+                    norm_post_attn: t(&format!("{p}.norm_post_attn.weight"), &[d])?,
+                    norm_out: t(&format!("{p}.norm_out.weight"), &[d])?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let output_proj = cfg.output_proj_dims.map(|o| Linear::load(w, "audio_tower.output_proj", d, o)).transpose()?;
+        Ok(AudioTower {
+            cfg: cfg.clone(),
+            convs,
+            input_proj,
+            blocks,
+            output_proj,
+            projection: Linear::load(w, "embed_audio.embedding_projection", cfg.output_dims(), text_hidden)?,
+        })
+    }
+
+    /// The text-model rows of one clip: `features` `[1, T, 128]` log-mel,
+    /// `valid` `[1, T]` (true for frames inside the clip) → the first
+    /// `tokens` rows of the projected tower output `[tokens, text_hidden]`
+    /// (as the reference's scatter takes them; it wraps round when a clip
+    /// gives fewer rows than placeholders, and so does this).
+    pub fn embed(&self, features: &Array, valid: &Array, tokens: u32) -> Result<Array> {
+        let (enc, _) = self.encode(features, valid)?;
+        let n = rms_norm(&enc, None, self.cfg.rms_norm_eps)?;
+        let rows = self.projection.forward(&n)?.squeeze(&[0])?;
+        let have = rows.dim(0);
+        let want = tokens as i32;
+        if have == 0 {
+            return Err(Error::msg("the audio tower gave no rows"));
+        }
+        if want <= have {
+            rows.slice_axis(0, 0, want)
+        } else {
+            let idx: Vec<i32> = (0..want).map(|k| k % have).collect();
+            rows.take(&Array::from_slice(&idx, &[want])?, 0)
+        }
+    }
+
+    /// The tower's output `[1, T/4, output_dims]` (padded rows zero) and
+    /// its padding mask (true: padding).
+    pub fn encode(&self, features: &Array, valid: &Array) -> Result<(Array, Array)> {
+        let c = &self.cfg;
+        // Zeros as the reference's Python `0.0`: of the other operand's dtype.
+        let zero = |x: &Array| x.scalar_like(0.0);
+        let mut pad = valid.logical_not()?;
+        let mut x = features.expand_dims(&[-1])?;
+        for (conv, norm) in &self.convs {
+            x = mlx::where_(&pad.expand_dims(&[2, 3])?, &zero(&x)?, &x)?;
+            x = x.pad(&[1, 2], &[1, 1], &[1, 1], &zero(&x)?, "constant")?;
+            x = mlx::conv2d(&x, conv, [2, 2], [0, 0], [1, 1], 1)?;
+            let t_out = x.dim(1);
+            let t_in = pad.dim(1);
+            pad = pad.slice(&[0, 0], &[1, t_in], &[1, 2])?.slice_axis(1, 0, t_out)?;
+            let n = layer_norm(&x, Some(norm), None, c.rms_norm_eps)?;
+            x = n.maximum(&zero(&n)?)?;
+        }
+        let (b, t, f, ch) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+        x = self.input_proj.forward(&x.reshape(&[b, t, f * ch])?)?;
+        let causal = self.causal_valid()?;
+        let keep = pad.logical_not()?;
+        for blk in &self.blocks {
+            x = self.block(blk, &x, &keep, &causal)?;
+        }
+        if let Some(o) = &self.output_proj {
+            x = o.forward(&x)?;
+        }
+        let x = mlx::where_(&pad.expand_dims(&[-1])?, &zero(&x)?, &x)?;
+        Ok((x, pad))
+    }
+
+    fn clip(&self, x: &Array) -> Result<Array> {
+        let g = self.cfg.gradient_clipping;
+        x.clip(Some(&x.scalar_like(-g)?), Some(&x.scalar_like(g)?))
+    }
+
+    fn norm(&self, x: &Array, w: &Array) -> Result<Array> {
+        rms_norm(x, Some(w), self.cfg.rms_norm_eps)
+    }
+
+    fn feed_forward(&self, ff: &FeedForward, x: &Array) -> Result<Array> {
+        // The reference's feed-forward norms use their default epsilon
+        // (1e-6), not the config's.
+        let h = rms_norm(&self.clip(x)?, Some(&ff.pre_norm), 1e-6)?;
+        let h = ff.down.forward(&silu(&ff.up.forward(&h)?)?)?;
+        let h = rms_norm(&self.clip(&h)?, Some(&ff.post_norm), 1e-6)?;
+        x.add(&h.mul_s(self.cfg.residual_weight)?)
+    }
+
+    fn block(&self, blk: &Block, x: &Array, keep: &Array, causal: &Array) -> Result<Array> {
+        let x = self.feed_forward(&blk.ff1, x)?;
+        let h = rms_norm(&self.clip(&x)?, Some(&blk.norm_pre_attn), 1e-6)?;
+        let h = self.clip(&self.attention(&blk.attn, &h, keep, causal)?)?;
+        let x = x.add(&rms_norm(&h, Some(&blk.norm_post_attn), 1e-6)?)?;
+        let x = x.mul(&keep.expand_dims(&[-1])?.astype(x.dtype())?)?;
+        let x = self.light_conv(&blk.conv, &x)?;
+        let x = self.feed_forward(&blk.ff2, &x)?;
+        rms_norm(&self.clip(&x)?, Some(&blk.norm_out), 1e-6)
+    }
+
+    fn light_conv(&self, lc: &LightConv, x: &Array) -> Result<Array> {
+        let d = self.cfg.hidden_size;
+        let h = self.norm(x, &lc.pre_norm)?;
+        let h = lc.start.forward(&h)?;
+        let parts = h.split(2, -1)?;
+        let h = parts[0].mul(&parts[1].sigmoid()?)?;
+        let k = self.cfg.conv_kernel_size;
+        let h = h.pad(&[1], &[k - 1], &[0], &h.scalar_like(0.0)?, "constant")?;
+        let h = mlx::conv1d(&h, &lc.depthwise, 1, 0, 1, d)?;
+        let h = self.norm(&self.clip(&h)?, &lc.conv_norm)?;
+        lc.end.forward(&silu(&h)?)?.add(x)
+    }
+
+    /// Which keys of a chunk's context each of its queries sees: `[W, C]`.
+    fn causal_valid(&self) -> Result<Array> {
+        let c = &self.cfg;
+        let (w, ctx, past, future) = (c.chunk, c.context(), c.past(), c.context_right);
+        let mut m = Vec::with_capacity((w * ctx) as usize);
+        for q in 0..w {
+            for k in 0..ctx {
+                let dist = q + past - k;
+                m.push((dist >= 0 && dist < past) || (dist < 0 && -dist < future));
+            }
+        }
+        Array::from_slice(&m, &[w, ctx])
+    }
+
+    /// `[1, T, ...]` → each chunk's context `[1, U, C, ...]`: `past`
+    /// positions before the chunk, the chunk, `future` after.
+    fn context_blocks(&self, x: &Array, fill: &Array) -> Result<Array> {
+        let c = &self.cfg;
+        let (w, ctx, past) = (c.chunk, c.context(), c.past());
+        let x = x.pad(&[1], &[past], &[c.context_right + w - 1], fill, "constant")?;
+        let u = (x.dim(1) - ctx) / w + 1;
+        let idx: Vec<i32> = (0..u).flat_map(|b| (0..ctx).map(move |o| b * w + o)).collect();
+        let g = x.take(&Array::from_slice(&idx, &[u * ctx])?, 1)?;
+        let mut shape = vec![1, u, ctx];
+        shape.extend_from_slice(&x.shape()[2..]);
+        g.reshape(&shape)
+    }
+
+    fn attention(&self, a: &Attention, x: &Array, keep: &Array, causal: &Array) -> Result<Array> {
+        let c = &self.cfg;
+        let (t, nh, hd, w) = (x.dim(1), c.num_attention_heads, c.head_dim(), c.chunk);
+        let qkv = |l: &ClippedLinear| l.forward(x)?.astype(Dtype::F32)?.reshape(&[1, t, nh, hd]);
+        let q_scale = (hd as f64).powf(-0.5) / std::f64::consts::LN_2;
+        let k_scale = (1.0 + std::f64::consts::E).ln() / std::f64::consts::LN_2;
+        let softplus = a.per_dim_scale.logaddexp(&a.per_dim_scale.scalar_like(0.0)?)?;
+        let q = qkv(&a.q)?.mul(&softplus.mul_s(q_scale)?)?;
+        let k = qkv(&a.k)?.mul_s(k_scale)?;
+        let v = qkv(&a.v)?;
+        // Queries in chunks of W, keys and values in each chunk's context.
+        let u = (t + w - 1) / w;
+        let zero = Array::f32(0.0);
+        let q = q.pad(&[1], &[0], &[u * w - t], &zero, "constant")?.reshape(&[1, u, w, nh, hd])?;
+        let k = self.context_blocks(&k, &zero)?;
+        let v = self.context_blocks(&v, &zero)?;
+        let ctx = k.dim(2);
+        let seen = self.context_blocks(keep, &Array::from_slice(&[false], &[])?)?;
+        let cond = seen.reshape(&[1, 1, u, 1, ctx])?.logical_and(&causal.reshape(&[1, 1, 1, w, ctx])?)?;
+        let qp = q.transpose(&[0, 3, 1, 2, 4])?;
+        let term_ac = qp.matmul(&k.transpose(&[0, 3, 1, 4, 2])?)?;
+        let term_bd = self.relative_logits(a, &qp, u, ctx)?;
+        let logits = term_ac.add(&term_bd)?;
+        let logits = logits.div_s(c.logit_cap)?.tanh()?.mul_s(c.logit_cap)?;
+        let logits = mlx::where_(&cond, &logits, &logits.scalar_like(c.invalid_logit)?)?;
+        let probs = logits.softmax(&[-1], false)?;
+        let out = probs.matmul(&v.transpose(&[0, 3, 1, 2, 4])?)?; // [1, N, U, W, H]
+        let out = out.transpose(&[0, 2, 3, 1, 4])?.reshape(&[1, u * w, nh * hd])?.slice_axis(1, 0, t)?;
+        a.post.forward(&out)
+    }
+
+    /// The relative-position term of the logits `[1, N, U, W, C]`: queries
+    /// against sinusoidal embeddings of the offsets `past ..= -future`
+    /// (projected by `relative_k_proj`), shifted so each query's offsets line
+    /// up with its context's keys.
+    fn relative_logits(&self, a: &Attention, qp: &Array, u: i32, ctx: i32) -> Result<Array> {
+        let c = &self.cfg;
+        let (nh, hd, w, d) = (c.num_attention_heads, c.head_dim(), c.chunk, c.hidden_size);
+        let span = c.past() + c.context_right + 1;
+        let half = d / 2;
+        let inc = (10000f64).ln() / ((half - 1).max(1) as f64);
+        let inv = mlx::arange(0.0, half as f64, 1.0, Dtype::F32)?.mul_s(-inc)?.exp()?;
+        let pos = mlx::arange(c.past() as f64, -(c.context_right as f64) - 1.0, -1.0, Dtype::F32)?;
+        let scaled = pos.expand_dims(&[1])?.mul(&inv.expand_dims(&[0])?)?;
+        let signal = mlx::concatenate(&[&scaled.sin()?, &scaled.cos()?], -1)?;
+        let emb = a.relative_k.forward(&signal.astype(a.relative_dtype)?)?;
+        let emb = emb.astype(Dtype::F32)?.reshape(&[span, nh, hd])?.transpose(&[1, 2, 0])?;
+        let bd = qp.reshape(&[1, nh, u * w, hd])?.matmul(&emb)?.reshape(&[1, nh, u, w, span])?;
+        let bd = bd.pad(&[4], &[0], &[ctx + 1 - span], &Array::f32(0.0), "constant")?;
+        bd.reshape(&[1, nh, u, w * (ctx + 1)])?.slice_axis(3, 0, w * ctx)?.reshape(&[1, nh, u, w, ctx])
+    }
+}

@@ -1,0 +1,38 @@
+//! What the text model needs to know about media: which tokens carry tower
+//! rows, which of them read the pad token's per-layer input, whether image
+//! tokens attend within their image both ways, and the towers themselves
+//! behind one trait (gemma4's encoders, gemma4_unified's encoder-free
+//! embedders).
+
+use mlx::{Array, Result};
+use plugin_api::media::MediaInput;
+use std::fmt::Debug;
+
+/// A tower: one processed item (an image or an audio clip) → its rows,
+/// `[tokens, text hidden]`.
+pub trait Tower: Send + Debug {
+    /// The rows replacing the item's placeholder tokens.
+    fn embed(&self, item: &MediaInput) -> Result<Array>;
+}
+
+/// The media token ids of a multimodal checkpoint.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MediaTokens {
+    /// The soft token image rows replace.
+    pub image_token_id: Option<u32>,
+    /// The soft token audio rows replace.
+    pub audio_token_id: Option<u32>,
+    /// Image, video and audio token ids: their per-layer input is the pad
+    /// token's (E2B/E4B).
+    pub media_ids: Vec<u32>,
+    /// Image tokens see their whole image (`use_bidirectional_attention:
+    /// "vision"`).
+    pub bidirectional_images: bool,
+}
+
+impl MediaTokens {
+    /// The placeholder ids rows are spliced at.
+    pub fn placeholders(&self) -> Vec<u32> {
+        self.image_token_id.into_iter().chain(self.audio_token_id).collect()
+    }
+}

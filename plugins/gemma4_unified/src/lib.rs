@@ -1,0 +1,154 @@
+//! The gemma4_unified family: Gemma 4's text model and drafter (from the
+//! gemma4 family's library, not a copy) with encoder-free media inputs
+//! ([`embedders`]): images as 48-pixel patches (up to the processor's
+//! budget, 280 by default), audio as 640 samples per token.
+//!
+//! As in mlx-vlm 0.7.10, image tokens attend within their image both ways
+//! (`use_bidirectional_attention: "vision"`) in prompts without audio, and
+//! causally in prompts with audio (whose prefill there is chunked, without
+//! the image overlay).
+
+pub mod embedders;
+
+use embedders::{AudioEmbedder, UnifiedAudio, UnifiedVision, VisionEmbedder};
+use famlx_gemma4::config::Config;
+use famlx_gemma4::media::{MediaTokens, Tower};
+use famlx_gemma4::model::Gemma4Text;
+use famlx_gemma4::{media_ids, Gemma4Family};
+use mlx::nn::Weights;
+use mlx::{Array, Error, Result};
+use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
+use plugin_api::media::MediaInput;
+use plugin_api::{Fusion, MediaSpec, ModelPlan, QuantClass, RawAudio, RawImage};
+use serde_json::Value;
+
+/// The checkpoint `model_type`.
+pub const MODEL_TYPE: &str = "gemma4_unified";
+
+/// Module prefixes of the embedders and projectors.
+const MEDIA_PREFIXES: [&str; 3] = ["vision_embedder.", "embed_vision.", "embed_audio."];
+
+/// The family registration.
+pub struct Gemma4UnifiedFamily;
+
+fn config(plan: &ModelPlan) -> Result<Value> {
+    plan.config_as::<Value>()
+}
+
+impl FamilySpec for Gemma4UnifiedFamily {
+    fn name(&self) -> &'static str {
+        "gemma4_unified"
+    }
+
+    fn model_types(&self) -> &'static [&'static str] {
+        &[MODEL_TYPE]
+    }
+
+    /// The text model's plan as gemma4 makes it, with the unified media.
+    fn plan(&self, c: &Value) -> Result<ModelPlan> {
+        let mut text = c.clone();
+        if let Some(o) = text.as_object_mut() {
+            o.remove("vision_config");
+            o.remove("audio_config");
+        }
+        let mut plan = Gemma4Family.plan(&text)?;
+        plan.family = "gemma4_unified".into();
+        let mut stored = c.clone();
+        if let Some(o) = stored.as_object_mut() {
+            o.retain(|k, _| !k.starts_with("quantization"));
+        }
+        plan.config = serde_json::to_string(&stored).map_err(|e| Error(format!("config: {e}")))?.into();
+        let vision = UnifiedVision::parse(c)?;
+        let audio = UnifiedAudio::parse(c)?;
+        if vision.is_none() && audio.is_none() {
+            return Ok(plan);
+        }
+        Ok(plan.with_media(MediaSpec {
+            image: vision.as_ref().map(UnifiedVision::placeholders).into(),
+            audio: audio.as_ref().map(UnifiedAudio::placeholders).into(),
+            keep_images_whole: vision.as_ref().is_some_and(|v| v.image.bidirectional),
+        }))
+    }
+
+    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> Result<MediaInput> {
+        UnifiedVision::parse(&config(plan)?)?
+            .ok_or_else(|| Error::msg("this gemma4_unified checkpoint has no vision_config"))?
+            .process(image)
+    }
+
+    fn process_audio(&self, plan: &ModelPlan, audio: &RawAudio) -> Result<MediaInput> {
+        UnifiedAudio::parse(&config(plan)?)?
+            .ok_or_else(|| Error::msg("this gemma4_unified checkpoint has no audio_config"))?
+            .process(audio)
+    }
+
+    /// mlx-vlm's names: the embedders as they are (dropped when the config
+    /// has no such input), `lm_head` dropped (tied), the text model's
+    /// tensors as gemma4 renames them.
+    fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let bare = name.strip_prefix("model.").unwrap_or(name);
+        if bare == "lm_head.weight" || name.contains("rotary_emb") {
+            return Ok(vec![]);
+        }
+        if MEDIA_PREFIXES.iter().any(|p| bare.starts_with(p)) {
+            let c = config(plan)?;
+            let section = if bare.starts_with("embed_audio.") { "audio_config" } else { "vision_config" };
+            let keep = c.get(section).is_some_and(Value::is_object);
+            return Ok(if keep { vec![(bare.to_string(), t)] } else { vec![] });
+        }
+        Gemma4Family.rewrite(plan, name, t)
+    }
+
+    fn quant_class(&self, plan: &ModelPlan, name: &str) -> QuantClass {
+        if MEDIA_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            return QuantClass::Skip;
+        }
+        Gemma4Family.quant_class(plan, name)
+    }
+
+    fn fusions(&self, plan: &ModelPlan) -> Vec<Fusion> {
+        Gemma4Family.fusions(plan)
+    }
+
+    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+        let cfg = Config::from_plan(plan)?;
+        let model = Gemma4Text::load(&cfg, w)?;
+        let Some(spec) = plan.media.as_ref().into_option() else { return Ok(Box::new(model)) };
+        let c = config(plan)?;
+        let vision = if spec.image.is_some() { UnifiedVision::parse(&c)? } else { None };
+        let audio = if spec.audio.is_some() { UnifiedAudio::parse(&c)? } else { None };
+        let tokens = MediaTokens {
+            image_token_id: vision.as_ref().map(|v| v.image.image_token_id),
+            audio_token_id: audio.as_ref().map(|a| a.audio_token_id),
+            media_ids: media_ids(&c),
+            bidirectional_images: vision.as_ref().is_some_and(|v| v.image.bidirectional),
+        };
+        let h = cfg.hidden_size;
+        // Embedders whose weights are absent stay unloaded: the host then
+        // serves the other inputs with one warning line.
+        let vision_tower = match &vision {
+            Some(v) if VisionEmbedder::present(w) => Some(Box::new(VisionEmbedder::load(v, w, h)?) as Box<dyn Tower>),
+            _ => None,
+        };
+        let audio_tower = match &audio {
+            Some(a) if AudioEmbedder::present(w) => Some(Box::new(AudioEmbedder::load(a, w, h)?) as Box<dyn Tower>),
+            _ => None,
+        };
+        Ok(Box::new(model.with_media(tokens, vision_tower, audio_tower)))
+    }
+
+    /// gemma4's drafters (`gemma4_assistant` checkpoints) serve this
+    /// family's text model as they serve gemma4's.
+    fn build_drafter(
+        &self,
+        plan: &ModelPlan,
+        w: &dyn Weights,
+        target_plan: &ModelPlan,
+        target_w: &dyn Weights,
+    ) -> Result<Option<Box<dyn DraftForward>>> {
+        Gemma4Family.build_drafter(plan, w, target_plan, target_w)
+    }
+}
+
+#[cfg(feature = "export")]
+plugin_api::export_plugin!("famlx-plugin-gemma4_unified", [Gemma4UnifiedFamily]);

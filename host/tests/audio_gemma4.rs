@@ -142,6 +142,14 @@ fn prompts_match_mlx_vlm() {
             if let Err(e) = r {
                 failures.push(e);
             }
+            if name == "audio" {
+                // The same prompt as ids expanded beforehand (`--prompt-ids`,
+                // which the helper passes when the text comes first).
+                let mut q = p.clone();
+                q["messages"][0]["content"].as_array_mut().unwrap().reverse();
+                let (_, _, j2) = generate(&fixture(variant), &q, &tmp.path().join("l2.json"), &[]);
+                assert_eq!(j2["tokens"], j["tokens"], "{variant}/{name}: --prompt-ids");
+            }
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::Scratch;
+use common::{expect_error, fixture, Scratch};
 use famlx::audio::{load_audio, SAMPLE_RATE};
 use std::f32::consts::TAU;
 use std::path::PathBuf;
@@ -77,9 +77,9 @@ fn other_rates_resample_to_16_khz() {
     assert!(err < 0.01, "max error {err}");
 }
 
-#[test]
-fn bad_files_are_one_line_naming_the_file() {
-    let dir = Scratch::new("audio-bad");
+/// The bad files of [`bad_files_are_one_line_naming_the_file`], each with
+/// what its error says.
+fn bad_files(dir: &Scratch) -> Vec<(PathBuf, &'static str)> {
     let good = write(&dir, "ok.wav", SAMPLE_RATE, 1, 16, false, &[sine(SAMPLE_RATE, 0.5, 440.0)]);
     let bytes = std::fs::read(&good).unwrap();
     let text = dir.path().join("notes.wav");
@@ -98,11 +98,58 @@ fn bad_files_are_one_line_naming_the_file() {
     let f64p = dir.path().join("f64.wav");
     std::fs::write(&f64p, &f64wav).unwrap();
     let missing = dir.path().join("missing.wav");
-    for (p, says) in
-        [(&text, "not a WAV"), (&cut, "truncated"), (&empty, "no samples"), (&f64p, "64"), (&missing, "no such file")]
-    {
-        let e = format!("{:#}", load_audio(p).expect_err(&p.display().to_string()));
+    vec![(text, "not a WAV"), (cut, "truncated"), (empty, "no samples"), (f64p, "64"), (missing, "no such file")]
+}
+
+#[test]
+fn bad_files_are_one_line_naming_the_file() {
+    let dir = Scratch::new("audio-bad");
+    for (p, says) in bad_files(&dir) {
+        let e = format!("{:#}", load_audio(&p).expect_err(&p.display().to_string()));
         assert!(e.contains(&p.display().to_string()) && e.contains(says), "{e}");
         assert_eq!(e.lines().count(), 1, "{e}");
     }
+}
+
+/// `famlx generate --audio` with each bad file, on a model without audio,
+/// and with `--prompt-ids` that do not hold the clip's placeholders: one
+/// error line each, no panic.
+#[test]
+fn bad_audio_input_is_one_error_line() {
+    let dir = Scratch::new("audio-bad-cli");
+    let model = fixture("gemma4-audio-f32").display().to_string();
+    let run = |model: &str, audio: &std::path::Path, extra: &[&str], must: &[&str]| {
+        let a = audio.display().to_string();
+        let mut args = vec!["generate", "--model", model, "--audio", &a, "--max-tokens", "2"];
+        args.extend_from_slice(extra);
+        expect_error(&args, must);
+    };
+    for (p, says) in bad_files(&dir) {
+        run(&model, &p, &[], &[&p.display().to_string(), says]);
+    }
+    let good = write(&dir, "ok.wav", SAMPLE_RATE, 1, 16, false, &[sine(SAMPLE_RATE, 1.0, 440.0)]);
+    let text_only = fixture("llama-bf16").display().to_string();
+    run(&text_only, &good, &[], &["--audio", "takes no audio"]);
+    // The clip takes 25 placeholders; these ids hold 3.
+    run(&model, &good, &["--prompt-ids", "508,519,518,518,518,520"], &["placeholder tokens", "25"]);
+    run(&model, &good, &["--prompt-ids", "508,1,2"], &["audio placeholder run"]);
+}
+
+/// A clip over the 30 s the model takes is cut there, as the reference's
+/// feature extractor cuts it: 750 placeholders, 2999 log-mel frames.
+#[test]
+fn clips_over_thirty_seconds_are_cut() {
+    let _g = common::mlx_lock();
+    let dir = Scratch::new("audio-long");
+    let long = write(&dir, "long.wav", SAMPLE_RATE, 1, 16, false, &[sine(SAMPLE_RATE, 31.0, 440.0)]);
+    let m = famlx::model::LoadedModel::load(
+        &fixture("gemma4-audio-f32"),
+        &common::registry(),
+        None,
+        famlx::cache::CacheOptions::default(),
+    )
+    .unwrap();
+    let clip = famlx::prompt::load_audio_clips(&m, &[long]).unwrap();
+    assert_eq!(clip[0].tokens(), 750);
+    assert_eq!(clip[0].processed.grid[0], 2999);
 }

@@ -7,7 +7,7 @@
 
 use famlx_gemma4::audio::{check_clip, placeholders, processor_setting, tokens_for};
 use famlx_gemma4::image::ImageConfig;
-use famlx_gemma4::media::Tower;
+use famlx_gemma4::media::{first_rows, Tower};
 use mlx::fast::rms_norm;
 use mlx::nn::{Kind, LayerNorm, Linear, Weights};
 use mlx::{Array, Error, Result};
@@ -171,20 +171,6 @@ impl UnifiedAudio {
             extra: Vec::new(),
         })
     }
-}
-
-/// The first `n` rows of `rows` (`[R, H]`), wrapping round when there are
-/// fewer (as the reference's scatter takes them).
-fn first_rows(rows: &Array, n: u32) -> Result<Array> {
-    let (have, want) = (rows.dim(0), n as i32);
-    if have == 0 {
-        return Err(Error::msg("the embedder gave no rows"));
-    }
-    if want <= have {
-        return rows.slice_axis(0, 0, want);
-    }
-    let idx: Vec<i32> = (0..want).map(|k| k % have).collect();
-    rows.take(&Array::from_slice(&idx, &[want])?, 0)
 }
 
 /// Patch embedding, positions, and the projector into the text model.

@@ -257,17 +257,7 @@ impl AudioTower {
         let (enc, _) = self.encode(features, valid)?;
         let n = rms_norm(&enc, None, self.cfg.rms_norm_eps)?;
         let rows = self.projection.forward(&n)?.squeeze(&[0])?;
-        let have = rows.dim(0);
-        let want = tokens as i32;
-        if have == 0 {
-            return Err(Error::msg("the audio tower gave no rows"));
-        }
-        if want <= have {
-            rows.slice_axis(0, 0, want)
-        } else {
-            let idx: Vec<i32> = (0..want).map(|k| k % have).collect();
-            rows.take(&Array::from_slice(&idx, &[want])?, 0)
-        }
+        crate::media::first_rows(&rows, tokens)
     }
 
     /// The tower's output `[1, T/4, output_dims]` (padded rows zero) and

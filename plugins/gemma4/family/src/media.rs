@@ -4,7 +4,7 @@
 //! behind one trait (gemma4's encoders, gemma4_unified's encoder-free
 //! embedders).
 
-use mlx::{Array, Result};
+use mlx::{Array, Error, Result};
 use plugin_api::media::MediaInput;
 use std::fmt::Debug;
 
@@ -35,4 +35,20 @@ impl MediaTokens {
     pub fn placeholders(&self) -> Vec<u32> {
         self.image_token_id.into_iter().chain(self.audio_token_id).collect()
     }
+}
+
+/// The first `n` rows of a tower's output `rows` (`[R, H]`): what the
+/// reference's scatter puts into an item's `n` placeholders (row k into the
+/// k-th, wrapping round when the tower gives fewer rows than placeholders,
+/// as its flat indexing does).
+pub fn first_rows(rows: &Array, n: u32) -> Result<Array> {
+    let (have, want) = (rows.dim(0), n as i32);
+    if have == 0 {
+        return Err(Error::msg("the tower gave no rows"));
+    }
+    if want <= have {
+        return rows.slice_axis(0, 0, want);
+    }
+    let idx: Vec<i32> = (0..want).map(|k| k % have).collect();
+    rows.take(&Array::from_slice(&idx, &[want])?, 0)
 }

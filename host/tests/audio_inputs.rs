@@ -80,13 +80,13 @@ fn other_rates_resample_to_16_khz() {
 /// The bad files of [`bad_files_are_one_line_naming_the_file`], each with
 /// what its error says.
 fn bad_files(dir: &Scratch) -> Vec<(PathBuf, &'static str)> {
-    let good = write(&dir, "ok.wav", SAMPLE_RATE, 1, 16, false, &[sine(SAMPLE_RATE, 0.5, 440.0)]);
+    let good = write(dir, "ok.wav", SAMPLE_RATE, 1, 16, false, &[sine(SAMPLE_RATE, 0.5, 440.0)]);
     let bytes = std::fs::read(&good).unwrap();
     let text = dir.path().join("notes.wav");
     std::fs::write(&text, "this is not audio").unwrap();
     let cut = dir.path().join("cut.wav");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
-    let empty = write(&dir, "empty.wav", SAMPLE_RATE, 1, 16, false, &[vec![]]);
+    let empty = write(dir, "empty.wav", SAMPLE_RATE, 1, 16, false, &[vec![]]);
     // A WAVE_FORMAT_IEEE_FLOAT header with 64-bit samples.
     let mut f64wav = bytes[..44].to_vec();
     f64wav[20..22].copy_from_slice(&3u16.to_le_bytes());

@@ -28,8 +28,6 @@ Pinned: mlx 0.32.4, mlx-vlm 0.7.10. Only calls mlx-vlm; copies none of it.
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 import time
 import wave
@@ -92,20 +90,9 @@ def read_clip(path):
         return np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768.0
 
 
-def run_famlx(famlx, folder, clip, p, g, n):
-    cmd = [famlx, "bench", "--model", str(folder), "--audio", str(clip), "-p", str(p), "-g", str(g), "-n", str(n),
-           "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(f"famlx bench failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def run_mlx_vlm(folder, clip, prompt_ids, g, n, want_tokens):
     import mlx.core as mx
     import mlx_vlm
-    from mlx_vlm.generate.ar import generate_step
-    from mlx_vlm.models import cache as vlm_cache
 
     model, processor = mlx_vlm.load(str(folder))
     samples = read_clip(clip)
@@ -120,16 +107,7 @@ def run_mlx_vlm(folder, clip, prompt_ids, g, n, want_tokens):
           "mm_token_type_ids": (ids == model.config.audio_token_id).astype(mx.int32) * 3}
 
     def trial():
-        cache = vlm_cache.make_prompt_cache(model.language_model)
-        t0 = time.perf_counter()
-        t_first, count = None, 0
-        for _tok, _ in generate_step(ids, model, None, None, max_tokens=g, temperature=0.0, prompt_cache=cache, **kw):
-            count += 1
-            if t_first is None:
-                t_first = time.perf_counter()
-        t_end = time.perf_counter()
-        assert count == g, count
-        return {"ttft_s": t_first - t0, "generation_tps": (g - 1) / (t_end - t_first) if g > 1 else 0.0}
+        return vb.timed_generate(model, ids, None, g, kw)
 
     def tower():
         # The clip's rows merged into the prompt's embeddings (what the
@@ -147,10 +125,6 @@ def run_mlx_vlm(folder, clip, prompt_ids, g, n, want_tokens):
     del model
     mx.clear_cache()
     return trials
-
-
-def med(trials, k):
-    return statistics.median(t[k] for t in trials)
 
 
 def main():
@@ -171,17 +145,17 @@ def main():
     t = time.perf_counter()
     vb.build(a.shape, folder)
     print(f"[{a.shape}] checkpoint ready ({time.perf_counter() - t:.0f} s)", flush=True)
-    fam = run_famlx(a.famlx, folder, clip, a.p, a.g, a.n)
+    fam = vb.run_famlx(a.famlx, folder, clip, a.p, a.g, a.n, flag="--audio")
     ref = run_mlx_vlm(folder, clip, fam["prompt_ids"], a.g, a.n, fam["audio_tokens"])
-    f_ttft, r_ttft = fam["median"]["ttft_s"], med(ref, "ttft_s")
-    f_dec, r_dec = fam["median"]["generation_tps"], med(ref, "generation_tps")
+    f_ttft, r_ttft = fam["median"]["ttft_s"], vb.med(ref, "ttft_s")
+    f_dec, r_dec = fam["median"]["generation_tps"], vb.med(ref, "generation_tps")
     if a.json:
         a.json.write_text(json.dumps({"famlx": fam, "mlx_vlm": ref}, indent=1) + "\n")
     print(f"\n{a.shape}: {a.seconds:g} s clip = {fam['audio_tokens']} audio tokens, +{a.p} text ids, {a.g} generated, "
           f"median of {a.n} (after one warm-up each)")
     print(f"{'':<8} {'audio tower ms':>14} {'ttft ms':>8} {'decode tok/s':>12}")
     print(f"{'famlx':<8} {fam['median']['audio_s'] * 1e3:>14.1f} {f_ttft * 1e3:>8.1f} {f_dec:>12.1f}")
-    print(f"{'mlx-vlm':<8} {med(ref, 'audio_s') * 1e3:>14.1f} {r_ttft * 1e3:>8.1f} {r_dec:>12.1f}")
+    print(f"{'mlx-vlm':<8} {vb.med(ref, 'audio_s') * 1e3:>14.1f} {r_ttft * 1e3:>8.1f} {r_dec:>12.1f}")
     print(f"ratio famlx/mlx-vlm: ttft {f_ttft / r_ttft:.2f}, decode speed {f_dec / r_dec:.2f}x")
 
 

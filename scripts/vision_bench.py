@@ -205,8 +205,9 @@ def build(shape, folder):
     mx.clear_cache()
 
 
-def run_famlx(famlx, folder, image, p, g, n):
-    cmd = [famlx, "bench", "--model", str(folder), "--image", str(image), "-p", str(p), "-g", str(g), "-n", str(n),
+def run_famlx(famlx, folder, media, p, g, n, flag="--image"):
+    """`famlx bench` with one `flag` (--image / --audio) item, its --json."""
+    cmd = [famlx, "bench", "--model", str(folder), flag, str(media), "-p", str(p), "-g", str(g), "-n", str(n),
            "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
@@ -214,11 +215,27 @@ def run_famlx(famlx, folder, image, p, g, n):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def timed_generate(model, ids, pixels, g, kw):
+    """One greedy mlx-vlm generation of `g` tokens on a fresh prompt cache:
+    time to the first token and decode tok/s after it."""
+    from mlx_vlm.generate.ar import generate_step
+    from mlx_vlm.models import cache as vlm_cache
+
+    cache = vlm_cache.make_prompt_cache(model.language_model)
+    t0 = time.perf_counter()
+    t_first, count = None, 0
+    for _tok, _ in generate_step(ids, model, pixels, None, max_tokens=g, temperature=0.0, prompt_cache=cache, **kw):
+        count += 1
+        if t_first is None:
+            t_first = time.perf_counter()
+    t_end = time.perf_counter()
+    assert count == g, count
+    return {"ttft_s": t_first - t0, "generation_tps": (g - 1) / (t_end - t_first) if g > 1 else 0.0}
+
+
 def run_mlx_vlm(folder, image, prompt_ids, g, n, want_image_tokens):
     import mlx.core as mx
     import mlx_vlm
-    from mlx_vlm.generate.ar import generate_step
-    from mlx_vlm.models import cache as vlm_cache
     from mlx_vlm.utils import load_image
 
     model, processor = mlx_vlm.load(str(folder))
@@ -243,17 +260,7 @@ def run_mlx_vlm(folder, image, prompt_ids, g, n, want_image_tokens):
         kw["mm_token_type_ids"] = (ids == model.config.image_token_id).astype(mx.int32)
 
     def trial():
-        cache = vlm_cache.make_prompt_cache(model.language_model)
-        t0 = time.perf_counter()
-        t_first, count = None, 0
-        for _tok, _ in generate_step(ids, model, pixels, None, max_tokens=g, temperature=0.0, prompt_cache=cache,
-                                     **kw):
-            count += 1
-            if t_first is None:
-                t_first = time.perf_counter()
-        t_end = time.perf_counter()
-        assert count == g, count
-        return {"ttft_s": t_first - t0, "generation_tps": (g - 1) / (t_end - t_first) if g > 1 else 0.0}
+        return timed_generate(model, ids, pixels, g, kw)
 
     def vision():
         # The image's rows merged into the prompt's embeddings (what the

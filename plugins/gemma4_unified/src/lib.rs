@@ -12,14 +12,14 @@ pub mod embedders;
 
 use embedders::{AudioEmbedder, UnifiedAudio, UnifiedVision, VisionEmbedder};
 use famlx_gemma4::config::Config;
-use famlx_gemma4::media::{MediaTokens, Tower};
+use famlx_gemma4::media::{media_spec, MediaTokens, Tower};
 use famlx_gemma4::model::Gemma4Text;
 use famlx_gemma4::{media_ids, Gemma4Family};
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
 use plugin_api::media::MediaInput;
-use plugin_api::{Fusion, MediaSpec, ModelPlan, QuantClass, RawAudio, RawImage};
+use plugin_api::{Fusion, ModelPlan, QuantClass, RawAudio, RawImage};
 use serde_json::Value;
 
 /// The checkpoint `model_type`.
@@ -60,14 +60,11 @@ impl FamilySpec for Gemma4UnifiedFamily {
         plan.config = serde_json::to_string(&stored).map_err(|e| Error(format!("config: {e}")))?.into();
         let vision = UnifiedVision::parse(c)?;
         let audio = UnifiedAudio::parse(c)?;
-        if vision.is_none() && audio.is_none() {
-            return Ok(plan);
-        }
-        Ok(plan.with_media(MediaSpec {
-            image: vision.as_ref().map(UnifiedVision::placeholders).into(),
-            audio: audio.as_ref().map(UnifiedAudio::placeholders).into(),
-            keep_images_whole: vision.as_ref().is_some_and(|v| v.image.bidirectional),
-        }))
+        let both_ways = vision.as_ref().is_some_and(|v| v.image.bidirectional);
+        Ok(match media_spec(vision.map(|v| v.placeholders()), audio.map(|a| a.placeholders()), both_ways) {
+            Some(spec) => plan.with_media(spec),
+            None => plan,
+        })
     }
 
     fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> Result<MediaInput> {

@@ -43,7 +43,7 @@ use plugin_api::config::{eos_ids, field_or, text_config};
 use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
 use plugin_api::layers::{gate_up_fusion, qkv_fusion};
 use plugin_api::media::MediaInput;
-use plugin_api::{CacheKind, Fusion, MediaSpec, ModelPlan, QuantClass, QuantSpec, RawAudio, RawImage};
+use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawAudio, RawImage};
 use serde_json::Value;
 use vision::VisionTower;
 
@@ -110,14 +110,11 @@ impl FamilySpec for Gemma4Family {
         // audio_config that does not parse is an error.
         let image = ImageConfig::parse(config).ok().flatten();
         let audio = AudioConfig::parse(config)?;
-        if image.is_none() && audio.is_none() {
-            return Ok(plan);
-        }
-        Ok(plan.with_media(MediaSpec {
-            image: image.as_ref().map(ImageConfig::placeholders).into(),
-            audio: audio.as_ref().map(AudioConfig::spec).into(),
-            keep_images_whole: image.as_ref().is_some_and(|i| i.bidirectional),
-        }))
+        let both_ways = image.as_ref().is_some_and(|i| i.bidirectional);
+        Ok(match media::media_spec(image.map(|i| i.placeholders()), audio.map(|a| a.spec()), both_ways) {
+            Some(spec) => plan.with_media(spec),
+            None => plan,
+        })
     }
 
     fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> Result<MediaInput> {

@@ -6,6 +6,7 @@
 
 use mlx::{Array, Error, Result};
 use plugin_api::media::MediaInput;
+use plugin_api::{MediaSpec, Placeholders};
 use std::fmt::Debug;
 
 /// A tower: one processed item (an image or an audio clip) → its rows,
@@ -51,4 +52,18 @@ pub fn first_rows(rows: &Array, n: u32) -> Result<Array> {
     }
     let idx: Vec<i32> = (0..want).map(|k| k % have).collect();
     rows.take(&Array::from_slice(&idx, &[want])?, 0)
+}
+
+/// A plan's media for the kinds a checkpoint takes (`None`: text only);
+/// image placeholders stay in one prefill chunk when image tokens attend
+/// both ways.
+pub fn media_spec(
+    image: Option<Placeholders>,
+    audio: Option<Placeholders>,
+    images_both_ways: bool,
+) -> Option<MediaSpec> {
+    if image.is_none() && audio.is_none() {
+        return None;
+    }
+    Some(MediaSpec { keep_images_whole: images_both_ways && image.is_some(), image: image.into(), audio: audio.into() })
 }

@@ -54,8 +54,7 @@ fn clips_take_the_reference_token_counts() {
 
 /// The tower and projector on the reference's own log-mel features (1e-5
 /// of the largest row value; they agree to the bit), and on famlx's for the
-/// 16 kHz clips (whose features differ from the reference's by up to
-/// 2.4e-4, see gemma4_audio.rs: 1e-3).
+/// 16 kHz clips (the whole front end: 1e-5 too).
 #[test]
 fn tower_rows_match_mlx_vlm() {
     let _g = mlx_lock();
@@ -88,28 +87,14 @@ fn tower_rows_match_mlx_vlm() {
             }
             let d = max_abs_diff(&rows.to_vec::<f32>().unwrap(), &w);
             println!("{variant} {stem}: famlx features: max |diff| {d:.3e}");
-            assert!(d <= 1e-3 * s, "{variant} {stem}: rows from famlx's features differ by {d} (max |row| {s})");
+            assert!(d <= 1e-5 * s, "{variant} {stem}: rows from famlx's features differ by {d} (max |row| {s})");
         }
     }
 }
 
-/// How far first-step logits may be from the reference's: 1e-4 (f32)
-/// without audio; with audio 5e-3, all of it from the log-mel front end
-/// (the reference's Hann window is NumPy's float32 cos, up to 1 ulp off the
-/// correctly rounded values famlx uses, see gemma4_audio.rs; the tower
-/// itself gives the reference's rows to the bit on the reference's
-/// features, see `tower_rows_match_mlx_vlm`).
-pub fn logit_tolerance(p: &serde_json::Value) -> f32 {
-    if p["audios"].as_array().is_some_and(|a| !a.is_empty()) {
-        5e-3
-    } else {
-        1e-4
-    }
-}
-
 /// Every recorded prompt (text, image, audio, image + audio) on both
-/// layouts: expanded ids, placeholder counts, first-step logits, 24 greedy
-/// tokens. The 44.1 kHz prompt checks ids and counts only: famlx resamples
+/// layouts: expanded ids, placeholder counts, first-step logits within
+/// 1e-4, 24 greedy tokens. The 44.1 kHz prompt checks ids and counts only: famlx resamples
 /// with rubato, the reference with scipy's polyphase filter, so the
 /// samples (and the rows) differ beyond logit tolerances, though not the
 /// placeholder count.
@@ -135,7 +120,7 @@ fn prompts_match_mlx_vlm() {
             let want = floats(&p["logits"]);
             let d = max_abs_diff(&logits, &want);
             println!("{variant}/{name}: first-step logits max |diff| {d:.3e}");
-            if d > logit_tolerance(p) {
+            if d > 1e-4 {
                 failures.push(format!("{variant}/{name}: logits differ by {d}"));
             }
             let r = check_greedy(variant, name, &ids(&j["tokens"]), &ids(&p["greedy"]), &floats(&p["greedy_margins"]));

@@ -72,7 +72,7 @@ fn mel_filters() -> Vec<[f64; MEL_BINS]> {
 /// multiply-add on every platform, so this gives NumPy's bits everywhere.
 fn numpy_cos_f32(x: f32) -> f32 {
     let c = f32::from_bits;
-    debug_assert!(x.abs() <= 71476.0625);
+    debug_assert!(x.abs() <= 71_476.0);
     // x·(2/pi) rounded to an integer by the add-and-subtract trick (the
     // multiply and add fused, as the compiler of NumPy's wheels contracts
     // them: with them apart, 5·pi/4 lands in the other quadrant).

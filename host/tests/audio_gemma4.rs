@@ -191,3 +191,38 @@ fn missing_audio_weights_leave_text_and_images() {
     let last = err.lines().last().unwrap_or_default();
     assert!(last.starts_with("famlx: error: --audio") && last.contains("takes no audio"), "{err}");
 }
+
+/// `/audio PATH` in the chat REPL attaches a clip to the next message (a
+/// missing file is one error line, the REPL goes on); the answer is the
+/// one `generate --audio` gives for the same turn.
+#[test]
+fn chat_attaches_audio() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let model = fixture("gemma4-audio-f32").display().to_string();
+    let wav = clip("chirp").display().to_string();
+    let mut child = common::famlx()
+        .args(["chat", "--model", &model, "--max-tokens", "4", "--temp", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let stdin = child.stdin.as_mut().unwrap();
+        writeln!(stdin, "/audio {}", fixture("audio").join("nowhere.wav").display()).unwrap();
+        writeln!(stdin, "/audio {wav}").unwrap();
+        writeln!(stdin, "What do you hear?").unwrap();
+        writeln!(stdin, "/exit").unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    let (out, err) = texts(&o);
+    assert!(o.status.success() && !err.contains("panicked"), "chat failed:\n{out}\n{err}");
+    assert!(err.contains("nowhere.wav") && err.contains("no such file"), "no error for the missing clip:\n{err}");
+    assert!(out.contains("(audio ") && out.contains("attached to the next message: 75 tokens"), "{out}");
+    let g =
+        run(&["generate", "--model", &model, "--audio", &wav, "--prompt", "What do you hear?", "--max-tokens", "4"]);
+    let (answer, gerr) = texts(&g);
+    assert!(g.status.success() && !answer.trim().is_empty(), "{gerr}");
+    assert!(out.contains(answer.trim()), "chat answered otherwise than generate ({answer:?}):\n{out}");
+}

@@ -128,11 +128,11 @@ struct Attention {
     k: ClippedLinear,
     v: ClippedLinear,
     post: ClippedLinear,
-    relative_k: Linear,
-    /// The dtype the position embeddings are cast to before `relative_k`
-    /// (its weight's, as the reference casts them).
-    relative_dtype: Dtype,
-    per_dim_scale: Array,
+    /// The projected sinusoids of the relative offsets, `[N, H, span]`
+    /// (input independent: computed once, with the reference's ops).
+    relative: Array,
+    /// The queries' per-feature scale, `softplus(per_dim_scale) · q_scale`.
+    q_scale: Array,
 }
 
 /// Norm, GLU, causal depthwise conv, norm, SiLU, linear.
@@ -165,6 +165,8 @@ pub struct AudioTower {
     blocks: Vec<Block>,
     output_proj: Option<Linear>,
     projection: Linear,
+    /// Which keys of a chunk's context each of its queries sees.
+    causal: Array,
 }
 
 impl crate::media::Tower for AudioTower {
@@ -216,12 +218,12 @@ impl AudioTower {
                         k: cl(&format!("{a}.k_proj"), d, d)?,
                         v: cl(&format!("{a}.v_proj"), d, d)?,
                         post: cl(&format!("{a}.post"), d, d)?,
-                        relative_k: Linear::load(w, &format!("{a}.relative_k_proj"), d, d)?,
-                        relative_dtype: match w.get(&format!("{a}.relative_k_proj.weight")) {
-                            Some(t) if t.dtype().is_float() => t.dtype(),
-                            _ => Dtype::F32,
+                        relative: relative_embedding(cfg, w, &format!("{a}.relative_k_proj"))?,
+                        q_scale: {
+                            let p = t(&format!("{a}.per_dim_scale"), &[cfg.head_dim()])?;
+                            let q_scale = (cfg.head_dim() as f64).powf(-0.5) / std::f64::consts::LN_2;
+                            p.logaddexp(&p.scalar_like(0.0)?)?.mul_s(q_scale)?
                         },
-                        per_dim_scale: t(&format!("{a}.per_dim_scale"), &[cfg.head_dim()])?,
                     },
                     conv: LightConv {
                         pre_norm: t(&format!("{c}.pre_layer_norm.weight"), &[d])?,
@@ -245,6 +247,7 @@ impl AudioTower {
             blocks,
             output_proj,
             projection: Linear::load(w, "embed_audio.embedding_projection", cfg.output_dims(), text_hidden)?,
+            causal: causal_valid(cfg)?,
         })
     }
 
@@ -280,10 +283,10 @@ impl AudioTower {
         }
         let (b, t, f, ch) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
         x = self.input_proj.forward(&x.reshape(&[b, t, f * ch])?)?;
-        let causal = self.causal_valid()?;
         let keep = pad.logical_not()?;
+        let ctx = Context::new(&self.cfg, &keep, &self.causal)?;
         for blk in &self.blocks {
-            x = self.block(blk, &x, &keep, &causal)?;
+            x = self.block(blk, &x, &keep, &ctx)?;
         }
         if let Some(o) = &self.output_proj {
             x = o.forward(&x)?;
@@ -310,10 +313,10 @@ impl AudioTower {
         x.add(&h.mul_s(self.cfg.residual_weight)?)
     }
 
-    fn block(&self, blk: &Block, x: &Array, keep: &Array, causal: &Array) -> Result<Array> {
+    fn block(&self, blk: &Block, x: &Array, keep: &Array, ctx: &Context) -> Result<Array> {
         let x = self.feed_forward(&blk.ff1, x)?;
         let h = rms_norm(&self.clip(&x)?, Some(&blk.norm_pre_attn), 1e-6)?;
-        let h = self.clip(&self.attention(&blk.attn, &h, keep, causal)?)?;
+        let h = self.clip(&self.attention(&blk.attn, &h, ctx)?)?;
         let x = x.add(&rms_norm(&h, Some(&blk.norm_post_attn), 1e-6)?)?;
         let x = x.mul(&keep.expand_dims(&[-1])?.astype(x.dtype())?)?;
         let x = self.light_conv(&blk.conv, &x)?;
@@ -334,59 +337,26 @@ impl AudioTower {
         lc.end.forward(&silu(&h)?)?.add(x)
     }
 
-    /// Which keys of a chunk's context each of its queries sees: `[W, C]`.
-    fn causal_valid(&self) -> Result<Array> {
-        let c = &self.cfg;
-        let (w, ctx, past, future) = (c.chunk, c.context(), c.past(), c.context_right);
-        let mut m = Vec::with_capacity((w * ctx) as usize);
-        for q in 0..w {
-            for k in 0..ctx {
-                let dist = q + past - k;
-                m.push((dist >= 0 && dist < past) || (dist < 0 && -dist < future));
-            }
-        }
-        Array::from_slice(&m, &[w, ctx])
-    }
-
-    /// `[1, T, ...]` → each chunk's context `[1, U, C, ...]`: `past`
-    /// positions before the chunk, the chunk, `future` after.
-    fn context_blocks(&self, x: &Array, fill: &Array) -> Result<Array> {
-        let c = &self.cfg;
-        let (w, ctx, past) = (c.chunk, c.context(), c.past());
-        let x = x.pad(&[1], &[past], &[c.context_right + w - 1], fill, "constant")?;
-        let u = (x.dim(1) - ctx) / w + 1;
-        let idx: Vec<i32> = (0..u).flat_map(|b| (0..ctx).map(move |o| b * w + o)).collect();
-        let g = x.take(&Array::from_slice(&idx, &[u * ctx])?, 1)?;
-        let mut shape = vec![1, u, ctx];
-        shape.extend_from_slice(&x.shape()[2..]);
-        g.reshape(&shape)
-    }
-
-    fn attention(&self, a: &Attention, x: &Array, keep: &Array, causal: &Array) -> Result<Array> {
+    fn attention(&self, a: &Attention, x: &Array, cx: &Context) -> Result<Array> {
         let c = &self.cfg;
         let (t, nh, hd, w) = (x.dim(1), c.num_attention_heads, c.head_dim(), c.chunk);
         let qkv = |l: &ClippedLinear| l.forward(x)?.astype(Dtype::F32)?.reshape(&[1, t, nh, hd]);
-        let q_scale = (hd as f64).powf(-0.5) / std::f64::consts::LN_2;
         let k_scale = (1.0 + std::f64::consts::E).ln() / std::f64::consts::LN_2;
-        let softplus = a.per_dim_scale.logaddexp(&a.per_dim_scale.scalar_like(0.0)?)?;
-        let q = qkv(&a.q)?.mul(&softplus.mul_s(q_scale)?)?;
+        let q = qkv(&a.q)?.mul(&a.q_scale)?;
         let k = qkv(&a.k)?.mul_s(k_scale)?;
         let v = qkv(&a.v)?;
         // Queries in chunks of W, keys and values in each chunk's context.
-        let u = (t + w - 1) / w;
+        let (u, ctx) = (cx.chunks, c.context());
         let zero = Array::f32(0.0);
         let q = q.pad(&[1], &[0], &[u * w - t], &zero, "constant")?.reshape(&[1, u, w, nh, hd])?;
-        let k = self.context_blocks(&k, &zero)?;
-        let v = self.context_blocks(&v, &zero)?;
-        let ctx = k.dim(2);
-        let seen = self.context_blocks(keep, &Array::from_slice(&[false], &[])?)?;
-        let cond = seen.reshape(&[1, 1, u, 1, ctx])?.logical_and(&causal.reshape(&[1, 1, 1, w, ctx])?)?;
+        let k = cx.blocks(&k, &zero)?;
+        let v = cx.blocks(&v, &zero)?;
         let qp = q.transpose(&[0, 3, 1, 2, 4])?;
         let term_ac = qp.matmul(&k.transpose(&[0, 3, 1, 4, 2])?)?;
         let term_bd = self.relative_logits(a, &qp, u, ctx)?;
         let logits = term_ac.add(&term_bd)?;
         let logits = logits.div_s(c.logit_cap)?.tanh()?.mul_s(c.logit_cap)?;
-        let logits = mlx::where_(&cond, &logits, &logits.scalar_like(c.invalid_logit)?)?;
+        let logits = mlx::where_(&cx.visible, &logits, &logits.scalar_like(c.invalid_logit)?)?;
         let probs = logits.softmax(&[-1], false)?;
         let out = probs.matmul(&v.transpose(&[0, 3, 1, 2, 4])?)?; // [1, N, U, W, H]
         let out = out.transpose(&[0, 2, 3, 1, 4])?.reshape(&[1, u * w, nh * hd])?.slice_axis(1, 0, t)?;
@@ -394,23 +364,85 @@ impl AudioTower {
     }
 
     /// The relative-position term of the logits `[1, N, U, W, C]`: queries
-    /// against sinusoidal embeddings of the offsets `past ..= -future`
-    /// (projected by `relative_k_proj`), shifted so each query's offsets line
-    /// up with its context's keys.
+    /// against the projected sinusoids of the offsets `past ..= -future`,
+    /// shifted so each query's offsets line up with its context's keys.
     fn relative_logits(&self, a: &Attention, qp: &Array, u: i32, ctx: i32) -> Result<Array> {
         let c = &self.cfg;
-        let (nh, hd, w, d) = (c.num_attention_heads, c.head_dim(), c.chunk, c.hidden_size);
+        let (nh, hd, w) = (c.num_attention_heads, c.head_dim(), c.chunk);
         let span = c.past() + c.context_right + 1;
-        let half = d / 2;
-        let inc = (10000f64).ln() / ((half - 1).max(1) as f64);
-        let inv = mlx::arange(0.0, half as f64, 1.0, Dtype::F32)?.mul_s(-inc)?.exp()?;
-        let pos = mlx::arange(c.past() as f64, -(c.context_right as f64) - 1.0, -1.0, Dtype::F32)?;
-        let scaled = pos.expand_dims(&[1])?.mul(&inv.expand_dims(&[0])?)?;
-        let signal = mlx::concatenate(&[&scaled.sin()?, &scaled.cos()?], -1)?;
-        let emb = a.relative_k.forward(&signal.astype(a.relative_dtype)?)?;
-        let emb = emb.astype(Dtype::F32)?.reshape(&[span, nh, hd])?.transpose(&[1, 2, 0])?;
-        let bd = qp.reshape(&[1, nh, u * w, hd])?.matmul(&emb)?.reshape(&[1, nh, u, w, span])?;
+        let bd = qp.reshape(&[1, nh, u * w, hd])?.matmul(&a.relative)?.reshape(&[1, nh, u, w, span])?;
         let bd = bd.pad(&[4], &[0], &[ctx + 1 - span], &Array::f32(0.0), "constant")?;
         bd.reshape(&[1, nh, u, w * (ctx + 1)])?.slice_axis(3, 0, w * ctx)?.reshape(&[1, nh, u, w, ctx])
+    }
+}
+
+/// Which keys of a chunk's context each of its queries sees: `[W, C]`.
+fn causal_valid(c: &ConformerConfig) -> Result<Array> {
+    let (w, ctx, past, future) = (c.chunk, c.context(), c.past(), c.context_right);
+    let mut m = Vec::with_capacity((w * ctx) as usize);
+    for q in 0..w {
+        for k in 0..ctx {
+            let dist = q + past - k;
+            m.push((dist >= 0 && dist < past) || (dist < 0 && -dist < future));
+        }
+    }
+    Array::from_slice(&m, &[w, ctx])
+}
+
+/// The projected sinusoidal embeddings of the relative offsets `past ..=
+/// -future`, `[N, H, span]` f32, as the reference computes them in every
+/// call (cast to `relative_k_proj`'s dtype before the projection).
+fn relative_embedding(c: &ConformerConfig, w: &dyn Weights, prefix: &str) -> Result<Array> {
+    let (nh, hd, d) = (c.num_attention_heads, c.head_dim(), c.hidden_size);
+    let proj = Linear::load(w, prefix, d, d)?;
+    let dtype = match w.get(&format!("{prefix}.weight")) {
+        Some(t) if t.dtype().is_float() => t.dtype(),
+        _ => Dtype::F32,
+    };
+    let span = c.past() + c.context_right + 1;
+    let half = d / 2;
+    let inc = (10000f64).ln() / ((half - 1).max(1) as f64);
+    let inv = mlx::arange(0.0, half as f64, 1.0, Dtype::F32)?.mul_s(-inc)?.exp()?;
+    let pos = mlx::arange(c.past() as f64, -(c.context_right as f64) - 1.0, -1.0, Dtype::F32)?;
+    let scaled = pos.expand_dims(&[1])?.mul(&inv.expand_dims(&[0])?)?;
+    let signal = mlx::concatenate(&[&scaled.sin()?, &scaled.cos()?], -1)?;
+    let emb = proj.forward(&signal.astype(dtype)?)?;
+    emb.astype(Dtype::F32)?.reshape(&[span, nh, hd])?.transpose(&[1, 2, 0])
+}
+
+/// What every layer's attention shares for one clip: the gather of each
+/// chunk's context and which of its keys each query sees.
+struct Context {
+    /// Chunks of queries.
+    chunks: i32,
+    /// Positions each chunk's context reads, `[U·C]`, in the padded sequence.
+    index: Array,
+    /// Padding of the sequence before the gather: `(past, after)`.
+    pad: (i32, i32),
+    /// Keys visible to each query: `[1, 1, U, W, C]`.
+    visible: Array,
+}
+
+impl Context {
+    fn new(c: &ConformerConfig, keep: &Array, causal: &Array) -> Result<Context> {
+        let (w, ctx, past) = (c.chunk, c.context(), c.past());
+        let t = keep.dim(1);
+        let pad = (past, c.context_right + w - 1);
+        let u = (t + pad.0 + pad.1 - ctx) / w + 1;
+        let idx: Vec<i32> = (0..u).flat_map(|b| (0..ctx).map(move |o| b * w + o)).collect();
+        let mut cx = Context { chunks: u, index: Array::from_slice(&idx, &[u * ctx])?, pad, visible: causal.clone() };
+        let seen = cx.blocks(keep, &Array::from_slice(&[false], &[])?)?;
+        cx.visible = seen.reshape(&[1, 1, u, 1, ctx])?.logical_and(&causal.reshape(&[1, 1, 1, w, ctx])?)?;
+        Ok(cx)
+    }
+
+    /// `[1, T, ...]` → each chunk's context `[1, U, C, ...]`: `past`
+    /// positions before the chunk, the chunk, `future` after.
+    fn blocks(&self, x: &Array, fill: &Array) -> Result<Array> {
+        let x = x.pad(&[1], &[self.pad.0], &[self.pad.1], fill, "constant")?;
+        let g = x.take(&self.index, 1)?;
+        let mut shape = vec![1, self.chunks, self.index.dim(0) / self.chunks];
+        shape.extend_from_slice(&x.shape()[2..]);
+        g.reshape(&shape)
     }
 }

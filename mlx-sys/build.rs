@@ -16,6 +16,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=MLX_DIR");
     println!("cargo:rerun-if-changed=csrc/shim.cpp");
     println!("cargo:rerun-if-changed=csrc/shim.h");
+    println!("cargo:rerun-if-changed=csrc/cpu_qmm.cpp");
+    println!("cargo:rerun-if-changed=csrc/cpu_qmm.h");
     println!("cargo:rerun-if-changed=build.rs");
 
     let dir = find_mlx().unwrap_or_else(|e| panic!("mlx-sys: cannot find MLX {MLX_VERSION}: {e}"));
@@ -26,6 +28,7 @@ fn main() {
         .cpp(true)
         .std("c++20")
         .file("csrc/shim.cpp")
+        .file("csrc/cpu_qmm.cpp")
         .include(&include)
         .include("csrc")
         .flag_if_supported("-Wno-deprecated-declarations")

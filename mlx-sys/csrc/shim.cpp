@@ -1,6 +1,7 @@
 // famlx's C shim over MLX's C++ API. No exception leaves this file: each entry
 // point catches, stores the message for mlxs_last_error and returns 1.
 #include "shim.h"
+#include "cpu_qmm.h"
 
 #include <algorithm>
 #include <atomic>
@@ -629,7 +630,11 @@ MLXS_API int mlxs_dequantize(mlxs_array w, mlxs_array scales, mlxs_array biases,
   })
 }
 MLXS_API int mlxs_quantized_matmul(mlxs_array x, mlxs_array w, mlxs_array scales, mlxs_array biases, int transpose, int group_size, int bits, const char* mode, mlxs_array* out) {
-  TRY(*out = H(mx::quantized_matmul(A(x), A(w), A(scales), OA(biases), transpose != 0, group_size, bits, std::string(mode ? mode : "affine"))))
+  TRY({
+    std::string m(mode ? mode : "affine");
+    auto fast = famlx::cpu_quantized_matmul(A(x), A(w), A(scales), OA(biases), transpose != 0, group_size, bits, m);
+    *out = H(fast ? *fast : mx::quantized_matmul(A(x), A(w), A(scales), OA(biases), transpose != 0, group_size, bits, m));
+  })
 }
 MLXS_API int mlxs_gather_mm(mlxs_array a, mlxs_array b, mlxs_array lhs, mlxs_array rhs, int sorted, mlxs_array* out) {
   TRY(*out = H(mx::gather_mm(A(a), A(b), OA(lhs), OA(rhs), sorted != 0)))

@@ -17,4 +17,9 @@ std::optional<mlx::core::array> cpu_quantized_matmul(const mlx::core::array& x, 
                                                      const std::optional<mlx::core::array>& biases, bool transpose,
                                                      int group_size, int bits, const std::string& mode);
 
+// RMS norm over the last axis on a CPU stream as one node (MLX's CPU path
+// decomposes it into eight); nullopt elsewhere or with FAMLX_CPU_NORM=mlx.
+std::optional<mlx::core::array> cpu_rms_norm(const mlx::core::array& x, const std::optional<mlx::core::array>& w,
+                                             float eps);
+
 }  // namespace famlx

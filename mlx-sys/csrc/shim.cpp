@@ -646,7 +646,10 @@ MLXS_API int mlxs_gather_qmm(mlxs_array x, mlxs_array w, mlxs_array scales, mlxs
 
 // ---- fast ----
 MLXS_API int mlxs_rms_norm(mlxs_array x, mlxs_array w, float eps, mlxs_array* out) {
-  TRY(*out = H(mx::fast::rms_norm(A(x), OA(w), eps)))
+  TRY({
+    auto fast = famlx::cpu_rms_norm(A(x), OA(w), eps);
+    *out = H(fast ? *fast : mx::fast::rms_norm(A(x), OA(w), eps));
+  })
 }
 MLXS_API int mlxs_layer_norm(mlxs_array x, mlxs_array w, mlxs_array b, float eps, mlxs_array* out) {
   TRY(*out = H(mx::fast::layer_norm(A(x), OA(w), OA(b), eps)))

@@ -28,6 +28,22 @@ impl MediaKind {
         }
     }
 
+    /// "images" / "audio", as in "takes no ...".
+    pub fn plural(self) -> &'static str {
+        match self {
+            MediaKind::Image => "images",
+            MediaKind::Audio => "audio",
+        }
+    }
+
+    /// "image" / "audio clip": one item.
+    pub fn noun(self) -> &'static str {
+        match self {
+            MediaKind::Image => "image",
+            MediaKind::Audio => "audio clip",
+        }
+    }
+
     /// How the model's prompts carry this kind, if it takes it.
     pub fn placeholders(self, spec: &MediaSpec) -> Option<&Placeholders> {
         match self {
@@ -81,7 +97,7 @@ impl Prompt {
     pub fn with_media(ids: Vec<u32>, spec: Option<&MediaSpec>, media: Vec<Rc<PromptMedia>>) -> Result<Prompt> {
         let Some(spec) = spec else {
             if let Some(m) = media.first() {
-                bail!("this model takes no {}", if m.kind == MediaKind::Image { "images" } else { "audio" });
+                bail!("this model takes no {}", m.kind.plural());
             }
             return Ok(Prompt::text(ids));
         };
@@ -90,7 +106,7 @@ impl Prompt {
             let items: Vec<Rc<PromptMedia>> = media.iter().filter(|m| m.kind == kind).cloned().collect();
             let Some(p) = kind.placeholders(spec) else {
                 if !items.is_empty() {
-                    bail!("this model takes no {}", if kind == MediaKind::Image { "images" } else { "audio" });
+                    bail!("this model takes no {}", kind.plural());
                 }
                 continue;
             };
@@ -132,7 +148,7 @@ fn load_media(model: &LoadedModel, kind: MediaKind, paths: &[PathBuf]) -> Result
             "--{}: the {} model at hand takes no {} (inputs: {})",
             kind.name(),
             model.plan.model_type,
-            if kind == MediaKind::Image { "images" } else { "audio" },
+            kind.plural(),
             model.plan.modalities.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
         );
     }
@@ -167,13 +183,13 @@ pub fn expand_markers(ids: &[u32], spec: &MediaSpec, media: &[Rc<PromptMedia>]) 
         let items: Vec<&Rc<PromptMedia>> = media.iter().filter(|m| m.kind == kind).collect();
         let Some(p) = kind.placeholders(spec) else {
             if !items.is_empty() {
-                bail!("this model takes no {}", if kind == MediaKind::Image { "images" } else { "audio" });
+                bail!("this model takes no {}", kind.plural());
             }
             continue;
         };
         let found = out.iter().filter(|&&t| t == p.marker).count();
         if found != items.len() {
-            let what = if kind == MediaKind::Image { "image" } else { "audio clip" };
+            let what = kind.noun();
             bail!(
                 "the prompt places {found} {what}{} (token {}) for {} given",
                 if found == 1 { "" } else { "s" },
@@ -212,7 +228,7 @@ fn spans(ids: &[u32], token: u32, kind: MediaKind, items: &[Rc<PromptMedia>]) ->
             _ => runs.push((i, 1)),
         }
     }
-    let what = if kind == MediaKind::Image { "image" } else { "audio clip" };
+    let what = kind.noun();
     if runs.len() != items.len() {
         bail!(
             "the prompt has {} {} placeholder run{} (token {token}) but {} {what}{} given",

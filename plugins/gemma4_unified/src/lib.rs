@@ -12,9 +12,9 @@ pub mod embedders;
 
 use embedders::{AudioEmbedder, UnifiedAudio, UnifiedVision, VisionEmbedder};
 use famlx_gemma4::config::Config;
-use famlx_gemma4::media::{media_spec, MediaTokens, Tower};
+use famlx_gemma4::media::{media_ids, media_spec, MediaTokens, Tower};
 use famlx_gemma4::model::Gemma4Text;
-use famlx_gemma4::{media_ids, Gemma4Family};
+use famlx_gemma4::Gemma4Family;
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
@@ -117,7 +117,7 @@ impl FamilySpec for Gemma4UnifiedFamily {
         let tokens = MediaTokens {
             image_token_id: vision.as_ref().map(|v| v.image.image_token_id),
             audio_token_id: audio.as_ref().map(|a| a.audio_token_id),
-            media_ids: media_ids(&c),
+            media_ids: media_ids(&c)?,
             bidirectional_images: vision.as_ref().is_some_and(|v| v.image.bidirectional),
         };
         let h = cfg.hidden_size;

@@ -23,9 +23,6 @@ pub struct ImageConfig {
     pub boi_token_id: u32,
     /// End-of-image token.
     pub eoi_token_id: u32,
-    /// Image, video and audio token ids (their per-layer input is the pad
-    /// token's).
-    pub media_ids: Vec<u32>,
     /// Image tokens attend to their whole image (`use_bidirectional_attention: "vision"`).
     pub bidirectional: bool,
     /// Pixels per patch side.
@@ -57,12 +54,9 @@ impl ImageConfig {
         let p = if proc.is_object() { proc } else { Value::Object(Default::default()) };
         let t = plugin_api::config::text_config(c);
         let id = |n: &str| field::<u32>(c, n);
-        let opt_id = |n: &str| field_or::<Option<u32>>(c, n, None);
         let image_token_id = id("image_token_id")?;
-        let media_ids = [Some(image_token_id), opt_id("video_token_id")?, opt_id("audio_token_id")?]
-            .into_iter()
-            .flatten()
-            .collect();
+        // The other media ids must be ids too (the model reads them).
+        crate::media::media_ids(c)?;
         let normalize = if field_or(&p, "do_normalize", false)? {
             let mean: [f32; 3] = field_or(&p, "image_mean", [0.0; 3])?;
             let std: [f32; 3] = field_or(&p, "image_std", [1.0; 3])?;
@@ -77,7 +71,6 @@ impl ImageConfig {
             image_token_id,
             boi_token_id: id("boi_token_id")?,
             eoi_token_id: id("eoi_token_id")?,
-            media_ids,
             bidirectional: t.get("use_bidirectional_attention").and_then(Value::as_str) == Some("vision"),
             patch_size: field_or(&p, "patch_size", vision.patch_size as u32)?,
             max_soft_tokens: field_or(&p, "max_soft_tokens", 280)?,

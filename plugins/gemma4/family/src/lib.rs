@@ -227,7 +227,7 @@ impl FamilySpec for Gemma4Family {
         let tokens = MediaTokens {
             image_token_id: image.as_ref().map(|i| i.image_token_id),
             audio_token_id: audio.as_ref().map(|a| a.audio_token_id),
-            media_ids: image.as_ref().map(|i| i.media_ids.clone()).unwrap_or_else(|| media_ids(&c)),
+            media_ids: media::media_ids(&c)?,
             bidirectional_images: image.as_ref().is_some_and(|i| i.bidirectional),
         };
         let h = cfg.hidden_size;
@@ -258,15 +258,6 @@ impl FamilySpec for Gemma4Family {
         }
         Ok(Some(Box::new(assistant::Gemma4Assistant::load(plan, w, target_plan, target_w)?)))
     }
-}
-
-/// Image, video and audio token ids of a multimodal config (their
-/// per-layer input is the pad token's).
-pub fn media_ids(c: &Value) -> Vec<u32> {
-    ["image_token_id", "video_token_id", "audio_token_id"]
-        .iter()
-        .filter_map(|n| c.get(*n).and_then(Value::as_u64).map(|v| v as u32))
-        .collect()
 }
 
 /// An audio tower or projector tensor: Hugging Face's `model.` prefix gone

@@ -5,8 +5,10 @@
 //! embedders).
 
 use mlx::{Array, Error, Result};
+use plugin_api::config::field_or;
 use plugin_api::media::MediaInput;
 use plugin_api::{MediaSpec, Placeholders};
+use serde_json::Value;
 use std::fmt::Debug;
 
 /// A tower: one processed item (an image or an audio clip) → its rows,
@@ -66,4 +68,14 @@ pub fn media_spec(
         return None;
     }
     Some(MediaSpec { keep_images_whole: images_both_ways && image.is_some(), image: image.into(), audio: audio.into() })
+}
+
+/// Image, video and audio token ids of a multimodal config (their
+/// per-layer input is the pad token's); an error for an id that is not one.
+pub fn media_ids(c: &Value) -> Result<Vec<u32>> {
+    let ids = ["image_token_id", "video_token_id", "audio_token_id"]
+        .iter()
+        .map(|n| field_or::<Option<u32>>(c, n, None))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ids.into_iter().flatten().collect())
 }

@@ -106,22 +106,7 @@ def run_mlx_vlm(folder, clip, prompt_ids, g, n, want_tokens):
     kw = {"input_features": feat, "input_features_mask": mask,
           "mm_token_type_ids": (ids == model.config.audio_token_id).astype(mx.int32) * 3}
 
-    def trial():
-        return vb.timed_generate(model, ids, None, g, kw)
-
-    def tower():
-        # The clip's rows merged into the prompt's embeddings (what the
-        # first step of generate_step does before the prefill).
-        t0 = time.perf_counter()
-        out = model.get_input_embeddings(ids, None, **kw)
-        mx.eval(out.inputs_embeds)
-        return time.perf_counter() - t0
-
-    trial()  # warm-up
-    trials = [trial() for _ in range(n)]
-    tower()
-    for t in trials:
-        t["audio_s"] = tower()
+    trials = vb.timed_trials(model, ids, None, g, n, kw, "audio_s")
     del model
     mx.clear_cache()
     return trials

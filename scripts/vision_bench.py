@@ -259,24 +259,30 @@ def run_mlx_vlm(folder, image, prompt_ids, g, n, want_image_tokens):
     if model.config.model_type == "gemma4":
         kw["mm_token_type_ids"] = (ids == model.config.image_token_id).astype(mx.int32)
 
-    def trial():
-        return timed_generate(model, ids, pixels, g, kw)
+    trials = timed_trials(model, ids, pixels, g, n, kw, "vision_s")
+    del model
+    mx.clear_cache()
+    return trials
 
-    def vision():
-        # The image's rows merged into the prompt's embeddings (what the
-        # first step of generate_step does before the prefill).
+
+def timed_trials(model, ids, pixels, g, n, kw, tower_key):
+    """One warm-up and `n` timed generations (`timed_generate`), each with
+    the time of the media rows alone under `tower_key`: the rows merged into
+    the prompt's embeddings, what the first step of generate_step does
+    before the prefill."""
+    import mlx.core as mx
+
+    def tower():
         t0 = time.perf_counter()
         out = model.get_input_embeddings(ids, pixels, **kw)
         mx.eval(out.inputs_embeds)
         return time.perf_counter() - t0
 
-    trial()  # warm-up
-    trials = [trial() for _ in range(n)]
-    vision()
+    timed_generate(model, ids, pixels, g, kw)  # warm-up
+    trials = [timed_generate(model, ids, pixels, g, kw) for _ in range(n)]
+    tower()
     for t in trials:
-        t["vision_s"] = vision()
-    del model
-    mx.clear_cache()
+        t[tower_key] = tower()
     return trials
 
 

@@ -197,25 +197,17 @@ fn missing_audio_weights_leave_text_and_images() {
 /// one `generate --audio` gives for the same turn.
 #[test]
 fn chat_attaches_audio() {
-    use std::io::Write;
-    use std::process::Stdio;
     let model = fixture("gemma4-audio-f32").display().to_string();
     let wav = clip("chirp").display().to_string();
-    let mut child = common::famlx()
-        .args(["chat", "--model", &model, "--max-tokens", "4", "--temp", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let stdin = child.stdin.as_mut().unwrap();
-        writeln!(stdin, "/audio {}", fixture("audio").join("nowhere.wav").display()).unwrap();
-        writeln!(stdin, "/audio {wav}").unwrap();
-        writeln!(stdin, "What do you hear?").unwrap();
-        writeln!(stdin, "/exit").unwrap();
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = common::chat(
+        &["--model", &model, "--max-tokens", "4", "--temp", "0"],
+        &[
+            format!("/audio {}", fixture("audio").join("nowhere.wav").display()),
+            format!("/audio {wav}"),
+            "What do you hear?".into(),
+            "/exit".into(),
+        ],
+    );
     let (out, err) = texts(&o);
     assert!(o.status.success() && !err.contains("panicked"), "chat failed:\n{out}\n{err}");
     assert!(err.contains("nowhere.wav") && err.contains("no such file"), "no error for the missing clip:\n{err}");

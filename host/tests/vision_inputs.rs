@@ -235,23 +235,16 @@ fn prompt_reuse_keys_images_by_pixels() {
 
 #[test]
 fn chat_attaches_images() {
-    use std::process::Stdio;
     let m = model_arg();
-    let mut child = common::famlx()
-        .args(["chat", "--model", &m, "--max-tokens", "3", "--temp", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let stdin = child.stdin.as_mut().unwrap();
-        writeln!(stdin, "/image {}", image("nowhere.png")).unwrap();
-        writeln!(stdin, "/image {}", image("portrait.png")).unwrap();
-        writeln!(stdin, "Describe this picture.").unwrap();
-        writeln!(stdin, "/exit").unwrap();
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = common::chat(
+        &["--model", &m, "--max-tokens", "3", "--temp", "0"],
+        &[
+            format!("/image {}", image("nowhere.png")),
+            format!("/image {}", image("portrait.png")),
+            "Describe this picture.".into(),
+            "/exit".into(),
+        ],
+    );
     let (out, err) = texts(&o);
     assert!(o.status.success(), "chat failed:\n{out}\n{err}");
     assert!(err.contains("nowhere.png"), "no error for the missing image:\n{err}");

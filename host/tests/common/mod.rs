@@ -163,6 +163,27 @@ pub fn run(args: &[&str]) -> Output {
     famlx().args(args).output().expect("running famlx")
 }
 
+/// `famlx chat` with `args`, fed `lines` on stdin (then EOF), run to its end.
+pub fn chat(args: &[&str], lines: &[String]) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = famlx()
+        .arg("chat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running famlx chat");
+    {
+        let stdin = child.stdin.as_mut().unwrap();
+        for l in lines {
+            writeln!(stdin, "{l}").unwrap();
+        }
+    }
+    child.wait_with_output().expect("waiting for famlx chat")
+}
+
 /// stdout and stderr as text.
 pub fn texts(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())

@@ -16,8 +16,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=MLX_DIR");
     println!("cargo:rerun-if-changed=csrc/shim.cpp");
     println!("cargo:rerun-if-changed=csrc/shim.h");
-    println!("cargo:rerun-if-changed=csrc/cpu_qmm.cpp");
-    println!("cargo:rerun-if-changed=csrc/cpu_qmm.h");
+    println!("cargo:rerun-if-changed=csrc");
     println!("cargo:rerun-if-changed=build.rs");
 
     let dir = find_mlx().unwrap_or_else(|e| panic!("mlx-sys: cannot find MLX {MLX_VERSION}: {e}"));
@@ -29,11 +28,22 @@ fn main() {
         .std("c++20")
         .file("csrc/shim.cpp")
         .file("csrc/cpu_qmm.cpp")
+        .file("csrc/cpu_qmm_kernels.cpp")
+        .file("csrc/cpu_norm.cpp")
+        .file("csrc/cpu_pool.cpp")
+        .file("csrc/cpu_attention.cpp")
         .include(&include)
         .include("csrc")
         .flag_if_supported("-Wno-deprecated-declarations")
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-fvisibility=hidden")
+        // The CPU primitives round each product and sum as MLX's separate
+        // operations do (cpu_attention.cpp): no fused multiply-adds unless
+        // written out.
+        .flag_if_supported("-ffp-contract=off")
+        // MLX's simd exp (used by cpu_attention.cpp) reinterprets an int
+        // vector as floats through a pointer cast.
+        .flag_if_supported("-fno-strict-aliasing")
         .opt_level(2)
         .compile("famlx_mlx_shim");
 

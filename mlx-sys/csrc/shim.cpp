@@ -1,7 +1,7 @@
 // famlx's C shim over MLX's C++ API. No exception leaves this file: each entry
 // point catches, stores the message for mlxs_last_error and returns 1.
 #include "shim.h"
-#include "cpu_qmm.h"
+#include "cpu_ops.h"
 
 #include <algorithm>
 #include <atomic>
@@ -658,14 +658,17 @@ MLXS_API int mlxs_rope(mlxs_array x, int dims, int traditional, float base, int 
   TRY({
     std::optional<float> b;
     if (has_base) b = base;
-    if (offset_arr)
-      *out = H(mx::fast::rope(A(x), dims, traditional != 0, b, scale, A(offset_arr), OA(freqs)));
-    else
-      *out = H(mx::fast::rope(A(x), dims, traditional != 0, b, scale, offset, OA(freqs)));
+    const mx::array off = offset_arr ? A(offset_arr) : mx::array(offset, mx::int32);
+    auto fast = famlx::cpu_rope(A(x), dims, traditional != 0, b, scale, off, OA(freqs));
+    *out = H(fast ? *fast : mx::fast::rope(A(x), dims, traditional != 0, b, scale, off, OA(freqs)));
   })
 }
 MLXS_API int mlxs_sdpa(mlxs_array q, mlxs_array k, mlxs_array v, float scale, const char* mask_mode, mlxs_array mask, mlxs_array sinks, mlxs_array* out) {
-  TRY(*out = H(mx::fast::scaled_dot_product_attention(A(q), A(k), A(v), scale, std::string(mask_mode ? mask_mode : ""), OA(mask), OA(sinks))))
+  TRY({
+    const std::string mode(mask_mode ? mask_mode : "");
+    auto fast = famlx::cpu_attention(A(q), A(k), A(v), scale, mode, OA(mask), OA(sinks));
+    *out = H(fast ? *fast : mx::fast::scaled_dot_product_attention(A(q), A(k), A(v), scale, mode, OA(mask), OA(sinks)));
+  })
 }
 MLXS_API int mlxs_gated_delta_update(mlxs_array q, mlxs_array k, mlxs_array v, mlxs_array g, mlxs_array beta, mlxs_array state, mlxs_array mask, mlxs_array* y, mlxs_array* state_out) {
   TRY({

@@ -1,8 +1,9 @@
 //! The quantized matmul on CPU streams against `x @ dequantize(w).T`
 //! computed in float32: with float32 activations famlx's kernel (mlx-sys,
 //! replacing MLX's CPU one) to 1e-5 of the largest output, for 4 and 8
-//! bits, groups of 32 and 64, one row (decode) and many (prefill), two
-//! threads, a non-contiguous `x`; float16 / bfloat16 activations keep MLX's
+//! bits, groups of 32, 64 and 128, one to three rows (weights streamed per
+//! row) and four or more (dequantized panels: partial panels, row tails,
+//! depths past one cache block), the thread pool, a non-contiguous `x`; float16 / bfloat16 activations keep MLX's
 //! kernel, checked loosely.
 
 use mlx::quant::{self, QuantSpec};
@@ -38,11 +39,30 @@ fn check(m: i32, n: i32, k: i32, bits: i32, gs: i32, dtype: Dtype, transposed_x:
 
 #[test]
 fn quantized_matmul_matches_the_dequantized_product() {
+    // Every SIMD level this CPU has (the kernels read FAMLX_CPU_ISA per
+    // product; this is the only test in the binary, so no other thread reads
+    // the environment meanwhile).
+    for isa in ["plain", "avx2", "best"] {
+        std::env::set_var("FAMLX_CPU_ISA", isa);
+        check_all();
+    }
+    std::env::remove_var("FAMLX_CPU_ISA");
+}
+
+fn check_all() {
     for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
         for (bits, gs) in [(4, 32), (4, 64), (8, 32), (8, 64)] {
             check(1, 48, 256, bits, gs, dtype, false);
+            check(3, 40, 192, bits, gs, dtype, false);
+            check(4, 40, 192, bits, gs, dtype, false);
             check(7, 40, 192, bits, gs, dtype, false);
         }
+    }
+    for bits in [4, 8] {
+        check(1, 72, 512, bits, 128, Dtype::F32, false);
+        check(13, 50, 640, bits, 32, Dtype::F32, false);
+        check(128, 96, 576, bits, 64, Dtype::F32, false);
+        check(6, 33, 1024, bits, 128, Dtype::F32, false);
     }
     // Large enough for two threads; an x that is a transposed view.
     check(3, 1000, 1024, 4, 32, Dtype::F32, true);

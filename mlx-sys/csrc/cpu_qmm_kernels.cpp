@@ -1,0 +1,441 @@
+// Hand-written because no BLAS has kernels for MLX's quantized packing, and
+// MLX's CPU kernel dequantizes element by element through generic code.
+// x86-64 gets AVX2/FMA paths picked at run time; every CPU has the plain
+// loops, which compute the same sums in the same order per group.
+#include "cpu_qmm_kernels.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu_common.h"
+
+#if defined(__x86_64__)
+// GCC 12 flags the intrinsics' own placeholder values (`__Y = __Y`).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+namespace mx = mlx::core;
+
+namespace famlx {
+
+// The SIMD level a product runs at: the best the CPU has, or lower when
+// FAMLX_CPU_ISA (plain, avx2) asks for it (tests use it to cover each path).
+Isa detect_isa() {
+#if defined(__x86_64__)
+  static const Isa best = [] {
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))) {
+      return Isa::Plain;
+    }
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl")) {
+      return Isa::Avx512;
+    }
+    return Isa::Avx2;
+  }();
+  Isa want = best;
+  if (const char* v = std::getenv("FAMLX_CPU_ISA")) {
+    const std::string s(v);
+    if (s == "plain") want = Isa::Plain;
+    if (s == "avx2") want = Isa::Avx2;
+  }
+  return std::min(best, want);
+#else
+  return Isa::Plain;
+#endif
+}
+
+namespace {
+
+// n values of a scale or bias row from element `off` as float32.
+void load_row(const void* p, mx::Dtype t, size_t off, int n, float* dst) {
+  if (t == mx::float32) {
+    std::memcpy(dst, static_cast<const float*>(p) + off, sizeof(float) * n);
+    return;
+  }
+  for (int i = 0; i < n; i++) dst[i] = to_float(p, t, off + i);
+}
+
+// Quantized value k of a weight row.
+inline uint32_t qval(const uint32_t* row, int bits, int k) {
+  const int per = 32 / bits;
+  return (row[k / per] >> (bits * (k % per))) & ((1u << bits) - 1);
+}
+
+// ---- one weight row at a time --------------------------------------------
+
+// sum_k q[k] x[k] over one group, plain loops.
+float group_dot_plain(const uint32_t* wg, int bits, int gs, const float* x) {
+  float s = 0.0f;
+  for (int k = 0; k < gs; k++) s += static_cast<float>(qval(wg, bits, k)) * x[k];
+  return s;
+}
+
+#if defined(__x86_64__)
+// Scale or bias i as float32 (float16 through the F16C instruction).
+__attribute__((target("avx2,fma,f16c"))) inline float scale_at(const void* p, mx::Dtype t, size_t i) {
+  if (t == mx::float32) return static_cast<const float*>(p)[i];
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  if (t == mx::float16) return _cvtsh_ss(h);
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// One output of a 4-bit row: x laid out as permute_x4 lays it for AVX2.
+// Each 32-value block (four words) is broadcast to both halves of a
+// register and shifted so that lane l < 4 holds word l's value 2i and lane
+// l >= 4 its value 2i + 1.
+__attribute__((target("avx2,fma,f16c"))) float row_q4_avx2(const uint32_t* w, const float* xp, const float* xsum,
+                                                            const QmmProblem& p, size_t off) {
+  const __m256i mask = _mm256_set1_epi32(0xF);
+  const __m256i sh0 = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+  const __m256i sh1 = _mm256_setr_epi32(8, 8, 8, 8, 12, 12, 12, 12);
+  const __m256i sh2 = _mm256_setr_epi32(16, 16, 16, 16, 20, 20, 20, 20);
+  const __m256i sh3 = _mm256_setr_epi32(24, 24, 24, 24, 28, 28, 28, 28);
+  __m256 acc = _mm256_setzero_ps();
+  float bias = 0.0f;
+  const int groups = p.K / p.gs, blocks = p.gs / 32;
+  for (int g = 0; g < groups; g++) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+      const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+      const __m256 q0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, sh0), mask));
+      const __m256 q1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, sh1), mask));
+      const __m256 q2 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, sh2), mask));
+      const __m256 q3 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, sh3), mask));
+      a0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(xp), a0);
+      a1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xp + 8), a1);
+      a0 = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xp + 16), a0);
+      a1 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xp + 24), a1);
+      w += 4;
+      xp += 32;
+    }
+    acc = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(scale_at(p.scales, p.scale_dtype, off + g)), acc);
+    bias += scale_at(p.biases, p.scale_dtype, off + g) * xsum[g];
+  }
+  return hsum(acc) + bias;
+}
+
+__attribute__((target("avx2,fma,f16c"))) float row_q8_avx2(const uint32_t* w, const float* x, const float* xsum,
+                                                            const QmmProblem& p, size_t off) {
+  const uint8_t* q = reinterpret_cast<const uint8_t*>(w);
+  __m256 acc = _mm256_setzero_ps();
+  float bias = 0.0f;
+  const int groups = p.K / p.gs;
+  for (int g = 0; g < groups; g++) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= p.gs; k += 16) {
+      const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
+      const __m256 q1 =
+          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8))));
+      a0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(x), a0);
+      a1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(x + 8), a1);
+      q += 16;
+      x += 16;
+    }
+    for (; k < p.gs; k += 8) {
+      const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
+      a0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(x), a0);
+      q += 8;
+      x += 8;
+    }
+    acc = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(scale_at(p.scales, p.scale_dtype, off + g)), acc);
+    bias += scale_at(p.biases, p.scale_dtype, off + g) * xsum[g];
+  }
+  return hsum(acc) + bias;
+}
+
+#define FAMLX_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+
+// One output of a 4-bit row with x laid out as permute_x4 lays it for
+// AVX-512: a block's four words go to all four 128-bit lanes, shifted so
+// that lane l holds value 4i + l / 4 of word l % 4; a 16-entry table lookup
+// (vpermps reads only an index's low four bits) turns each into a float.
+FAMLX_AVX512 float row_q4_avx512(const uint32_t* w, const float* xp, const float* xsum, const QmmProblem& p,
+                                 size_t off) {
+  const __m512i sh0 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+  const __m512i sh1 = _mm512_add_epi32(sh0, _mm512_set1_epi32(16));
+  const __m512 values = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 acc = _mm512_setzero_ps();
+  float bias = 0.0f;
+  const int groups = p.K / p.gs, blocks = p.gs / 32;
+  for (int g = 0; g < groups; g++) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+      const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+      const __m512 q0 = _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh0), values);
+      const __m512 q1 = _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh1), values);
+      a0 = _mm512_fmadd_ps(q0, _mm512_loadu_ps(xp), a0);
+      a1 = _mm512_fmadd_ps(q1, _mm512_loadu_ps(xp + 16), a1);
+      w += 4;
+      xp += 32;
+    }
+    acc = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale_at(p.scales, p.scale_dtype, off + g)), acc);
+    bias += scale_at(p.biases, p.scale_dtype, off + g) * xsum[g];
+  }
+  return _mm512_reduce_add_ps(acc) + bias;
+}
+
+FAMLX_AVX512 float row_q8_avx512(const uint32_t* w, const float* x, const float* xsum, const QmmProblem& p,
+                                 size_t off) {
+  const uint8_t* q = reinterpret_cast<const uint8_t*>(w);
+  __m512 acc = _mm512_setzero_ps();
+  float bias = 0.0f;
+  const int groups = p.K / p.gs;
+  for (int g = 0; g < groups; g++) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    for (int k = 0; k < p.gs; k += 32) {
+      const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+      const __m512 q1 =
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16))));
+      a0 = _mm512_fmadd_ps(q0, _mm512_loadu_ps(x), a0);
+      a1 = _mm512_fmadd_ps(q1, _mm512_loadu_ps(x + 16), a1);
+      q += 32;
+      x += 32;
+    }
+    acc = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale_at(p.scales, p.scale_dtype, off + g)), acc);
+    bias += scale_at(p.biases, p.scale_dtype, off + g) * xsum[g];
+  }
+  return _mm512_reduce_add_ps(acc) + bias;
+}
+#endif
+
+// x reordered for the 4-bit SIMD row kernels (see there), block by block.
+void permute_x4(const float* x, int K, Isa isa, float* xp) {
+  for (int b = 0; b < K / 32; b++) {
+    const float* xb = x + b * 32;
+    float* pb = xp + b * 32;
+    if (isa == Isa::Avx512) {
+      for (int i = 0; i < 2; i++) {
+        for (int l = 0; l < 16; l++) pb[i * 16 + l] = xb[8 * (l % 4) + 4 * i + l / 4];
+      }
+    } else {
+      for (int i = 0; i < 4; i++) {
+        for (int l = 0; l < 8; l++) pb[i * 8 + l] = xb[8 * (l % 4) + 2 * i + l / 4];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+QmmRowsInput::QmmRowsInput(const QmmProblem& p) : isa(detect_isa()) {
+  // The SIMD kernels step through whole 32-value blocks.
+  if (p.gs % 32 != 0) isa = Isa::Plain;
+  const int groups = p.K / p.gs;
+  xsum.resize(static_cast<size_t>(p.M) * groups);
+  for (int m = 0; m < p.M; m++) {
+    const float* xm = p.x + static_cast<size_t>(m) * p.K;
+    for (int g = 0; g < groups; g++) {
+      float s = 0.0f;
+      for (int k = 0; k < p.gs; k++) s += xm[g * p.gs + k];
+      xsum[static_cast<size_t>(m) * groups + g] = s;
+    }
+  }
+  if (isa != Isa::Plain && p.bits == 4) {
+    xp.resize(static_cast<size_t>(p.M) * p.K);
+    for (int m = 0; m < p.M; m++) permute_x4(p.x + static_cast<size_t>(m) * p.K, p.K, isa, xp.data() + m * p.K);
+  }
+}
+
+void qmm_rows(const QmmProblem& p, const QmmRowsInput& in, int n0, int n1) {
+  const int groups = p.K / p.gs;
+  const size_t words = static_cast<size_t>(p.K) * p.bits / 32;
+  std::vector<float> s, b;
+  if (in.isa == Isa::Plain) {
+    s.resize(groups);
+    b.resize(groups);
+  }
+  for (int n = n0; n < n1; n++) {
+    const uint32_t* wn = p.w + n * words;
+    const size_t off = static_cast<size_t>(n) * groups;
+    if (in.isa == Isa::Plain) {
+      load_row(p.scales, p.scale_dtype, off, groups, s.data());
+      load_row(p.biases, p.scale_dtype, off, groups, b.data());
+    }
+    for (int m = 0; m < p.M; m++) {
+      const float* xm = p.x + static_cast<size_t>(m) * p.K;
+      const float* xsum = in.xsum.data() + static_cast<size_t>(m) * groups;
+      const float* xpm = in.xp.empty() ? nullptr : in.xp.data() + static_cast<size_t>(m) * p.K;
+      float r = 0.0f;
+      switch (in.isa) {
+#if defined(__x86_64__)
+        case Isa::Avx512:
+          r = p.bits == 4 ? row_q4_avx512(wn, xpm, xsum, p, off) : row_q8_avx512(wn, xm, xsum, p, off);
+          break;
+        case Isa::Avx2:
+          r = p.bits == 4 ? row_q4_avx2(wn, xpm, xsum, p, off) : row_q8_avx2(wn, xm, xsum, p, off);
+          break;
+#endif
+        default: {
+          float dot = 0.0f, bias = 0.0f;
+          for (int g = 0; g < groups; g++) {
+            dot += s[g] * group_dot_plain(wn + g * p.gs * p.bits / 32, p.bits, p.gs, xm + g * p.gs);
+            bias += b[g] * xsum[g];
+          }
+          r = dot + bias;
+        }
+      }
+      p.out[static_cast<size_t>(m) * p.N + n] = r;
+    }
+  }
+}
+
+// ---- dequantized panels ---------------------------------------------------
+
+namespace {
+
+// Columns [n, n + kPanel) of W.T, dequantized: panel[k * kPanel + j] =
+// W[n + j, k] (zero past N).
+void pack_panel(const QmmProblem& p, int n, float* panel, float* s, float* b) {
+  const int groups = p.K / p.gs;
+  const size_t words = static_cast<size_t>(p.K) * p.bits / 32;
+  for (int j = 0; j < kPanel; j++) {
+    if (n + j >= p.N) {
+      for (int k = 0; k < p.K; k++) panel[k * kPanel + j] = 0.0f;
+      continue;
+    }
+    const uint32_t* row = p.w + (n + j) * words;
+    load_row(p.scales, p.scale_dtype, static_cast<size_t>(n + j) * groups, groups, s);
+    load_row(p.biases, p.scale_dtype, static_cast<size_t>(n + j) * groups, groups, b);
+    const int per = 32 / p.bits;
+    const uint32_t mask = (1u << p.bits) - 1;
+    for (int wi = 0; wi < p.K / per; wi++) {
+      const uint32_t v = row[wi];
+      const int g = wi * per / p.gs;
+      for (int e = 0; e < per; e++) {
+        const int k = wi * per + e;
+        panel[k * kPanel + j] = s[g] * static_cast<float>((v >> (p.bits * e)) & mask) + b[g];
+      }
+    }
+  }
+}
+
+// c[r, 0..cols) (+)= a[r, 0..kc) @ panel rows, for MR rows of a.
+template <int MR>
+void micro_plain(const float* a, size_t lda, const float* panel, int kc, float* c, size_t ldc, int cols, bool add) {
+  float acc[MR][kPanel] = {};
+  for (int k = 0; k < kc; k++) {
+    for (int r = 0; r < MR; r++) {
+      const float av = a[r * lda + k];
+      for (int j = 0; j < kPanel; j++) acc[r][j] += av * panel[k * kPanel + j];
+    }
+  }
+  for (int r = 0; r < MR; r++) {
+    for (int j = 0; j < cols; j++) c[r * ldc + j] = (add ? c[r * ldc + j] : 0.0f) + acc[r][j];
+  }
+}
+
+#if defined(__x86_64__)
+template <int MR>
+__attribute__((target("avx2,fma"))) void micro_avx2(const float* a, size_t lda, const float* panel, int kc, float* c,
+                                                     size_t ldc, int cols, bool add) {
+  __m256 acc[MR][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int k = 0; k < kc; k++) {
+    const __m256 b0 = _mm256_loadu_ps(panel + k * kPanel);
+    const __m256 b1 = _mm256_loadu_ps(panel + k * kPanel + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+      const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    float* cr = c + r * ldc;
+    if (cols == kPanel) {
+      if (add) {
+        acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(cr));
+        acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_loadu_ps(cr + 8));
+      }
+      _mm256_storeu_ps(cr, acc[r][0]);
+      _mm256_storeu_ps(cr + 8, acc[r][1]);
+    } else {
+      float t[kPanel];
+      _mm256_storeu_ps(t, acc[r][0]);
+      _mm256_storeu_ps(t + 8, acc[r][1]);
+      for (int j = 0; j < cols; j++) cr[j] = (add ? cr[j] : 0.0f) + t[j];
+    }
+  }
+}
+#endif
+
+template <int MR>
+void micro(bool simd, const float* a, size_t lda, const float* panel, int kc, float* c, size_t ldc, int cols,
+           bool add) {
+#if defined(__x86_64__)
+  if (simd) return micro_avx2<MR>(a, lda, panel, kc, c, ldc, cols, add);
+#endif
+  micro_plain<MR>(a, lda, panel, kc, c, ldc, cols, add);
+}
+
+// Rows of x per register block, and values of k per cache block.
+constexpr int kRows = 6;
+constexpr int kDepth = 256;
+
+}  // namespace
+
+void qmm_panels(const QmmProblem& p, int n0, int n1) {
+  const bool simd = detect_isa() != Isa::Plain;
+  const int groups = p.K / p.gs;
+  thread_local std::vector<float> panel, s, b;
+  panel.resize(static_cast<size_t>(p.K) * kPanel);
+  s.resize(groups);
+  b.resize(groups);
+  for (int n = n0; n < n1; n += kPanel) {
+    pack_panel(p, n, panel.data(), s.data(), b.data());
+    const int cols = std::min(kPanel, n1 - n);
+    for (int k0 = 0; k0 < p.K; k0 += kDepth) {
+      const int kc = std::min(kDepth, p.K - k0);
+      const float* pk = panel.data() + static_cast<size_t>(k0) * kPanel;
+      const bool add = k0 > 0;
+      int m = 0;
+      for (; m + kRows <= p.M; m += kRows) {
+        micro<kRows>(simd, p.x + static_cast<size_t>(m) * p.K + k0, p.K, pk, kc, p.out + static_cast<size_t>(m) * p.N + n,
+                     p.N, cols, add);
+      }
+      const float* a = p.x + static_cast<size_t>(m) * p.K + k0;
+      float* c = p.out + static_cast<size_t>(m) * p.N + n;
+      switch (p.M - m) {
+        case 5:
+          micro<5>(simd, a, p.K, pk, kc, c, p.N, cols, add);
+          break;
+        case 4:
+          micro<4>(simd, a, p.K, pk, kc, c, p.N, cols, add);
+          break;
+        case 3:
+          micro<3>(simd, a, p.K, pk, kc, c, p.N, cols, add);
+          break;
+        case 2:
+          micro<2>(simd, a, p.K, pk, kc, c, p.N, cols, add);
+          break;
+        case 1:
+          micro<1>(simd, a, p.K, pk, kc, c, p.N, cols, add);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
+}  // namespace famlx

@@ -88,7 +88,7 @@ class Pool {
       // Spin for a while (kernels come in bursts), then sleep.
       static const int spin_us = [] {
         const char* v = std::getenv("FAMLX_CPU_SPIN_US");
-        return v ? std::atoi(v) : 200;
+        return v ? std::atoi(v) : 0;
       }();
       if (clock::now() - idle_since < std::chrono::microseconds(spin_us)) {
         for (int i = 0; i < 64; i++) relax();

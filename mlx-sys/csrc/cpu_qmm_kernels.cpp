@@ -163,56 +163,134 @@ __attribute__((target("avx2,fma,f16c"))) float row_q8_avx2(const uint32_t* w, co
 
 #define FAMLX_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
-// One output of a 4-bit row with x laid out as permute_x4 lays it for
-// AVX-512: a block's four words go to all four 128-bit lanes, shifted so
-// that lane l holds value 4i + l / 4 of word l % 4; a 16-entry table lookup
-// (vpermps reads only an index's low four bits) turns each into a float.
-FAMLX_AVX512 float row_q4_avx512(const uint32_t* w, const float* xp, const float* xsum, const QmmProblem& p,
-                                 size_t off) {
-  const __m512i sh0 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
-  const __m512i sh1 = _mm512_add_epi32(sh0, _mm512_set1_epi32(16));
-  const __m512 values = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512 acc = _mm512_setzero_ps();
-  float bias = 0.0f;
-  const int groups = p.K / p.gs, blocks = p.gs / 32;
-  for (int g = 0; g < groups; g++) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    for (int b = 0; b < blocks; b++) {
-      const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-      const __m512 q0 = _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh0), values);
-      const __m512 q1 = _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh1), values);
-      a0 = _mm512_fmadd_ps(q0, _mm512_loadu_ps(xp), a0);
-      a1 = _mm512_fmadd_ps(q1, _mm512_loadu_ps(xp + 16), a1);
-      w += 4;
-      xp += 32;
-    }
-    acc = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale_at(p.scales, p.scale_dtype, off + g)), acc);
-    bias += scale_at(p.biases, p.scale_dtype, off + g) * xsum[g];
+// n scale or bias values from element `off` as float32 (float16 through
+// vcvtph2ps, sixteen at a time).
+FAMLX_AVX512 void scales_avx512(const void* p, mx::Dtype t, size_t off, int n, float* dst) {
+  if (t != mx::float16) {
+    for (int i = 0; i < n; i++) dst[i] = scale_at(p, t, off + i);
+    return;
   }
-  return _mm512_reduce_add_ps(acc) + bias;
+  const uint16_t* h = static_cast<const uint16_t*>(p) + off;
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m256i v = _mm256_maskz_loadu_epi16(m, h + i);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(v));
+  }
 }
 
-FAMLX_AVX512 float row_q8_avx512(const uint32_t* w, const float* x, const float* xsum, const QmmProblem& p,
-                                 size_t off) {
-  const uint8_t* q = reinterpret_cast<const uint8_t*>(w);
-  __m512 acc = _mm512_setzero_ps();
-  float bias = 0.0f;
-  const int groups = p.K / p.gs;
+// R outputs of 4-bit rows (R rows interleaved, so their dependency chains
+// overlap) with x laid out as permute_x4 lays it for AVX-512: a block's four
+// words go to all four 128-bit lanes, shifted so that lane l holds value
+// 4i + l / 4 of word l % 4; vpermps, which reads only an index's low four
+// bits, looks each up in a 16-entry table of the group's dequantized values
+// (scale * q + bias).
+template <int R>
+FAMLX_AVX512 void rows_q4_avx512(const uint32_t* w, size_t words, const float* xp, const float* s, const float* b,
+                                 int groups, int gs, float* out) {
+  const __m512i sh0 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+  const __m512i sh1 = _mm512_add_epi32(sh0, _mm512_set1_epi32(16));
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 acc0[R], acc1[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  const int blocks = gs / 32;
   for (int g = 0; g < groups; g++) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    for (int k = 0; k < p.gs; k += 32) {
-      const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
-      const __m512 q1 =
-          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16))));
-      a0 = _mm512_fmadd_ps(q0, _mm512_loadu_ps(x), a0);
-      a1 = _mm512_fmadd_ps(q1, _mm512_loadu_ps(x + 16), a1);
-      q += 32;
-      x += 32;
+    __m512 table[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+      table[r] = _mm512_fmadd_ps(iota, _mm512_set1_ps(s[r * groups + g]), _mm512_set1_ps(b[r * groups + g]));
     }
-    acc = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale_at(p.scales, p.scale_dtype, off + g)), acc);
-    bias += scale_at(p.biases, p.scale_dtype, off + g) * xsum[g];
+    for (int blk = 0; blk < blocks; blk++) {
+      const __m512 x0 = _mm512_loadu_ps(xp), x1 = _mm512_loadu_ps(xp + 16);
+      const size_t at = static_cast<size_t>(g * blocks + blk) * 4;
+#pragma GCC unroll 4
+      for (int r = 0; r < R; r++) {
+        const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * words + at)));
+        acc0[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh0), table[r]), x0, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh1), table[r]), x1, acc1[r]);
+      }
+      xp += 32;
+    }
   }
-  return _mm512_reduce_add_ps(acc) + bias;
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+}
+
+// R outputs of 8-bit rows: sum_g scale_g * (q_g . x_g) + bias . xsum.
+template <int R>
+FAMLX_AVX512 void rows_q8_avx512(const uint32_t* w, size_t words, const float* x, const float* xsum, const float* s,
+                                 const float* b, int groups, int gs, float* out) {
+  __m512 acc[R];
+  float bias[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++) {
+    acc[r] = _mm512_setzero_ps();
+    bias[r] = 0.0f;
+    for (int g = 0; g < groups; g++) bias[r] += b[r * groups + g] * xsum[g];
+  }
+  for (int g = 0; g < groups; g++) {
+    __m512 a0[R], a1[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm512_setzero_ps();
+    for (int k = 0; k < gs; k += 32) {
+      const __m512 x0 = _mm512_loadu_ps(x + g * gs + k), x1 = _mm512_loadu_ps(x + g * gs + k + 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; r++) {
+        const uint8_t* q = reinterpret_cast<const uint8_t*>(w + r * words) + g * gs + k;
+        const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+        const __m512 q1 =
+            _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16))));
+        a0[r] = _mm512_fmadd_ps(q0, x0, a0[r]);
+        a1[r] = _mm512_fmadd_ps(q1, x1, a1[r]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+      acc[r] = _mm512_fmadd_ps(_mm512_add_ps(a0[r], a1[r]), _mm512_set1_ps(s[r * groups + g]), acc[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + bias[r];
+}
+
+// Output columns [n0, n1) of every row, four weight rows at a time.
+FAMLX_AVX512 void qmm_rows_avx512(const QmmProblem& p, const QmmRowsInput& in, int n0, int n1) {
+  const int groups = p.K / p.gs;
+  const size_t words = static_cast<size_t>(p.K) * p.bits / 32;
+  thread_local std::vector<float> s, b;
+  s.resize(static_cast<size_t>(4) * groups);
+  b.resize(s.size());
+  float out[4];
+  for (int n = n0; n < n1; n += 4) {
+    const int R = std::min(4, n1 - n);
+    for (int r = 0; r < R; r++) {
+      const size_t off = static_cast<size_t>(n + r) * groups;
+      scales_avx512(p.scales, p.scale_dtype, off, groups, s.data() + r * groups);
+      scales_avx512(p.biases, p.scale_dtype, off, groups, b.data() + r * groups);
+    }
+    const uint32_t* wn = p.w + n * words;
+    for (int m = 0; m < p.M; m++) {
+      const float* xm = p.x + static_cast<size_t>(m) * p.K;
+      const float* xsum = in.xsum.data() + static_cast<size_t>(m) * groups;
+      const float* xpm = in.xp.empty() ? nullptr : in.xp.data() + static_cast<size_t>(m) * p.K;
+      if (p.bits == 4) {
+        switch (R) {
+          case 4: rows_q4_avx512<4>(wn, words, xpm, s.data(), b.data(), groups, p.gs, out); break;
+          case 3: rows_q4_avx512<3>(wn, words, xpm, s.data(), b.data(), groups, p.gs, out); break;
+          case 2: rows_q4_avx512<2>(wn, words, xpm, s.data(), b.data(), groups, p.gs, out); break;
+          default: rows_q4_avx512<1>(wn, words, xpm, s.data(), b.data(), groups, p.gs, out); break;
+        }
+      } else {
+        switch (R) {
+          case 4: rows_q8_avx512<4>(wn, words, xm, xsum, s.data(), b.data(), groups, p.gs, out); break;
+          case 3: rows_q8_avx512<3>(wn, words, xm, xsum, s.data(), b.data(), groups, p.gs, out); break;
+          case 2: rows_q8_avx512<2>(wn, words, xm, xsum, s.data(), b.data(), groups, p.gs, out); break;
+          default: rows_q8_avx512<1>(wn, words, xm, xsum, s.data(), b.data(), groups, p.gs, out); break;
+        }
+      }
+      for (int r = 0; r < R; r++) p.out[static_cast<size_t>(m) * p.N + n + r] = out[r];
+    }
+  }
 }
 #endif
 
@@ -262,6 +340,9 @@ void qmm_rows(const QmmProblem& p, const QmmRowsInput& in, int n0, int n1) {
     s.resize(groups);
     b.resize(groups);
   }
+#if defined(__x86_64__)
+  if (in.isa == Isa::Avx512) return qmm_rows_avx512(p, in, n0, n1);
+#endif
   for (int n = n0; n < n1; n++) {
     const uint32_t* wn = p.w + n * words;
     const size_t off = static_cast<size_t>(n) * groups;
@@ -276,9 +357,6 @@ void qmm_rows(const QmmProblem& p, const QmmRowsInput& in, int n0, int n1) {
       float r = 0.0f;
       switch (in.isa) {
 #if defined(__x86_64__)
-        case Isa::Avx512:
-          r = p.bits == 4 ? row_q4_avx512(wn, xpm, xsum, p, off) : row_q8_avx512(wn, xm, xsum, p, off);
-          break;
         case Isa::Avx2:
           r = p.bits == 4 ? row_q4_avx2(wn, xpm, xsum, p, off) : row_q8_avx2(wn, xm, xsum, p, off);
           break;

@@ -164,7 +164,7 @@ __attribute__((target("avx2,fma,f16c"))) float row_q8_avx2(const uint32_t* w, co
 #define FAMLX_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 // n scale or bias values from element `off` as float32 (float16 through
-// vcvtph2ps, sixteen at a time).
+// vcvtph2ps, sixteen at a time); dst holds n rounded up to 16.
 FAMLX_AVX512 void scales_avx512(const void* p, mx::Dtype t, size_t off, int n, float* dst) {
   if (t != mx::float16) {
     for (int i = 0; i < n; i++) dst[i] = scale_at(p, t, off + i);
@@ -173,8 +173,9 @@ FAMLX_AVX512 void scales_avx512(const void* p, mx::Dtype t, size_t off, int n, f
   const uint16_t* h = static_cast<const uint16_t*>(p) + off;
   for (int i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m256i v = _mm256_maskz_loadu_epi16(m, h + i);
-    _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(v));
+    // A full store (dst has room to a multiple of 16): the kernels'
+    // scalar loads forward from it, where a masked store would stall them.
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
   }
 }
 
@@ -186,7 +187,7 @@ FAMLX_AVX512 void scales_avx512(const void* p, mx::Dtype t, size_t off, int n, f
 // (scale * q + bias).
 template <int R>
 FAMLX_AVX512 void rows_q4_avx512(const uint32_t* w, size_t words, const float* xp, const float* s, const float* b,
-                                 int groups, int gs, float* out) {
+                                 int stride, int groups, int gs, float* out) {
   const __m512i sh0 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
   const __m512i sh1 = _mm512_add_epi32(sh0, _mm512_set1_epi32(16));
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -198,7 +199,7 @@ FAMLX_AVX512 void rows_q4_avx512(const uint32_t* w, size_t words, const float* x
     __m512 table[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-      table[r] = _mm512_fmadd_ps(iota, _mm512_set1_ps(s[r * groups + g]), _mm512_set1_ps(b[r * groups + g]));
+      table[r] = _mm512_fmadd_ps(iota, _mm512_set1_ps(s[r * stride + g]), _mm512_set1_ps(b[r * stride + g]));
     }
     for (int blk = 0; blk < blocks; blk++) {
       const __m512 x0 = _mm512_loadu_ps(xp), x1 = _mm512_loadu_ps(xp + 16);
@@ -219,14 +220,14 @@ FAMLX_AVX512 void rows_q4_avx512(const uint32_t* w, size_t words, const float* x
 // R outputs of 8-bit rows: sum_g scale_g * (q_g . x_g) + bias . xsum.
 template <int R>
 FAMLX_AVX512 void rows_q8_avx512(const uint32_t* w, size_t words, const float* x, const float* xsum, const float* s,
-                                 const float* b, int groups, int gs, float* out) {
+                                 const float* b, int stride, int groups, int gs, float* out) {
   __m512 acc[R];
   float bias[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; r++) {
     acc[r] = _mm512_setzero_ps();
     bias[r] = 0.0f;
-    for (int g = 0; g < groups; g++) bias[r] += b[r * groups + g] * xsum[g];
+    for (int g = 0; g < groups; g++) bias[r] += b[r * stride + g] * xsum[g];
   }
   for (int g = 0; g < groups; g++) {
     __m512 a0[R], a1[R];
@@ -246,7 +247,7 @@ FAMLX_AVX512 void rows_q8_avx512(const uint32_t* w, size_t words, const float* x
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-      acc[r] = _mm512_fmadd_ps(_mm512_add_ps(a0[r], a1[r]), _mm512_set1_ps(s[r * groups + g]), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_add_ps(a0[r], a1[r]), _mm512_set1_ps(s[r * stride + g]), acc[r]);
     }
   }
 #pragma GCC unroll 4
@@ -257,17 +258,16 @@ FAMLX_AVX512 void rows_q8_avx512(const uint32_t* w, size_t words, const float* x
 FAMLX_AVX512 void qmm_rows_avx512(const QmmProblem& p, const QmmRowsInput& in, int n0, int n1) {
   const int groups = p.K / p.gs;
   const size_t words = static_cast<size_t>(p.K) * p.bits / 32;
+  // The four rows' scales and biases (adjacent in memory) as float32.
+  const int stride = groups;
   thread_local std::vector<float> s, b;
-  s.resize(static_cast<size_t>(4) * groups);
+  s.resize(static_cast<size_t>(4) * groups + 16);
   b.resize(s.size());
   float out[4];
   for (int n = n0; n < n1; n += 4) {
     const int R = std::min(4, n1 - n);
-    for (int r = 0; r < R; r++) {
-      const size_t off = static_cast<size_t>(n + r) * groups;
-      scales_avx512(p.scales, p.scale_dtype, off, groups, s.data() + r * groups);
-      scales_avx512(p.biases, p.scale_dtype, off, groups, b.data() + r * groups);
-    }
+    scales_avx512(p.scales, p.scale_dtype, static_cast<size_t>(n) * groups, R * groups, s.data());
+    scales_avx512(p.biases, p.scale_dtype, static_cast<size_t>(n) * groups, R * groups, b.data());
     const uint32_t* wn = p.w + n * words;
     for (int m = 0; m < p.M; m++) {
       const float* xm = p.x + static_cast<size_t>(m) * p.K;
@@ -275,17 +275,17 @@ FAMLX_AVX512 void qmm_rows_avx512(const QmmProblem& p, const QmmRowsInput& in, i
       const float* xpm = in.xp.empty() ? nullptr : in.xp.data() + static_cast<size_t>(m) * p.K;
       if (p.bits == 4) {
         switch (R) {
-          case 4: rows_q4_avx512<4>(wn, words, xpm, s.data(), b.data(), groups, p.gs, out); break;
-          case 3: rows_q4_avx512<3>(wn, words, xpm, s.data(), b.data(), groups, p.gs, out); break;
-          case 2: rows_q4_avx512<2>(wn, words, xpm, s.data(), b.data(), groups, p.gs, out); break;
-          default: rows_q4_avx512<1>(wn, words, xpm, s.data(), b.data(), groups, p.gs, out); break;
+          case 4: rows_q4_avx512<4>(wn, words, xpm, s.data(), b.data(), stride, groups, p.gs, out); break;
+          case 3: rows_q4_avx512<3>(wn, words, xpm, s.data(), b.data(), stride, groups, p.gs, out); break;
+          case 2: rows_q4_avx512<2>(wn, words, xpm, s.data(), b.data(), stride, groups, p.gs, out); break;
+          default: rows_q4_avx512<1>(wn, words, xpm, s.data(), b.data(), stride, groups, p.gs, out); break;
         }
       } else {
         switch (R) {
-          case 4: rows_q8_avx512<4>(wn, words, xm, xsum, s.data(), b.data(), groups, p.gs, out); break;
-          case 3: rows_q8_avx512<3>(wn, words, xm, xsum, s.data(), b.data(), groups, p.gs, out); break;
-          case 2: rows_q8_avx512<2>(wn, words, xm, xsum, s.data(), b.data(), groups, p.gs, out); break;
-          default: rows_q8_avx512<1>(wn, words, xm, xsum, s.data(), b.data(), groups, p.gs, out); break;
+          case 4: rows_q8_avx512<4>(wn, words, xm, xsum, s.data(), b.data(), stride, groups, p.gs, out); break;
+          case 3: rows_q8_avx512<3>(wn, words, xm, xsum, s.data(), b.data(), stride, groups, p.gs, out); break;
+          case 2: rows_q8_avx512<2>(wn, words, xm, xsum, s.data(), b.data(), stride, groups, p.gs, out); break;
+          default: rows_q8_avx512<1>(wn, words, xm, xsum, s.data(), b.data(), stride, groups, p.gs, out); break;
         }
       }
       for (int r = 0; r < R; r++) p.out[static_cast<size_t>(m) * p.N + n + r] = out[r];

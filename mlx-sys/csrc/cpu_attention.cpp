@@ -61,6 +61,75 @@ struct View4 {
   size_t stride[4];
 };
 
+// v rounded to element type T and back (float: v itself), as MLX's
+// operations on T round each result.
+template <typename T>
+inline float round_as(float v) {
+  return static_cast<float>(static_cast<T>(v));
+}
+
+// v rounded to dtype t (float32, float16 or bfloat16).
+inline float rounded(mx::Dtype t, float v) {
+  switch (t) {
+    case mx::float16:
+      return round_as<mx::float16_t>(v);
+    case mx::bfloat16:
+      return round_as<mx::bfloat16_t>(v);
+    default:
+      return v;
+  }
+}
+
+// The lowest finite value of dtype t (finfo(t).min, a boolean mask's fill).
+inline float lowest(mx::Dtype t) {
+  switch (t) {
+    case mx::float16:
+      return -65504.0f;
+    case mx::bfloat16:
+      return -3.38953139e38f;
+    default:
+      return -FLT_MAX;
+  }
+}
+
+// cos and sin per (table, position, frequency).
+struct RopeTables {
+  const float* c;
+  const float* s;
+  int tables, T, half;
+};
+
+// The rotation of every row of x (viewed [B, N, T, D]) in element type T:
+// x1 * cos - x2 * sin and x1 * sin + x2 * cos, each product and sum rounded
+// to T as the fallback's separate operations round them.
+template <typename T>
+void rope_rows(const mx::array& x, const View4& xv, const RopeTables& tb, int dims, bool traditional, mx::array& out) {
+  const int B = xv.shape[0], N = xv.shape[1], L = xv.shape[2], D = xv.shape[3], half = tb.half;
+  const T* xp = x.data<T>();
+  T* o = out.data<T>();
+  for (int b = 0; b < B; b++) {
+    for (int n = 0; n < N; n++) {
+      for (int t = 0; t < L; t++) {
+        const size_t base_in = xv.at(b, n, t, 0), step = xv.stride[3];
+        T* orow = o + ((static_cast<size_t>(b) * N + n) * L + t) * D;
+        const size_t row = (static_cast<size_t>(tb.tables > 1 ? b : 0) * L + t) * half;
+        const float* cr = tb.c + row;
+        const float* sr = tb.s + row;
+        for (int i = 0; i < half; i++) {
+          const int i1 = traditional ? 2 * i : i, i2 = traditional ? 2 * i + 1 : i + half;
+          const float x1 = static_cast<float>(xp[base_in + i1 * step]);
+          const float x2 = static_cast<float>(xp[base_in + i2 * step]);
+          const float a = round_as<T>(x1 * cr[i]), bb = round_as<T>(x2 * sr[i]);
+          const float e = round_as<T>(x1 * sr[i]), f = round_as<T>(x2 * cr[i]);
+          orow[i1] = static_cast<T>(a - bb);
+          orow[i2] = static_cast<T>(e + f);
+        }
+        for (int i = dims; i < D; i++) orow[i] = xp[base_in + i * step];
+      }
+    }
+  }
+}
+
 // ---- RoPE -------------------------------------------------------------------
 
 class CpuRope : public mx::UnaryPrimitive {
@@ -79,7 +148,7 @@ class CpuRope : public mx::UnaryPrimitive {
     if (has_freqs_) freqs = inputs[2];
     enc.dispatch([x, offset, freqs, out, dims = dims_, traditional = traditional_, base = base_,
                   scale = scale_]() mutable {
-      const int D = x.shape(-1), T = x.shape(-2), B = x.shape(0);
+      const int T = x.shape(-2), B = x.shape(0);
       const int half = dims / 2;
       // The fallback's inverse frequencies: exp(-i * (log(base) / half)),
       // or 1 / freqs.
@@ -97,7 +166,6 @@ class CpuRope : public mx::UnaryPrimitive {
       if (x.ndim() == 3) {
         xv.shape[0] = x.shape(0), xv.shape[1] = 1, xv.stride[0] = x.strides()[0], xv.stride[1] = 0;
       }
-      const int N = xv.shape[1];
       const int* off = offset.data<int>();
       // cos and sin per (batch, position): batches share them unless their
       // offsets differ.
@@ -111,31 +179,22 @@ class CpuRope : public mx::UnaryPrimitive {
           for (int i = 0; i < half; i++) {
             const float theta = p * inv[i];
             const size_t at = (static_cast<size_t>(b) * T + t) * half + i;
-            c[at] = simd::cos(simd::Simd<float, 1>(theta)).value;
-            s[at] = simd::sin(simd::Simd<float, 1>(theta)).value;
+            // astype(cos(theta), x.dtype) as the fallback.
+            c[at] = rounded(x.dtype(), simd::cos(simd::Simd<float, 1>(theta)).value);
+            s[at] = rounded(x.dtype(), simd::sin(simd::Simd<float, 1>(theta)).value);
           }
         }
       }
-      const float* xp = x.data<float>();
-      float* o = out.data<float>();
-      for (int b = 0; b < B; b++) {
-        for (int n = 0; n < N; n++) {
-          for (int t = 0; t < T; t++) {
-            const size_t base_in = xv.at(b, n, t, 0), step = xv.stride[3];
-            float* orow = o + ((static_cast<size_t>(b) * N + n) * T + t) * D;
-            const float* cr = c.data() + (static_cast<size_t>(tables > 1 ? b : 0) * T + t) * half;
-            const float* sr = s.data() + (static_cast<size_t>(tables > 1 ? b : 0) * T + t) * half;
-            for (int i = 0; i < half; i++) {
-              const int i1 = traditional ? 2 * i : i, i2 = traditional ? 2 * i + 1 : i + half;
-              const float x1 = xp[base_in + i1 * step], x2 = xp[base_in + i2 * step];
-              const float a = x1 * cr[i], bb = x2 * sr[i];
-              const float e = x1 * sr[i], f = x2 * cr[i];
-              orow[i1] = a - bb;
-              orow[i2] = e + f;
-            }
-            for (int i = dims; i < D; i++) orow[i] = xp[base_in + i * step];
-          }
-        }
+      const RopeTables tb{c.data(), s.data(), tables, T, half};
+      switch (x.dtype()) {
+        case mx::float16:
+          rope_rows<mx::float16_t>(x, xv, tb, dims, traditional, out);
+          break;
+        case mx::bfloat16:
+          rope_rows<mx::bfloat16_t>(x, xv, tb, dims, traditional, out);
+          break;
+        default:
+          rope_rows<float>(x, xv, tb, dims, traditional, out);
       }
     });
   }
@@ -171,7 +230,7 @@ struct Attn {
   std::optional<mx::array> mask, sinks;
   MaskKind kind;
   float scale;
-  float* out;
+  void* out;
 };
 
 #if defined(__x86_64__)
@@ -193,52 +252,66 @@ FAMLX_AVX512 void axpy_avx512(float p, const float* v, int Dv, float* acc) {
 }
 #endif
 
-// One (batch, kv head): every query row of its query heads.
+// One (batch, kv head): every query row of its query heads. Operands are
+// read as float; results are rounded to the operands' dtype where the
+// fallback's operations in that dtype round them (products of float16 or
+// bfloat16 values are exact in float, and MLX's half-precision matmul sums
+// them in float32 in order, rounding once at the end).
 void attend(const Attn& a, int b, int kvh, Isa isa) {
   const View4 qv(a.q), kv(a.k), vv(a.v);
+  const mx::Dtype dt = a.q.dtype();
   const int Hq = qv.shape[1], Lq = qv.shape[2], D = qv.shape[3];
   const int Hkv = kv.shape[1], Lk = kv.shape[2], Dv = vv.shape[3];
   const int reps = Hq / Hkv;
   const int offset = Lk - Lq;
-  const float* qd = a.q.data<float>();
-  const float* kd = a.k.data<float>();
-  const float* vd = a.v.data<float>();
   const bool has_sink = a.sinks.has_value();
   std::optional<View4> mv;
   if (a.mask) mv.emplace(*a.mask);
-  // Keys of this head transposed in blocks of 16 ([block][k][16]) for the
-  // SIMD score loop; values gathered row-contiguous.
+  // This head's keys and values as float rows; keys also transposed in
+  // blocks of 16 ([block][k][16]) for the SIMD score loop.
+  std::vector<float> kr(static_cast<size_t>(Lk) * D), vr(static_cast<size_t>(Lk) * Dv);
+  for (int j = 0; j < Lk; j++) {
+    for (int k = 0; k < D; k++) kr[static_cast<size_t>(j) * D + k] = to_float(a.k.data<void>(), dt, kv.at(b, kvh, j, k));
+    for (int d = 0; d < Dv; d++) vr[static_cast<size_t>(j) * Dv + d] = to_float(a.v.data<void>(), dt, vv.at(b, kvh, j, d));
+  }
   const int blocks = (Lk + 15) / 16;
-  std::vector<float> kt, vrows;
   const bool wide = isa == Isa::Avx512;
+  std::vector<float> kt;
   if (wide) {
     kt.assign(static_cast<size_t>(blocks) * D * 16, 0.0f);
     for (int j = 0; j < Lk; j++) {
-      for (int k = 0; k < D; k++) kt[(static_cast<size_t>(j / 16) * D + k) * 16 + j % 16] = kd[kv.at(b, kvh, j, k)];
+      for (int k = 0; k < D; k++) kt[(static_cast<size_t>(j / 16) * D + k) * 16 + j % 16] = kr[static_cast<size_t>(j) * D + k];
     }
   }
-  const bool v_rows = vv.stride[3] == 1;
-  const bool wide_v = wide && v_rows && Dv % 16 == 0;
+  const bool wide_v = wide && Dv % 16 == 0;
+  // The fallback multiplies q by array(scale, dtype): the scale in dtype.
+  const float scale = rounded(dt, a.scale);
+  const float fill = lowest(dt);
   std::vector<float> qs(D), row(Lk + 1), acc(Dv);
   for (int r = 0; r < reps; r++) {
     const int h = kvh * reps + r;
     for (int i = 0; i < Lq; i++) {
-      // q * scale, rounded, as the fallback's first multiply.
-      for (int k = 0; k < D; k++) qs[k] = a.scale * qd[qv.at(b, h, i, k)];
-      // Keys a causal mask hides contribute exp(-FLT_MAX - max) = 0 to
-      // every sum: skip them.
+      for (int k = 0; k < D; k++) qs[k] = rounded(dt, scale * to_float(a.q.data<void>(), dt, qv.at(b, h, i, k)));
+      // Keys a causal mask hides contribute exp(lowest - max) = 0 to every
+      // sum: skip them.
       const int last = a.kind == MaskKind::Causal ? std::min(Lk, i + offset + 1) : Lk;
       float* sc = row.data() + (has_sink ? 1 : 0);
       int j = 0;
 #if defined(__x86_64__)
       if (wide) {
-        for (; j + 16 <= last; j += 16) scores16_avx512(qs.data(), kt.data() + static_cast<size_t>(j / 16) * D * 16, D, sc + j);
+        for (; j + 16 <= last; j += 16) {
+          scores16_avx512(qs.data(), kt.data() + static_cast<size_t>(j / 16) * D * 16, D, sc + j);
+        }
       }
 #endif
       for (; j < last; j++) {
+        const float* kj = kr.data() + static_cast<size_t>(j) * D;
         float s = 0.0f;
-        for (int k = 0; k < D; k++) s = s + qs[k] * kd[kv.at(b, kvh, j, k)];
+        for (int k = 0; k < D; k++) s = s + qs[k] * kj[k];
         sc[j] = s;
+      }
+      if (dt != mx::float32) {
+        for (int jj = 0; jj < last; jj++) sc[jj] = rounded(dt, sc[jj]);
       }
       if (a.kind == MaskKind::Bool || a.kind == MaskKind::Additive) {
         const int mh = mv->shape[1] == 1 ? 0 : h;
@@ -247,15 +320,16 @@ void attend(const Attn& a, int b, int kvh, Isa isa) {
         for (int jj = 0; jj < last; jj++) {
           const size_t mo = mv->at(mb, mh, mi, mv->shape[3] == 1 ? 0 : jj);
           if (a.kind == MaskKind::Bool) {
-            if (!a.mask->data<bool>()[mo]) sc[jj] = -FLT_MAX;
+            if (!a.mask->data<bool>()[mo]) sc[jj] = fill;
           } else {
-            sc[jj] = sc[jj] + a.mask->data<float>()[mo];
+            sc[jj] = rounded(dt, sc[jj] + to_float(a.mask->data<void>(), dt, mo));
           }
         }
       }
-      // Softmax as MLX's CPU kernel: max, exp(x - max), sum, * (1 / sum).
+      // Softmax as MLX's CPU kernel (float accumulation for half types):
+      // max, exp(x - max), sum, then exp(x - max) * (1 / sum) in the dtype.
       const int n = last + (has_sink ? 1 : 0);
-      if (has_sink) row[0] = a.sinks->data<float>()[offset_of(*a.sinks, h)];
+      if (has_sink) row[0] = to_float(a.sinks->data<void>(), dt, offset_of(*a.sinks, h));
       simd::Simd<float, 1> vmax(-std::numeric_limits<float>::infinity());
       for (int t = 0; t < n; t++) vmax = simd::maximum(simd::Simd<float, 1>(row[t]), vmax);
       const float mxv = vmax.value;
@@ -265,21 +339,22 @@ void attend(const Attn& a, int b, int kvh, Isa isa) {
         sum = sum + row[t];
       }
       const float norm = 1 / sum;
-      for (int t = 0; t < n; t++) row[t] = row[t] * norm;
+      for (int t = 0; t < n; t++) row[t] = rounded(dt, row[t] * norm);
       // out = p @ v, each output summed over keys in order from zero.
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int jj = 0; jj < last; jj++) {
         const float p = sc[jj];
+        const float* vj = vr.data() + static_cast<size_t>(jj) * Dv;
 #if defined(__x86_64__)
         if (wide_v) {
-          axpy_avx512(p, vd + vv.at(b, kvh, jj, 0), Dv, acc.data());
+          axpy_avx512(p, vj, Dv, acc.data());
           continue;
         }
 #endif
-        for (int d = 0; d < Dv; d++) acc[d] = acc[d] + p * vd[vv.at(b, kvh, jj, d)];
+        for (int d = 0; d < Dv; d++) acc[d] = acc[d] + p * vj[d];
       }
-      float* o = a.out + ((static_cast<size_t>(b) * Hq + h) * Lq + i) * Dv;
-      std::copy(acc.begin(), acc.end(), o);
+      const size_t o = ((static_cast<size_t>(b) * Hq + h) * Lq + i) * Dv;
+      for (int d = 0; d < Dv; d++) store(a.out, dt, o + d, acc[d]);
     }
   }
 }
@@ -299,7 +374,7 @@ class CpuAttention : public mx::UnaryPrimitive {
     if (kind_ == MaskKind::Bool || kind_ == MaskKind::Additive) a.mask = inputs[next++];
     if (has_sinks_) a.sinks = inputs[next++];
     enc.dispatch([a, out]() mutable {
-      a.out = out.data<float>();
+      a.out = out.data<void>();
       const int B = a.q.shape(0), Hkv = a.k.shape(1);
       const Isa isa = detect_isa();
       parallel_run(B * Hkv, [&](int p) { attend(a, p / Hkv, p % Hkv, isa); });
@@ -332,7 +407,7 @@ std::optional<mx::array> cpu_rope(const mx::array& x, int dims, bool traditional
                                   float scale, const mx::array& offset, const std::optional<mx::array>& freqs) {
   const bool off = env_is("FAMLX_CPU_ROPE", "mlx");
   mx::Stream s = mx::default_stream(mx::default_device());
-  if (off || s.device != mx::Device::cpu || x.dtype() != mx::float32 || x.ndim() < 3 || x.ndim() > 4) {
+  if (off || s.device != mx::Device::cpu || !is_float(x.dtype()) || x.ndim() < 3 || x.ndim() > 4) {
     return std::nullopt;
   }
   if (dims <= 0 || dims % 2 != 0 || dims > x.shape(-1) || base.has_value() == freqs.has_value()) return std::nullopt;
@@ -344,7 +419,7 @@ std::optional<mx::array> cpu_rope(const mx::array& x, int dims, bool traditional
     if (freqs->ndim() != 1 || freqs->shape(0) != dims / 2) return std::nullopt;
     in.push_back(mx::astype(*freqs, mx::float32, s));
   }
-  return mx::array(x.shape(), mx::float32,
+  return mx::array(x.shape(), x.dtype(),
                    std::make_shared<CpuRope>(s, dims, traditional, base.value_or(1.0f), scale, freqs.has_value()), in);
 }
 
@@ -355,7 +430,7 @@ std::optional<mx::array> cpu_attention(const mx::array& q, const mx::array& k, c
   mx::Stream s = mx::default_stream(mx::default_device());
   if (off || s.device != mx::Device::cpu) return std::nullopt;
   for (auto* a : {&q, &k, &v}) {
-    if (a->dtype() != mx::float32 || a->ndim() != 4) return std::nullopt;
+    if (!is_float(a->dtype()) || a->dtype() != q.dtype() || a->ndim() != 4) return std::nullopt;
   }
   const int Hq = q.shape(1), Hkv = k.shape(1);
   if (q.shape(0) != k.shape(0) || k.shape(0) != v.shape(0) || Hkv != v.shape(1) || Hkv == 0 || Hq % Hkv != 0 ||
@@ -371,7 +446,7 @@ std::optional<mx::array> cpu_attention(const mx::array& q, const mx::array& k, c
     if (mask->ndim() > 4) return std::nullopt;
     if (mask->dtype() == mx::bool_) {
       kind = MaskKind::Bool;
-    } else if (mask->dtype() == mx::float32) {
+    } else if (mask->dtype() == q.dtype()) {
       kind = MaskKind::Additive;
     } else {
       return std::nullopt;
@@ -386,11 +461,11 @@ std::optional<mx::array> cpu_attention(const mx::array& q, const mx::array& k, c
     return std::nullopt;
   }
   if (sinks) {
-    if (sinks->dtype() != mx::float32 || sinks->ndim() != 1 || sinks->shape(0) != Hq) return std::nullopt;
+    if (sinks->dtype() != q.dtype() || sinks->ndim() != 1 || sinks->shape(0) != Hq) return std::nullopt;
     in.push_back(*sinks);
   }
   mx::Shape shape{q.shape(0), Hq, q.shape(2), v.shape(3)};
-  return mx::array(shape, mx::float32, std::make_shared<CpuAttention>(s, scale, kind, sinks.has_value()), in);
+  return mx::array(shape, q.dtype(), std::make_shared<CpuAttention>(s, scale, kind, sinks.has_value()), in);
 }
 
 }  // namespace famlx

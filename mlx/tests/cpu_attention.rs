@@ -1,6 +1,6 @@
 //! famlx's RoPE and attention primitives on CPU streams are bit-equal to
 //! MLX's own CPU path (its fallback graphs, which mlx-lm runs on CPU): each
-//! case is evaluated with the primitive and again with it switched off
+//! case, in float32, bfloat16 and float16, is evaluated with the primitive and again with it switched off
 //! (FAMLX_CPU_ROPE / FAMLX_CPU_SDPA = mlx, read per call), and every output
 //! bit compared. Covers decode and prefill shapes, grouped-query heads,
 //! non-contiguous views, causal / boolean / additive masks, sinks, partial
@@ -9,8 +9,13 @@
 use mlx::fast::{self, Mask, RopeOffset};
 use mlx::{random, Array, Dtype};
 
+thread_local! {
+    /// The dtype the cases run in.
+    static DTYPE: std::cell::Cell<Dtype> = const { std::cell::Cell::new(Dtype::F32) };
+}
+
 fn normal(shape: &[i32]) -> Array {
-    let a = random::normal(shape, Dtype::F32, 0.0, 1.0, None).unwrap();
+    let a = random::normal(shape, Dtype::F32, 0.0, 1.0, None).unwrap().astype(DTYPE.get()).unwrap();
     mlx::eval(&[&a]).unwrap();
     a
 }
@@ -33,15 +38,20 @@ fn same_bits(var: &str, primitive: &str, what: &str, f: impl Fn() -> Array) {
     let census = mlx::graph_census(&[&theirs]).unwrap();
     assert!(!census.iter().any(|(n, _)| n == primitive), "{what}: {var}=mlx still used it");
     assert_eq!(ours.shape(), theirs.shape(), "{what}");
-    let (a, b) = (ours.to_vec::<f32>().unwrap(), theirs.to_vec::<f32>().unwrap());
+    assert_eq!(ours.dtype(), theirs.dtype(), "{what}");
+    let f32s = |a: &Array| a.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
+    let (a, b) = (f32s(&ours), f32s(&theirs));
     let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
     assert_eq!(differ, 0, "{what}: {differ} of {} values differ", a.len());
 }
 
 fn rope_cases() {
     let rope = |x: &Array, dims: i32, trad: bool, base: Option<f32>, scale: f32, off: i32, freqs: Option<&Array>| {
-        let what =
-            format!("rope {:?} dims {dims} traditional {trad} base {base:?} scale {scale} offset {off}", x.shape());
+        let what = format!(
+            "rope {:?} {:?} dims {dims} traditional {trad} base {base:?} scale {scale} offset {off}",
+            x.dtype(),
+            x.shape()
+        );
         same_bits("FAMLX_CPU_ROPE", "FamlxCpuRope", &what, || {
             fast::rope(x, dims, trad, base, scale, RopeOffset::Int(off), freqs).unwrap()
         });
@@ -70,7 +80,8 @@ fn rope_cases() {
 
 fn attention_cases() {
     let attn = |what: &str, q: &Array, k: &Array, v: &Array, mask: Mask<'_>, sinks: Option<&Array>| {
-        same_bits("FAMLX_CPU_SDPA", "FamlxCpuAttention", what, || {
+        let what = format!("{what} {:?}", q.dtype());
+        same_bits("FAMLX_CPU_SDPA", "FamlxCpuAttention", &what, || {
             fast::scaled_dot_product_attention(q, k, v, 0.125, mask, sinks).unwrap()
         });
     };
@@ -107,6 +118,9 @@ fn attention_cases() {
 #[test]
 fn rope_and_attention_are_bit_equal_to_mlx() {
     // One test: the switches are environment variables of this process.
-    rope_cases();
-    attention_cases();
+    for dtype in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+        DTYPE.set(dtype);
+        rope_cases();
+        attention_cases();
+    }
 }

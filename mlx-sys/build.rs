@@ -32,6 +32,7 @@ fn main() {
         .file("csrc/cpu_norm.cpp")
         .file("csrc/cpu_pool.cpp")
         .file("csrc/cpu_attention.cpp")
+        .file("csrc/cpu_matmul.cpp")
         .include(&include)
         .include("csrc")
         .flag_if_supported("-Wno-deprecated-declarations")

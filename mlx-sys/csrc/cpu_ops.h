@@ -1,5 +1,6 @@
 // famlx's CPU primitives: quantized matmul (cpu_qmm.cpp), RMS norm
-// (cpu_norm.cpp), RoPE and attention (cpu_attention.cpp).
+// (cpu_norm.cpp), RoPE and attention (cpu_attention.cpp), half-precision
+// matmul (cpu_matmul.cpp).
 #pragma once
 
 #include <optional>
@@ -38,5 +39,10 @@ std::optional<mlx::core::array> cpu_attention(const mlx::core::array& q, const m
                                               const mlx::core::array& v, float scale, const std::string& mask_mode,
                                               const std::optional<mlx::core::array>& mask,
                                               const std::optional<mlx::core::array>& sinks);
+
+// a @ b for float16 / bfloat16 operands with b 2-d (x @ W.T) on a CPU
+// stream with AVX-512, bit-equal to MLX's CPU kernel; nullopt elsewhere or
+// with FAMLX_CPU_MATMUL=mlx.
+std::optional<mlx::core::array> cpu_half_matmul(const mlx::core::array& a, const mlx::core::array& b);
 
 }  // namespace famlx

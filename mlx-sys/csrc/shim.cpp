@@ -558,7 +558,12 @@ MLXS_API int mlxs_as_strided(mlxs_array a, const int* shape, size_t ndim, const 
 }
 
 // ---- linear algebra and convolution ----
-MLXS_API int mlxs_matmul(mlxs_array a, mlxs_array b, mlxs_array* out) { TRY(*out = H(mx::matmul(A(a), A(b)))) }
+MLXS_API int mlxs_matmul(mlxs_array a, mlxs_array b, mlxs_array* out) {
+  TRY({
+    auto fast = famlx::cpu_half_matmul(A(a), A(b));
+    *out = H(fast ? *fast : mx::matmul(A(a), A(b)));
+  })
+}
 MLXS_API int mlxs_addmm(mlxs_array c, mlxs_array a, mlxs_array b, float alpha, float beta, mlxs_array* out) {
   TRY(*out = H(mx::addmm(A(c), A(a), A(b), alpha, beta)))
 }

@@ -33,6 +33,7 @@ fn main() {
         .file("csrc/cpu_pool.cpp")
         .file("csrc/cpu_attention.cpp")
         .file("csrc/cpu_matmul.cpp")
+        .file("csrc/cpu_qmm_half.cpp")
         .include(&include)
         .include("csrc")
         .flag_if_supported("-Wno-deprecated-declarations")

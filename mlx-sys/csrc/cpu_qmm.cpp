@@ -75,6 +75,32 @@ class CpuQuantizedMatmul : public mx::UnaryPrimitive {
       const int K = x.shape(-1);
       const int M = static_cast<int>(x.size() / K);
       const int N = w.shape(0);
+      if (x.dtype() != mx::float32) {
+        // Half precision: weights, scales and biases row-major (copied
+        // when not), computed in that type.
+        std::vector<uint32_t> wc;
+        std::vector<uint16_t> sc, bc;
+        const uint32_t* wp = w.data<uint32_t>();
+        const void *sp = scales.data<void>(), *bp = biases.data<void>();
+        if (!w.flags().row_contiguous) {
+          wc.resize(w.size());
+          for (size_t i = 0; i < wc.size(); i++) wc[i] = w.data<uint32_t>()[offset_of(w, i)];
+          wp = wc.data();
+        }
+        if (!scales.flags().row_contiguous || !biases.flags().row_contiguous) {
+          sc.resize(scales.size());
+          bc.resize(biases.size());
+          for (size_t i = 0; i < sc.size(); i++) {
+            sc[i] = scales.data<uint16_t>()[offset_of(scales, i)];
+            bc[i] = biases.data<uint16_t>()[offset_of(biases, i)];
+          }
+          sp = sc.data();
+          bp = bc.data();
+        }
+        qmm_half(QmmHalf{wp, sp, bp, x.dtype(), out.data<void>(), M, N, K, gs, bits}, x.data<void>(),
+                 x.flags().row_contiguous, x);
+        return;
+      }
       // x as row-major float32 (a view of it when it already is).
       std::vector<float> xc;
       const float* xp = x.data<float>();
@@ -147,17 +173,19 @@ std::optional<mx::array> cpu_quantized_matmul(const mx::array& x, const mx::arra
   if (scales.shape() != biases->shape() || scales.ndim() != 2 || scales.shape(0) != w.shape(0) ||
       scales.shape(1) != K / group_size)
     return std::nullopt;
-  // float32 activations only: with float16/bfloat16 ones MLX's kernel
-  // accumulates in that type, and checkpoints run that way are compared
-  // against references that did so (a float32 sum is not their result).
-  if (x.dtype() != mx::float32 || !is_float(scales.dtype()) || biases->dtype() != scales.dtype() ||
-      w.dtype() != mx::uint32)
-    return std::nullopt;
+  // float32 activations get float32 sums in famlx's order (within 1e-5 of
+  // the float32 product, tested); float16/bfloat16 ones are summed in that
+  // type exactly as MLX's kernel sums them (bit for bit, tested).
+  if (!is_float(scales.dtype()) || biases->dtype() != scales.dtype() || w.dtype() != mx::uint32) return std::nullopt;
+  // Half-precision x: computed as MLX's kernel computes it in that type
+  // (cpu_qmm_half.cpp), with AVX-512 and matching scales only.
+  const bool half = x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
+  if (half && (scales.dtype() != x.dtype() || detect_isa() != Isa::Avx512)) return std::nullopt;
+  if (!half && x.dtype() != mx::float32) return std::nullopt;
   auto shape = x.shape();
   shape.back() = w.shape(0);
   // float32 x makes a float32 result whatever the scales' type, as MLX's op.
-  return mx::array(shape, mx::float32, std::make_shared<CpuQuantizedMatmul>(s, group_size, bits),
-                   {x, w, scales, *biases});
+  return mx::array(shape, x.dtype(), std::make_shared<CpuQuantizedMatmul>(s, group_size, bits), {x, w, scales, *biases});
 }
 
 }  // namespace famlx

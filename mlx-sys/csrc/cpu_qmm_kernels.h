@@ -47,6 +47,21 @@ void qmm_rows(const QmmProblem& p, const QmmRowsInput& in, int n0, int n1);
 // gs % 8 == 0.
 void qmm_panels(const QmmProblem& p, int n0, int n1);
 
+// A product with float16 / bfloat16 activations, scales and biases (all of
+// `dtype`), computed as MLX's CPU kernel does in that type (cpu_qmm_half.cpp).
+struct QmmHalf {
+  const uint32_t* w;
+  const void* scales;
+  const void* biases;
+  mlx::core::Dtype dtype;
+  void* out;
+  int M, N, K, gs, bits;
+};
+
+// out = x @ dequantize(w).T for x of p.dtype (row-major when
+// x_contiguous, else read through xa's strides). Needs AVX-512.
+void qmm_half(const QmmHalf& p, const void* x, bool x_contiguous, const mlx::core::array& xa);
+
 // The width of qmm_panels's column panels; split work on its multiples.
 constexpr int kPanel = 16;
 

@@ -34,6 +34,7 @@ fn main() {
         .file("csrc/cpu_attention.cpp")
         .file("csrc/cpu_matmul.cpp")
         .file("csrc/cpu_qmm_half.cpp")
+        .file("csrc/cpu_activation.cpp")
         .include(&include)
         .include("csrc")
         .flag_if_supported("-Wno-deprecated-declarations")

@@ -267,12 +267,32 @@ void attend(const Attn& a, int b, int kvh, Isa isa) {
   const bool has_sink = a.sinks.has_value();
   std::optional<View4> mv;
   if (a.mask) mv.emplace(*a.mask);
-  // This head's keys and values as float rows; keys also transposed in
-  // blocks of 16 ([block][k][16]) for the SIMD score loop.
-  std::vector<float> kr(static_cast<size_t>(Lk) * D), vr(static_cast<size_t>(Lk) * Dv);
-  for (int j = 0; j < Lk; j++) {
-    for (int k = 0; k < D; k++) kr[static_cast<size_t>(j) * D + k] = to_float(a.k.data<void>(), dt, kv.at(b, kvh, j, k));
-    for (int d = 0; d < Dv; d++) vr[static_cast<size_t>(j) * Dv + d] = to_float(a.v.data<void>(), dt, vv.at(b, kvh, j, d));
+  // This head's keys and values as float rows: the arrays' own rows for
+  // float32 with unit last stride, else converted copies. Keys are also
+  // transposed in blocks of 16 ([block][k][16]) for the SIMD score loop.
+  std::vector<float> kr, vr;
+  const float* kbase = nullptr;
+  const float* vbase = nullptr;
+  size_t kstride = D, vstride = Dv;
+  if (dt == mx::float32 && kv.stride[3] == 1) {
+    kbase = a.k.data<float>() + kv.at(b, kvh, 0, 0);
+    kstride = kv.stride[2];
+  } else {
+    kr.resize(static_cast<size_t>(Lk) * D);
+    for (int j = 0; j < Lk; j++) {
+      for (int k = 0; k < D; k++) kr[static_cast<size_t>(j) * D + k] = to_float(a.k.data<void>(), dt, kv.at(b, kvh, j, k));
+    }
+    kbase = kr.data();
+  }
+  if (dt == mx::float32 && vv.stride[3] == 1) {
+    vbase = a.v.data<float>() + vv.at(b, kvh, 0, 0);
+    vstride = vv.stride[2];
+  } else {
+    vr.resize(static_cast<size_t>(Lk) * Dv);
+    for (int j = 0; j < Lk; j++) {
+      for (int d = 0; d < Dv; d++) vr[static_cast<size_t>(j) * Dv + d] = to_float(a.v.data<void>(), dt, vv.at(b, kvh, j, d));
+    }
+    vbase = vr.data();
   }
   const int blocks = (Lk + 15) / 16;
   const bool wide = isa == Isa::Avx512;
@@ -280,7 +300,8 @@ void attend(const Attn& a, int b, int kvh, Isa isa) {
   if (wide) {
     kt.assign(static_cast<size_t>(blocks) * D * 16, 0.0f);
     for (int j = 0; j < Lk; j++) {
-      for (int k = 0; k < D; k++) kt[(static_cast<size_t>(j / 16) * D + k) * 16 + j % 16] = kr[static_cast<size_t>(j) * D + k];
+      const float* kj = kbase + j * kstride;
+      for (int k = 0; k < D; k++) kt[(static_cast<size_t>(j / 16) * D + k) * 16 + j % 16] = kj[k];
     }
   }
   const bool wide_v = wide && Dv % 16 == 0;
@@ -305,7 +326,7 @@ void attend(const Attn& a, int b, int kvh, Isa isa) {
       }
 #endif
       for (; j < last; j++) {
-        const float* kj = kr.data() + static_cast<size_t>(j) * D;
+        const float* kj = kbase + j * kstride;
         float s = 0.0f;
         for (int k = 0; k < D; k++) s = s + qs[k] * kj[k];
         sc[j] = s;
@@ -344,7 +365,7 @@ void attend(const Attn& a, int b, int kvh, Isa isa) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int jj = 0; jj < last; jj++) {
         const float p = sc[jj];
-        const float* vj = vr.data() + static_cast<size_t>(jj) * Dv;
+        const float* vj = vbase + jj * vstride;
 #if defined(__x86_64__)
         if (wide_v) {
           axpy_avx512(p, vj, Dv, acc.data());

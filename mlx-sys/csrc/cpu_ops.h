@@ -1,6 +1,6 @@
 // famlx's CPU primitives: quantized matmul (cpu_qmm.cpp), RMS norm
 // (cpu_norm.cpp), RoPE and attention (cpu_attention.cpp), half-precision
-// matmul (cpu_matmul.cpp).
+// matmul (cpu_matmul.cpp), SwiGLU (cpu_activation.cpp).
 #pragma once
 
 #include <optional>
@@ -44,5 +44,9 @@ std::optional<mlx::core::array> cpu_attention(const mlx::core::array& q, const m
 // stream with AVX-512, bit-equal to MLX's CPU kernel; nullopt elsewhere or
 // with FAMLX_CPU_MATMUL=mlx.
 std::optional<mlx::core::array> cpu_half_matmul(const mlx::core::array& a, const mlx::core::array& b);
+
+// silu(gate) * up on a CPU stream as one node, bit-equal to MLX's compiled
+// kernel for that graph; nullopt elsewhere or with FAMLX_CPU_SWIGLU=mlx.
+std::optional<mlx::core::array> cpu_swiglu(const mlx::core::array& gate, const mlx::core::array& up);
 
 }  // namespace famlx

@@ -60,6 +60,7 @@ class Pool {
       f(p);
       finished_.fetch_add(1, std::memory_order_release);
     }
+    simd_cleanup();
     while (finished_.load(std::memory_order_acquire) < parts) relax();
   }
 
@@ -81,6 +82,7 @@ class Pool {
       int p = take();
       if (p >= 0) {
         (*task_)(p);
+        simd_cleanup();
         finished_.fetch_add(1, std::memory_order_release);
         idle_since = clock::now();
         continue;
@@ -115,7 +117,47 @@ class Pool {
   bool stop_ = false;
 };
 
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void clean_avx512() {
+  // EVEX writes to xmm16-31 zero their upper bits; vzeroupper does 0-15.
+  asm volatile(
+      "vpxord %%xmm16, %%xmm16, %%xmm16\n"
+      "vpxord %%xmm17, %%xmm17, %%xmm17\n"
+      "vpxord %%xmm18, %%xmm18, %%xmm18\n"
+      "vpxord %%xmm19, %%xmm19, %%xmm19\n"
+      "vpxord %%xmm20, %%xmm20, %%xmm20\n"
+      "vpxord %%xmm21, %%xmm21, %%xmm21\n"
+      "vpxord %%xmm22, %%xmm22, %%xmm22\n"
+      "vpxord %%xmm23, %%xmm23, %%xmm23\n"
+      "vpxord %%xmm24, %%xmm24, %%xmm24\n"
+      "vpxord %%xmm25, %%xmm25, %%xmm25\n"
+      "vpxord %%xmm26, %%xmm26, %%xmm26\n"
+      "vpxord %%xmm27, %%xmm27, %%xmm27\n"
+      "vpxord %%xmm28, %%xmm28, %%xmm28\n"
+      "vpxord %%xmm29, %%xmm29, %%xmm29\n"
+      "vpxord %%xmm30, %%xmm30, %%xmm30\n"
+      "vpxord %%xmm31, %%xmm31, %%xmm31\n"
+      "vzeroupper" ::
+          : "xmm16","xmm17","xmm18","xmm19","xmm20","xmm21","xmm22","xmm23","xmm24","xmm25","xmm26","xmm27","xmm28","xmm29","xmm30","xmm31");
+}
+
+__attribute__((target("avx"))) void clean_avx() {
+  asm volatile("vzeroupper");
+}
+#endif
+
 }  // namespace
+
+void simd_cleanup() {
+#if defined(__x86_64__)
+  static const int level = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx") ? 1 : 0;
+  if (level == 2) {
+    clean_avx512();
+  } else if (level == 1) {
+    clean_avx();
+  }
+#endif
+}
 
 int cpu_threads() {
   static const int n = [] {
@@ -133,6 +175,7 @@ void parallel_run(int parts, const std::function<void(int)>& f) {
   if (parts <= 0) return;
   if (parts == 1 || cpu_threads() == 1) {
     for (int p = 0; p < parts; p++) f(p);
+    simd_cleanup();
     return;
   }
   // Never destroyed: workers may still spin when the process exits.

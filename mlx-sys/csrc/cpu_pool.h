@@ -18,4 +18,11 @@ int cpu_threads();
 // counter that a late worker can never take from the next call.
 void parallel_run(int parts, const std::function<void(int)>& f);
 
+// Leaves the SIMD registers as code compiled for plain x86-64 (SSE) needs
+// them: upper halves of ymm/zmm zero, zmm16-31 included (vzeroupper alone
+// leaves those). Without it, every SSE instruction after an AVX-512 kernel
+// pays a state penalty: MLX's own CPU kernels (built for baseline x86-64)
+// and libm ran up to 50x slower after famlx's. No-op elsewhere.
+void simd_cleanup();
+
 }  // namespace famlx

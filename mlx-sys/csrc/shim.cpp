@@ -650,6 +650,12 @@ MLXS_API int mlxs_gather_qmm(mlxs_array x, mlxs_array w, mlxs_array scales, mlxs
 }
 
 // ---- fast ----
+MLXS_API int mlxs_cpu_swiglu(mlxs_array gate, mlxs_array up, mlxs_array* out) {
+  TRY({
+    auto fast = famlx::cpu_swiglu(A(gate), A(up));
+    *out = fast ? H(*fast) : nullptr;
+  })
+}
 MLXS_API int mlxs_rms_norm(mlxs_array x, mlxs_array w, float eps, mlxs_array* out) {
   TRY({
     auto fast = famlx::cpu_rms_norm(A(x), OA(w), eps);

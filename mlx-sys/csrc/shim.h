@@ -113,6 +113,8 @@ int mlxs_gather_qmm(mlxs_array x, mlxs_array w, mlxs_array scales, mlxs_array bi
 
 // ---- fast ----
 int mlxs_rms_norm(mlxs_array x, mlxs_array w, float eps, mlxs_array* out);
+// silu(gate) * up as famlx's CPU primitive, or *out = NULL where it does not apply.
+int mlxs_cpu_swiglu(mlxs_array gate, mlxs_array up, mlxs_array* out);
 int mlxs_layer_norm(mlxs_array x, mlxs_array w, mlxs_array b, float eps, mlxs_array* out);
 int mlxs_rope(mlxs_array x, int dims, int traditional, float base, int has_base, float scale, int offset, mlxs_array offset_arr, mlxs_array freqs, mlxs_array* out);
 int mlxs_sdpa(mlxs_array q, mlxs_array k, mlxs_array v, float scale, const char* mask_mode, mlxs_array mask, mlxs_array sinks, mlxs_array* out);

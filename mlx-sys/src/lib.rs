@@ -231,6 +231,7 @@ extern "C" {
         out: *mut mlxs_array,
     ) -> c_int;
     pub fn mlxs_matmul(a: mlxs_array, b: mlxs_array, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_cpu_swiglu(gate: mlxs_array, up: mlxs_array, out: *mut mlxs_array) -> c_int;
     pub fn mlxs_addmm(
         c: mlxs_array,
         a: mlxs_array,

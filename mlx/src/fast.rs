@@ -1,5 +1,6 @@
 //! MLX's fused kernels: norms, rotary embedding, attention, gated delta rule.
 
+use crate::error::check;
 use crate::{out1, Array, Error, Result};
 use mlx_sys as sys;
 use std::ffi::CStr;
@@ -126,4 +127,14 @@ pub fn gated_delta_update(
         )
     })?;
     Ok(unsafe { (Array::from_raw(y), Array::from_raw(s)) })
+}
+
+/// `silu(gate) * up` as famlx's CPU primitive (one node, bit-equal to MLX's
+/// compiled kernel for that graph) when the default stream is a CPU one and
+/// the operands fit; `None` otherwise.
+pub fn cpu_swiglu(gate: &Array, up: &Array) -> Result<Option<Array>> {
+    let mut out: sys::mlxs_array = null_mut();
+    check(unsafe { sys::mlxs_cpu_swiglu(gate.as_raw(), up.as_raw(), &mut out) })?;
+    // SAFETY: a non-null result is a fresh owned handle.
+    Ok((!out.is_null()).then(|| unsafe { Array::from_raw(out) }))
 }

@@ -30,14 +30,7 @@
 #include "mlx/ops.h"
 #include "mlx/primitives.h"
 
-#if defined(__x86_64__)
-// GCC 12 flags the intrinsics' own placeholder values (`__Y = __Y`).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "cpu_simd.h"
 
 namespace mx = mlx::core;
 namespace simd = mlx::core::simd;
@@ -234,7 +227,6 @@ struct Attn {
 };
 
 #if defined(__x86_64__)
-#define FAMLX_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 // scores[j] = sum_k qs[k] * kt[k * 16 + j] for 16 keys, summed in k order.
 FAMLX_AVX512 void scores16_avx512(const float* qs, const float* kt, int D, float* scores) {

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "mlx/array.h"
 
@@ -51,6 +54,17 @@ inline size_t offset_of(const mlx::core::array& a, size_t i) {
     i /= dim;
   }
   return off;
+}
+
+// a's elements in row-major order: its own buffer when row-contiguous,
+// else copied into buf.
+inline const void* contiguous(const mlx::core::array& a, std::vector<uint8_t>& buf) {
+  if (a.flags().row_contiguous) return a.data<void>();
+  const size_t item = a.itemsize();
+  buf.resize(a.size() * item);
+  const uint8_t* src = a.data<uint8_t>();
+  for (size_t i = 0; i < a.size(); i++) std::memcpy(buf.data() + i * item, src + offset_of(a, i) * item, item);
+  return buf.data();
 }
 
 // Whether environment variable `name` is set to `value`. Read on each call

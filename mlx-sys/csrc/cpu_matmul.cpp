@@ -20,14 +20,7 @@
 #include "mlx/ops.h"
 #include "mlx/primitives.h"
 
-#if defined(__x86_64__)
-// GCC 12 flags the intrinsics' own placeholder values (`__Y = __Y`).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "cpu_simd.h"
 
 namespace mx = mlx::core;
 
@@ -35,7 +28,6 @@ namespace famlx {
 namespace {
 
 #if defined(__x86_64__)
-#define FAMLX_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 // 16 values of T from p as floats (`n` < 16 reads only n, the rest zero).
 template <typename T>
@@ -194,17 +186,15 @@ class CpuHalfMatmul : public mx::UnaryPrimitive {
       const int M = static_cast<int>(a.size() / K);
       const int N = w.shape(0);
       std::vector<float> x(a.size());
-      const bool contiguous = a.flags().row_contiguous;
-      for (size_t i = 0; i < x.size(); i++) x[i] = to_float(a.data<void>(), a.dtype(), contiguous ? i : offset_of(a, i));
+      const bool a_rows = a.flags().row_contiguous;
+      for (size_t i = 0; i < x.size(); i++) x[i] = to_float(a.data<void>(), a.dtype(), a_rows ? i : offset_of(a, i));
       // W's rows as laid out when k is contiguous (a linear layer's weight),
-      // else copied so.
-      std::vector<uint16_t> wc;
+      // else copied row-major.
+      std::vector<uint8_t> wc;
       const void* wp = w.data<void>();
       size_t ldw = static_cast<size_t>(w.strides()[0]);
       if (w.strides()[1] != 1) {
-        wc.resize(w.size());
-        for (size_t i = 0; i < wc.size(); i++) wc[i] = w.data<uint16_t>()[offset_of(w, i)];
-        wp = wc.data();
+        wp = contiguous(w, wc);
         ldw = K;
       }
       const int panels = (N + 15) / 16;

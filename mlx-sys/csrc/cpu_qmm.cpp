@@ -75,63 +75,22 @@ class CpuQuantizedMatmul : public mx::UnaryPrimitive {
       const int K = x.shape(-1);
       const int M = static_cast<int>(x.size() / K);
       const int N = w.shape(0);
+      // Weights, scales and biases are row-contiguous as loaded; any other
+      // layout is copied so.
+      std::vector<uint8_t> wc, sc, bc;
+      const uint32_t* wp = static_cast<const uint32_t*>(contiguous(w, wc));
+      const void* sp = contiguous(scales, sc);
+      const void* bp = contiguous(biases, bc);
       if (x.dtype() != mx::float32) {
-        // Half precision: weights, scales and biases row-major (copied
-        // when not), computed in that type.
-        std::vector<uint32_t> wc;
-        std::vector<uint16_t> sc, bc;
-        const uint32_t* wp = w.data<uint32_t>();
-        const void *sp = scales.data<void>(), *bp = biases.data<void>();
-        if (!w.flags().row_contiguous) {
-          wc.resize(w.size());
-          for (size_t i = 0; i < wc.size(); i++) wc[i] = w.data<uint32_t>()[offset_of(w, i)];
-          wp = wc.data();
-        }
-        if (!scales.flags().row_contiguous || !biases.flags().row_contiguous) {
-          sc.resize(scales.size());
-          bc.resize(biases.size());
-          for (size_t i = 0; i < sc.size(); i++) {
-            sc[i] = scales.data<uint16_t>()[offset_of(scales, i)];
-            bc[i] = biases.data<uint16_t>()[offset_of(biases, i)];
-          }
-          sp = sc.data();
-          bp = bc.data();
-        }
+        // Half precision: computed in that type.
         qmm_half(QmmHalf{wp, sp, bp, x.dtype(), out.data<void>(), M, N, K, gs, bits}, x.data<void>(),
                  x.flags().row_contiguous, x);
         return;
       }
       // x as row-major float32 (a view of it when it already is).
-      std::vector<float> xc;
-      const float* xp = x.data<float>();
-      if (!x.flags().row_contiguous) {
-        xc.resize(x.size());
-        for (size_t i = 0; i < xc.size(); i++) xc[i] = x.data<float>()[offset_of(x, i)];
-        xp = xc.data();
-      }
-      // Weights are row-contiguous as loaded; any other layout is copied.
-      std::vector<uint32_t> wc;
-      std::vector<float> sc, bc;
-      const uint32_t* wp = w.data<uint32_t>();
-      const void *sp = scales.data<void>(), *bp = biases.data<void>();
-      mx::Dtype sdt = scales.dtype();
-      if (!w.flags().row_contiguous) {
-        wc.resize(w.size());
-        for (size_t i = 0; i < wc.size(); i++) wc[i] = w.data<uint32_t>()[offset_of(w, i)];
-        wp = wc.data();
-      }
-      if (!scales.flags().row_contiguous || !biases.flags().row_contiguous) {
-        sc.resize(scales.size());
-        bc.resize(biases.size());
-        for (size_t i = 0; i < sc.size(); i++) {
-          sc[i] = to_float(scales.data<void>(), sdt, offset_of(scales, i));
-          bc[i] = to_float(biases.data<void>(), sdt, offset_of(biases, i));
-        }
-        sp = sc.data();
-        bp = bc.data();
-        sdt = mx::float32;
-      }
-      run(QmmProblem{xp, wp, sp, bp, sdt, out.data<float>(), M, N, K, gs, bits});
+      std::vector<uint8_t> xc;
+      const float* xp = static_cast<const float*>(contiguous(x, xc));
+      run(QmmProblem{xp, wp, sp, bp, scales.dtype(), out.data<float>(), M, N, K, gs, bits});
     });
   }
 

@@ -21,14 +21,7 @@
 #include "mlx/backend/cpu/encoder.h"
 #include "mlx/primitives.h"
 
-#if defined(__x86_64__)
-// GCC 12 flags the intrinsics' own placeholder values (`__Y = __Y`).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "cpu_simd.h"
 
 namespace mx = mlx::core;
 
@@ -36,7 +29,6 @@ namespace famlx {
 namespace {
 
 #if defined(__x86_64__)
-#define FAMLX_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 // v rounded to T, lane by lane, as MLX's conversion from float rounds.
 template <typename T>

@@ -12,14 +12,7 @@
 
 #include "cpu_common.h"
 
-#if defined(__x86_64__)
-// GCC 12 flags the intrinsics' own placeholder values (`__Y = __Y`).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "cpu_simd.h"
 
 namespace mx = mlx::core;
 
@@ -34,7 +27,7 @@ Isa detect_isa() {
       return Isa::Plain;
     }
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl")) {
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
       return Isa::Avx512;
     }
     return Isa::Avx2;
@@ -161,7 +154,6 @@ __attribute__((target("avx2,fma,f16c"))) float row_q8_avx2(const uint32_t* w, co
   return hsum(acc) + bias;
 }
 
-#define FAMLX_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 // n scale or bias values from element `off` as float32 (float16 through
 // vcvtph2ps, sixteen at a time); dst holds n rounded up to 16.

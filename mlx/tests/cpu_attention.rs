@@ -6,6 +6,8 @@
 //! non-contiguous views, causal / boolean / additive masks, sinks, partial
 //! and traditional RoPE, custom frequencies and per-batch offsets.
 
+mod common;
+
 use mlx::fast::{self, Mask, RopeOffset};
 use mlx::{random, Array, Dtype};
 
@@ -20,29 +22,9 @@ fn normal(shape: &[i32]) -> Array {
     a
 }
 
-fn on_cpu() -> bool {
-    mlx::device::default_device().unwrap().0 == mlx::device::DeviceType::Cpu
-}
-
-/// `f` with the primitive on and off: asserts the primitive ran (on CPU)
-/// and that both give the same bits.
+/// `f` with the primitive on and off: the same bits (see common).
 fn same_bits(var: &str, primitive: &str, what: &str, f: impl Fn() -> Array) {
-    std::env::remove_var(var);
-    let ours = f();
-    let census = mlx::graph_census(&[&ours]).unwrap();
-    let used = census.iter().any(|(n, _)| n == primitive);
-    assert_eq!(used, on_cpu(), "{what}: {census:?}");
-    std::env::set_var(var, "mlx");
-    let theirs = f();
-    std::env::remove_var(var);
-    let census = mlx::graph_census(&[&theirs]).unwrap();
-    assert!(!census.iter().any(|(n, _)| n == primitive), "{what}: {var}=mlx still used it");
-    assert_eq!(ours.shape(), theirs.shape(), "{what}");
-    assert_eq!(ours.dtype(), theirs.dtype(), "{what}");
-    let f32s = |a: &Array| a.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
-    let (a, b) = (f32s(&ours), f32s(&theirs));
-    let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
-    assert_eq!(differ, 0, "{what}: {differ} of {} values differ", a.len());
+    common::same_bits_as_mlx(var, primitive, common::on_cpu(), what, f);
 }
 
 fn rope_cases() {

@@ -6,6 +6,8 @@
 //! that are not multiples of 16, batched x, and a b that is not a
 //! transposed view (copied).
 
+mod common;
+
 use mlx::{random, Array, Dtype};
 
 fn normal(shape: &[i32], dtype: Dtype) -> Array {
@@ -14,30 +16,9 @@ fn normal(shape: &[i32], dtype: Dtype) -> Array {
     a
 }
 
-fn expect_ours() -> bool {
-    let cpu = mlx::device::default_device().unwrap().0 == mlx::device::DeviceType::Cpu;
-    #[cfg(target_arch = "x86_64")]
-    let avx512 = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx512 = false;
-    cpu && avx512
-}
-
 fn check(x: &Array, b: &Array, what: &str) {
-    std::env::remove_var("FAMLX_CPU_MATMUL");
-    let ours = x.matmul(b).unwrap();
-    let census = mlx::graph_census(&[&ours]).unwrap();
-    let used = census.iter().any(|(n, _)| n == "FamlxCpuHalfMatmul");
-    assert_eq!(used, expect_ours(), "{what}: {census:?}");
-    std::env::set_var("FAMLX_CPU_MATMUL", "mlx");
-    let theirs = x.matmul(b).unwrap();
-    std::env::remove_var("FAMLX_CPU_MATMUL");
-    assert_eq!(ours.shape(), theirs.shape(), "{what}");
-    assert_eq!(ours.dtype(), theirs.dtype(), "{what}");
-    let f32s = |a: &Array| a.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
-    let (a, b) = (f32s(&ours), f32s(&theirs));
-    let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
-    assert_eq!(differ, 0, "{what}: {differ} of {} values differ", a.len());
+    let ours = common::on_cpu() && common::avx512();
+    common::same_bits_as_mlx("FAMLX_CPU_MATMUL", "FamlxCpuHalfMatmul", ours, what, || x.matmul(b).unwrap());
 }
 
 #[test]

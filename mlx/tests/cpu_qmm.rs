@@ -7,6 +7,8 @@
 //! float16 / bfloat16 activations bit for bit as MLX's own kernel computes
 //! them (famlx's kernel with AVX-512, MLX's elsewhere).
 
+mod common;
+
 use mlx::quant::{self, QuantSpec};
 use mlx::{random, Array, Dtype};
 
@@ -20,26 +22,23 @@ fn check(m: i32, n: i32, k: i32, bits: i32, gs: i32, dtype: Dtype, transposed_x:
     } else {
         random::normal(&[m, k], Dtype::F32, 0.0, 1.0, None).unwrap().astype(dtype).unwrap()
     };
+    let what = format!("m{m} n{n} k{k} {bits}-bit gs{gs} {dtype:?} transposed {transposed_x}");
+    let isa_best = std::env::var("FAMLX_CPU_ISA").map_or(true, |v| v == "best");
+    if dtype != Dtype::F32 {
+        // Half precision: bit for bit MLX's own kernel (famlx's with AVX-512).
+        let ours = common::on_cpu() && isa_best && common::avx512();
+        common::same_bits_as_mlx("FAMLX_CPU_QMM", "FamlxCpuQuantizedMatmul", ours, &what, || {
+            quant::quantized_matmul(&x, &q, &spec, true).unwrap()
+        });
+        return;
+    }
     let got = quant::quantized_matmul(&x, &q, &spec, true).unwrap();
     let census = mlx::graph_census(&[&got]).unwrap();
     let ours = census.iter().any(|(name, _)| name == "FamlxCpuQuantizedMatmul");
-    let on_cpu = mlx::device::default_device().unwrap().0 == mlx::device::DeviceType::Cpu;
-    let half_isa = std::env::var("FAMLX_CPU_ISA").map_or(true, |v| v == "best") && avx512();
-    assert_eq!(ours, on_cpu && (dtype == Dtype::F32 || half_isa), "{census:?}");
+    assert_eq!(ours, common::on_cpu(), "{census:?}");
     assert_eq!(got.shape(), vec![m, n]);
     assert_eq!(got.dtype(), dtype);
-    let what = format!("m{m} n{n} k{k} {bits}-bit gs{gs} {dtype:?} transposed {transposed_x}");
     let f32s = |a: &Array| a.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
-    if dtype != Dtype::F32 {
-        // Half precision: bit for bit MLX's own kernel.
-        std::env::set_var("FAMLX_CPU_QMM", "mlx");
-        let theirs = quant::quantized_matmul(&x, &q, &spec, true).unwrap();
-        std::env::remove_var("FAMLX_CPU_QMM");
-        let (a, b) = (f32s(&got), f32s(&theirs));
-        let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
-        assert_eq!(differ, 0, "{what}: {differ} of {} values differ from MLX's", a.len());
-        return;
-    }
     let deq = quant::dequantize(&q, &spec, Some(Dtype::F32)).unwrap();
     let want = x.astype(Dtype::F32).unwrap().matmul(&deq.t().unwrap()).unwrap();
     let (g, w) = (f32s(&got), want.to_vec::<f32>().unwrap());
@@ -47,13 +46,6 @@ fn check(m: i32, n: i32, k: i32, bits: i32, gs: i32, dtype: Dtype, transposed_x:
     let d = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     // float32 sums in another order.
     assert!(d <= 1e-5 * scale, "{what}: {d} of {scale}");
-}
-
-fn avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
-    #[cfg(not(target_arch = "x86_64"))]
-    false
 }
 
 #[test]

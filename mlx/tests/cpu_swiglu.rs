@@ -3,25 +3,15 @@
 //! float32, bfloat16 and float16, for contiguous operands and for the two
 //! halves of a fused gate/up projection (strided views).
 
+mod common;
+
 use mlx::nn::swiglu;
 use mlx::{random, Array, Dtype};
 
 fn check(gate: &Array, up: &Array, what: &str) {
-    std::env::remove_var("FAMLX_CPU_SWIGLU");
-    let ours = swiglu(gate, up).unwrap();
-    let census = mlx::graph_census(&[&ours]).unwrap();
-    let on_cpu = mlx::device::default_device().unwrap().0 == mlx::device::DeviceType::Cpu;
-    assert_eq!(census.iter().any(|(n, _)| n == "FamlxCpuSwiglu"), on_cpu, "{what}: {census:?}");
-    std::env::set_var("FAMLX_CPU_SWIGLU", "mlx");
-    let theirs = swiglu(gate, up).unwrap();
-    std::env::remove_var("FAMLX_CPU_SWIGLU");
-    let census = mlx::graph_census(&[&theirs]).unwrap();
-    assert!(!census.iter().any(|(n, _)| n == "FamlxCpuSwiglu"), "{what}: still ours with the switch off");
-    assert_eq!(ours.dtype(), theirs.dtype(), "{what}");
-    let f32s = |a: &Array| a.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
-    let (a, b) = (f32s(&ours), f32s(&theirs));
-    let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
-    assert_eq!(differ, 0, "{what}: {differ} of {} values differ", a.len());
+    common::same_bits_as_mlx("FAMLX_CPU_SWIGLU", "FamlxCpuSwiglu", common::on_cpu(), what, || {
+        swiglu(gate, up).unwrap()
+    });
 }
 
 #[test]

@@ -80,3 +80,42 @@ pub fn i32s(v: &[i32], shape: &[i32]) -> Array {
 pub fn ones(shape: &[i32]) -> Array {
     mlx::ones(shape, Dtype::F32).unwrap()
 }
+
+/// Whether the default device is the CPU (famlx's CPU primitives apply).
+pub fn on_cpu() -> bool {
+    mlx::device::default_device().unwrap().0 == mlx::device::DeviceType::Cpu
+}
+
+/// Whether famlx's AVX-512 kernels can run here (F, BW, VL and DQ).
+pub fn avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return ["avx512f", "avx512bw", "avx512vl", "avx512dq"].iter().all(|f| match *f {
+        "avx512f" => is_x86_feature_detected!("avx512f"),
+        "avx512bw" => is_x86_feature_detected!("avx512bw"),
+        "avx512vl" => is_x86_feature_detected!("avx512vl"),
+        _ => is_x86_feature_detected!("avx512dq"),
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Evaluates `f` with famlx's CPU primitive on, then off (`var` = `mlx`,
+/// read per call): asserts the census shows `primitive` exactly when
+/// `expect_ours` (and never with the switch off), and that both results
+/// have the same dtype, shape and bits.
+pub fn same_bits_as_mlx(var: &str, primitive: &str, expect_ours: bool, what: &str, f: impl Fn() -> Array) {
+    let uses = |a: &Array| mlx::graph_census(&[a]).unwrap().iter().any(|(n, _)| n == primitive);
+    std::env::remove_var(var);
+    let ours = f();
+    assert_eq!(uses(&ours), expect_ours, "{what}: {:?}", mlx::graph_census(&[&ours]).unwrap());
+    std::env::set_var(var, "mlx");
+    let theirs = f();
+    std::env::remove_var(var);
+    assert!(!uses(&theirs), "{what}: {var}=mlx still used {primitive}");
+    assert_eq!(ours.shape(), theirs.shape(), "{what}");
+    assert_eq!(ours.dtype(), theirs.dtype(), "{what}");
+    let f32s = |a: &Array| a.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
+    let (a, b) = (f32s(&ours), f32s(&theirs));
+    let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+    assert_eq!(differ, 0, "{what}: {differ} of {} values differ from MLX's", a.len());
+}

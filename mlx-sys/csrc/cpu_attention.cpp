@@ -235,6 +235,25 @@ FAMLX_AVX512 void scores16_avx512(const float* qs, const float* kt, int D, float
   _mm512_storeu_ps(scores, acc);
 }
 
+// Keys [Lk][D] (row stride ks) as blocks of 16 keys, [block][k][16] (keys
+// past Lk zero), 16x16 at a time in registers.
+FAMLX_AVX512 void transpose_keys(const float* kb, size_t ks, int Lk, int D, float* kt) {
+  __m512 r[16];
+  for (int j0 = 0; j0 < Lk; j0 += 16) {
+    const int rows = std::min(16, Lk - j0);
+    for (int k0 = 0; k0 < D; k0 += 16) {
+      const int kn = std::min(16, D - k0);
+      const __mmask16 m = kn >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << kn) - 1);
+      for (int j = 0; j < 16; j++) {
+        r[j] = j < rows ? _mm512_maskz_loadu_ps(m, kb + (j0 + j) * ks + k0) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      float* dst = kt + (static_cast<size_t>(j0 / 16) * D + k0) * 16;
+      for (int k = 0; k < kn; k++) _mm512_storeu_ps(dst + k * 16, r[k]);
+    }
+  }
+}
+
 // acc[d] += p * v[d] for d < Dv (Dv % 16 == 0), one rounding per operation.
 FAMLX_AVX512 void axpy_avx512(float p, const float* v, int Dv, float* acc) {
   const __m512 pv = _mm512_set1_ps(p);
@@ -290,11 +309,8 @@ void attend(const Attn& a, int b, int kvh, Isa isa) {
   const bool wide = isa == Isa::Avx512;
   std::vector<float> kt;
   if (wide) {
-    kt.assign(static_cast<size_t>(blocks) * D * 16, 0.0f);
-    for (int j = 0; j < Lk; j++) {
-      const float* kj = kbase + j * kstride;
-      for (int k = 0; k < D; k++) kt[(static_cast<size_t>(j / 16) * D + k) * 16 + j % 16] = kj[k];
-    }
+    kt.resize(static_cast<size_t>(blocks) * D * 16);
+    transpose_keys(kbase, kstride, Lk, D, kt.data());
   }
   const bool wide_v = wide && Dv % 16 == 0;
   // The fallback multiplies q by array(scale, dtype): the scale in dtype.

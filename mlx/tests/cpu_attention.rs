@@ -95,6 +95,9 @@ fn attention_cases() {
     let q = normal(&[1, 7, 6, 80]).transpose(&[0, 2, 1, 3]).unwrap();
     let (k, v) = (normal(&[1, 2, 7, 80]), normal(&[1, 2, 7, 80]));
     attn("transposed query", &q, &k, &v, Mask::Causal, None);
+    // A head dim that is not a multiple of 16.
+    let (q, k, v) = (normal(&[1, 2, 3, 40]), normal(&[1, 1, 21, 40]), normal(&[1, 1, 21, 40]));
+    attn("head dim 40", &q, &k, &v, Mask::Causal, None);
 }
 
 #[test]

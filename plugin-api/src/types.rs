@@ -56,6 +56,9 @@ pub enum QuantClass {
     Body,
     /// Quantize with these settings whatever the run asks.
     Pinned(QuantSpec),
+    /// Stored exactly as it comes: neither quantized nor cast to the run's
+    /// dtype (e.g. a float32 state parameter such as qwen3_5's `A_log`).
+    Keep,
 }
 
 /// What the host needs to know about a model to run it. Build one with

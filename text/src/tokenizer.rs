@@ -374,6 +374,32 @@ impl Tokenizer {
             .map_err(|e| Error::new(format!("{}: decode failed: {e}", self.origin)))
     }
 
+    /// Writes the tokenizer as a Hugging Face folder holds it:
+    /// `tokenizer.json` and a `tokenizer_config.json` with the BOS/EOS
+    /// strings, `add_bos_token` and the chat template (for a tokenizer built
+    /// from GGUF metadata, so the converted folder loads anywhere).
+    pub fn save_hf(&self, dir: &Path) -> Result<()> {
+        let tok_path = dir.join("tokenizer.json");
+        let json = self.inner.to_string(true).map_err(|e| Error::new(format!("{}: {e}", tok_path.display())))?;
+        std::fs::write(&tok_path, json).map_err(|e| Error::new(format!("{}: {e}", tok_path.display())))?;
+        let mut cfg = serde_json::Map::new();
+        cfg.insert("tokenizer_class".into(), "PreTrainedTokenizerFast".into());
+        cfg.insert("add_bos_token".into(), Value::Bool(self.add_bos()));
+        cfg.insert("add_eos_token".into(), Value::Bool(false));
+        if let Some(b) = self.bos_token_str() {
+            cfg.insert("bos_token".into(), b.into());
+        }
+        if let Some(e) = self.eos_token() {
+            cfg.insert("eos_token".into(), e.into());
+        }
+        if let Some(t) = &self.chat_template {
+            cfg.insert("chat_template".into(), t.as_str().into());
+        }
+        let cfg_path = dir.join("tokenizer_config.json");
+        let text = serde_json::to_string_pretty(&Value::Object(cfg)).expect("JSON values serialize");
+        std::fs::write(&cfg_path, text).map_err(|e| Error::new(format!("{}: {e}", cfg_path.display())))
+    }
+
     /// The BOS token and its id, if the tokenizer has one.
     pub fn bos_token(&self) -> Option<(String, u32)> {
         self.bos.clone()

@@ -8,9 +8,13 @@ use std::path::PathBuf;
 /// Where plugins and the model come from.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// Checkpoint folder, .gguf file, or the default's name (default: SmolLM2-135M-Instruct).
+    /// Checkpoint folder, .gguf file, Hugging Face repo id (org/name, fetched
+    /// into the HF cache), or the default's name (default: SmolLM2-135M-Instruct).
     #[arg(long)]
     pub model: Option<String>,
+    /// Hub revision (branch, tag or commit) when --model is a repo id.
+    #[arg(long)]
+    pub revision: Option<String>,
     /// Extra plugin directory (searched first; repeatable).
     #[arg(long = "plugin-dir")]
     pub plugin_dirs: Vec<PathBuf>,

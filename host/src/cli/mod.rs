@@ -4,6 +4,7 @@
 pub mod args;
 mod bench;
 mod chat;
+mod convert;
 mod generate;
 mod plugins;
 mod setup;
@@ -11,6 +12,7 @@ mod setup;
 use args::{CachePromptArgs, ChatArgs, GenerateArgs, NewPluginArgs, PluginArgs};
 pub use bench::BenchArgs;
 use clap::{Parser, Subcommand};
+pub use convert::ConvertArgs;
 
 /// LLM inference on MLX; every model family is a plugin.
 #[derive(Parser, Debug)]
@@ -30,6 +32,9 @@ pub enum Command {
     Chat(ChatArgs),
     /// Measure prompt and generation speed (like `mlx_lm.benchmark`).
     Bench(BenchArgs),
+    /// Convert a checkpoint to an mlx-community folder: quantize,
+    /// dequantize, cast, re-shard, or GGUF to safetensors (like `mlx_lm.convert`).
+    Convert(ConvertArgs),
     /// List plugins found, loaded and refused.
     Plugins(PluginArgs),
     /// Make a family plugin (`famlx plugin new NAME`).
@@ -59,6 +64,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Chat(a) => chat::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Convert(a) => convert::run(a),
         Command::Plugins(a) => plugins::run(a),
         Command::Plugin { command: PluginCommand::New(a) } => plugins::new(a),
         Command::CachePrompt(a) => generate::run_cache_prompt(a),

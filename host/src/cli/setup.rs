@@ -24,7 +24,10 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
         min_confidence: spec.map_or(0.0, |s| s.min_confidence),
     };
     params.validate()?;
-    let path = default_model::resolve(m.model.as_deref())?;
+    let path = match m.model.as_deref() {
+        Some(name) => crate::hub::resolve_model(name, m.revision.as_deref())?,
+        None => default_model::resolve(None)?,
+    };
     let reg = registry(&m.plugin_dirs, watch);
     let opts = c.cache_options()?;
     for w in opts.warnings() {

@@ -4,6 +4,7 @@
 
 pub mod names;
 pub mod parity;
+pub mod reference;
 pub mod vision;
 
 use std::path::{Path, PathBuf};

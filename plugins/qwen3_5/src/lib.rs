@@ -127,16 +127,20 @@ impl FamilySpec for Qwen3_5Family {
     }
 
     fn quant_class(&self, _plan: &ModelPlan, name: &str) -> QuantClass {
-        if name.starts_with(vision::PREFIX) {
-            // The tower stays in float, as mlx-vlm's converter keeps it.
+        if name.starts_with(vision::PREFIX) || name.starts_with(MTP_PREFIX) {
+            // The tower stays in float, as mlx-vlm's converter keeps it; so
+            // does the MTP head, whose drafts must track the target closely.
             return QuantClass::Skip;
         }
         if name.ends_with("mlp.gate.weight") || name.ends_with("shared_expert_gate.weight") {
             // Routers stay at 8 bits, as mlx-lm's converter keeps them.
             return QuantClass::Pinned(QuantSpec { group_size: 64, bits: 8, mode: "affine".into() });
         }
-        let skip =
-            name.contains("norm") || name.contains("conv1d") || name.ends_with("A_log") || name.ends_with("dt_bias");
+        if name.ends_with("A_log") {
+            // Kept in float32 whatever the run's dtype, as mlx-lm's cast predicate does.
+            return QuantClass::Keep;
+        }
+        let skip = name.contains("norm") || name.contains("conv1d") || name.ends_with("dt_bias");
         if name.ends_with(".weight") && !skip {
             QuantClass::Body
         } else {

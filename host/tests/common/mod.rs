@@ -2,6 +2,7 @@
 //! plugin folders, running the `famlx` binary, and one lock around MLX.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod hub_server;
 pub mod names;
 pub mod parity;
 pub mod reference;

@@ -22,7 +22,7 @@ use mlx::{Array, Dtype};
 use policy::{Action, QuantRun};
 use serde_json::{Map, Value};
 use shards::OutTensor;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// What to convert and how.
@@ -152,6 +152,8 @@ pub fn convert(reg: &Registry, o: &ConvertOptions) -> Result<Summary> {
     // Written in name order (a quantized module's parts side by side).
     out.sort_by(|a, b| a.name.cmp(&b.name));
     let tensors = out.len();
+    // GGUF files omit the output head when it is tied to the embeddings.
+    let has_head = out.iter().any(|t| t.name == "lm_head.weight");
     let params: u64 = out.iter().map(|t| t.params).sum();
     let written_quant = match (&quant, o.dequantize) {
         (Some(q), _) => Some(output::QuantBlock::New { spec: q.spec.clone(), entries }),
@@ -163,11 +165,8 @@ pub fn convert(reg: &Registry, o: &ConvertOptions) -> Result<Summary> {
 
     let tmp = output::TempDir::beside(&o.out)?;
     let written = shards::write(tmp.path(), out, o.max_shard_bytes)?;
-    let config = if is_gguf {
-        output::gguf_config(&plan, &ck, target, tensors_have_head(tmp.path())?)?
-    } else {
-        output::folder_config(&o.src)?
-    };
+    let config =
+        if is_gguf { output::gguf_config(&plan, &ck, target, has_head)? } else { output::folder_config(&o.src)? };
     output::write_config(tmp.path(), config, written_quant.as_ref())?;
     if is_gguf {
         let tok = ck.tokenizer.as_ref().ok_or_else(|| {
@@ -274,10 +273,4 @@ fn gguf_block(out: &[OutTensor], w: &HostWeights) -> Value {
         }
     }
     block
-}
-
-/// Whether the written shards hold a separate output head.
-fn tensors_have_head(dir: &Path) -> Result<bool> {
-    let text = std::fs::read_to_string(dir.join("model.safetensors.index.json"))?;
-    Ok(text.contains("\"lm_head.weight\""))
 }

@@ -13,22 +13,6 @@ use hf_hub::{Cache, Repo, RepoType};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-/// Files besides the weights a checkpoint may use.
-const SIDE_FILES: [&str; 12] = [
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-    "preprocessor_config.json",
-    "processor_config.json",
-    "vocab.json",
-    "merges.txt",
-];
-
 /// Where `--model` points: an existing path, the embedded default, or a hub
 /// repo id (downloaded on first use). Anything else is an error naming it.
 pub fn resolve_model(m: &str, revision: Option<&str>) -> Result<PathBuf> {
@@ -127,7 +111,7 @@ pub fn fetch(repo: &str, revision: &str) -> Result<PathBuf> {
             bail!("{repo}: the repo has no .safetensors weights");
         }
     }
-    for f in SIDE_FILES.iter().filter(|f| listed.contains(f)) {
+    for f in crate::checkpoint::SIDE_FILES.iter().filter(|f| listed.contains(f)) {
         get(f)?;
     }
     for w in &weights {

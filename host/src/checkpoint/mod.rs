@@ -14,6 +14,24 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+/// Files beside the weights a checkpoint folder may use (tokenizer, chat
+/// template, generation and processor settings): what a hub download
+/// fetches and a conversion copies.
+pub const SIDE_FILES: [&str; 12] = [
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "vocab.json",
+    "merges.txt",
+];
+
 /// A checkpoint as found on disk, before the family's rewriter runs.
 pub struct Checkpoint {
     /// The folder or .gguf file.

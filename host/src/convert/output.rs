@@ -126,27 +126,12 @@ pub fn write_config(dir: &Path, mut c: Map<String, Value>, q: Option<&QuantBlock
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Files besides the weights a converted folder keeps as they are.
-const SIDE_FILES: [&str; 14] = [
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "chat_template.jinja",
-    "chat_template.json",
-    "generation_config.json",
-    "preprocessor_config.json",
-    "processor_config.json",
-    "video_preprocessor_config.json",
-    "README.md",
-];
+/// Files a converted folder keeps besides [`crate::checkpoint::SIDE_FILES`].
+const CONVERT_EXTRAS: [&str; 2] = ["video_preprocessor_config.json", "README.md"];
 
 /// Copies the tokenizer, template, generation and processor files byte for byte.
 pub fn copy_side_files(src: &Path, dst: &Path) -> Result<()> {
-    for f in SIDE_FILES {
+    for f in crate::checkpoint::SIDE_FILES.iter().chain(&CONVERT_EXTRAS) {
         let from = src.join(f);
         if from.is_file() {
             std::fs::copy(&from, dst.join(f)).with_context(|| format!("copying {}", from.display()))?;

@@ -4,7 +4,7 @@ use clap::Parser;
 
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FAMLX_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,famlx::serve=info"));
     // Colour only on a terminal: escape codes in a log file or a pipe are noise.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();

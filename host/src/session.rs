@@ -4,7 +4,10 @@
 //! the rollback point a turn falls back to when a cache cannot rewind.
 
 use crate::cache::Rollback;
-use crate::decode::{generate, generate_speculative, DraftSource, Drafter, GenParams, GenStats, MediaTime, SpecParams};
+use crate::decode::{
+    generate, generate_guided, generate_speculative, Constraint, DraftSource, Drafter, GenParams, GenStats, MediaTime,
+    SpecParams, Step,
+};
 use crate::model::{LoadedModel, MediaSpan, MediaState};
 use crate::plugins::FamilyEntry;
 use crate::prompt::{MediaKind, Prompt};
@@ -187,13 +190,41 @@ impl Session {
         p: &GenParams,
         on_token: impl FnMut(u32) -> bool,
     ) -> Result<(GenStats, usize)> {
+        self.turn(prompt, p, |s, tail, p, media| match media {
+            false => s.run(tail, p, on_token),
+            true => generate(&mut s.model, tail, p, on_token),
+        })
+    }
+
+    /// [`Session::generate_prompt`] through the guided loop: `p`'s logit
+    /// processing and log-probabilities, `constraint`'s mask (no drafter).
+    pub fn generate_guided(
+        &mut self,
+        prompt: &Prompt,
+        p: &GenParams,
+        constraint: Option<&mut dyn Constraint>,
+        on_step: impl FnMut(&Step) -> bool,
+    ) -> Result<(GenStats, usize)> {
+        self.turn(prompt, p, |s, tail, p, _| generate_guided(&mut s.model, tail, p, constraint, on_step))
+    }
+
+    /// One turn: reuse the cached prefix of `prompt`, embed its media, run
+    /// `run(self, tail, params, has_media)` on the rest, and remember what
+    /// the caches then hold. Returns the stats and the tokens prefilled.
+    fn turn(
+        &mut self,
+        prompt: &Prompt,
+        p: &GenParams,
+        run: impl FnOnce(&mut Self, &[u32], &GenParams, bool) -> Result<GenStats>,
+    ) -> Result<(GenStats, usize)> {
         let ids = &prompt.ids[..];
         let start = self.prepare_prompt(prompt)?;
         let p = &GenParams { keep_prompt_rollback: true, ..p.clone() };
         let run = match self.attach_media(prompt, start) {
-            Ok(_) if prompt.media.is_empty() => self.run(&ids[start..], p, on_token),
-            Ok(time) => generate(&mut self.model, &ids[start..], p, on_token).map(|mut s| {
-                s.add_media_time(&time);
+            Ok(time) => run(self, &ids[start..], p, !prompt.media.is_empty()).map(|mut s| {
+                if !prompt.media.is_empty() {
+                    s.add_media_time(&time);
+                }
                 s
             }),
             Err(e) => Err(e),

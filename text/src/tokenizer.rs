@@ -400,6 +400,13 @@ impl Tokenizer {
         std::fs::write(&cfg_path, text).map_err(|e| Error::new(format!("{}: {e}", cfg_path.display())))
     }
 
+    /// The tokenizer as `tokenizer.json` holds it (for tools that read the
+    /// vocabulary's byte forms, e.g. constrained decoding).
+    pub fn to_hf_json(&self) -> Result<Value> {
+        let text = self.inner.to_string(false).map_err(|e| Error::new(format!("tokenizer.json: {e}")))?;
+        serde_json::from_str(&text).map_err(|e| Error::new(format!("tokenizer.json: {e}")))
+    }
+
     /// The BOS token and its id, if the tokenizer has one.
     pub fn bos_token(&self) -> Option<(String, u32)> {
         self.bos.clone()

@@ -7,12 +7,14 @@ mod chat;
 mod convert;
 mod generate;
 mod plugins;
+mod serve;
 mod setup;
 
 use args::{CachePromptArgs, ChatArgs, GenerateArgs, NewPluginArgs, PluginArgs};
 pub use bench::BenchArgs;
 use clap::{Parser, Subcommand};
 pub use convert::ConvertArgs;
+pub use serve::ServeArgs;
 
 /// LLM inference on MLX; every model family is a plugin.
 #[derive(Parser, Debug)]
@@ -35,6 +37,8 @@ pub enum Command {
     /// Convert a checkpoint to an mlx-community folder: quantize,
     /// dequantize, cast, re-shard, or GGUF to safetensors (like `mlx_lm.convert`).
     Convert(ConvertArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (like `mlx_lm.server`).
+    Serve(ServeArgs),
     /// List plugins found, loaded and refused.
     Plugins(PluginArgs),
     /// Make a family plugin (`famlx plugin new NAME`).
@@ -65,6 +69,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Chat(a) => chat::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Convert(a) => convert::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Plugins(a) => plugins::run(a),
         Command::Plugin { command: PluginCommand::New(a) } => plugins::new(a),
         Command::CachePrompt(a) => generate::run_cache_prompt(a),

@@ -5,13 +5,17 @@
 //! them and keeps a conversation's caches across turns.
 
 mod drafter;
+mod guided;
 mod params;
 mod plain;
 mod prefill;
+mod process;
 mod speculative;
 
 pub use drafter::{DraftSource, Drafter, SpecParams, MAX_DEPTH};
+pub use guided::{generate_guided, Constraint, Step, TokenLogprob};
 pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};
 pub use plain::generate;
 pub use prefill::{prefill, prefill_last_alone};
+pub use process::{mask_logits, LogitsParams};
 pub use speculative::generate_speculative;

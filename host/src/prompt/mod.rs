@@ -75,12 +75,8 @@ pub fn chat_prompt(
         let text = messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n");
         return Ok(Prompt::text(tok.encode(&text, true).map_err(|e| anyhow!("{e}"))?));
     };
-    let bos = tok.bos_token().map(|(s, _)| s);
-    let eos = tok.eos_ids().first().and_then(|&i| tok.decode(&[i], false).ok());
-    let tpl = ChatTemplate::with_origin(src, bos.as_deref(), eos.as_deref(), tok.chat_template_origin())
-        .map_err(|e| anyhow!("{e}"))?;
     let msgs: Vec<Value> = messages.iter().map(Message::to_json).collect();
-    let text = tpl.render(&msgs, None, true, extra).map_err(|e| anyhow!("{e}"))?;
+    let text = render_template(tok, src, &msgs, None, extra)?;
     if text.trim().is_empty() {
         // Generating from nothing would give an answer to no question.
         anyhow::bail!("the chat template rendered an empty prompt; pass --raw to send the text as it is");
@@ -90,6 +86,32 @@ pub fn chat_prompt(
         ids = expand_markers(&ids, spec, &items)?;
     }
     Prompt::with_media(ids, media, items)
+}
+
+/// Renders `messages` (in the template's JSON view, tool calls and all)
+/// and `tools` with the tokenizer's chat template, ready for the reply.
+pub fn render_chat(
+    tok: &Tokenizer,
+    messages: &[Value],
+    tools: Option<&[Value]>,
+    extra: &Map<String, Value>,
+) -> Result<String> {
+    let src = tok.chat_template().ok_or_else(|| anyhow!("the model's tokenizer has no chat template"))?;
+    render_template(tok, src, messages, tools, extra)
+}
+
+fn render_template(
+    tok: &Tokenizer,
+    src: &str,
+    messages: &[Value],
+    tools: Option<&[Value]>,
+    extra: &Map<String, Value>,
+) -> Result<String> {
+    let bos = tok.bos_token().map(|(s, _)| s);
+    let eos = tok.eos_ids().first().and_then(|&i| tok.decode(&[i], false).ok());
+    let tpl = ChatTemplate::with_origin(src, bos.as_deref(), eos.as_deref(), tok.chat_template_origin())
+        .map_err(|e| anyhow!("{e}"))?;
+    tpl.render(messages, tools, true, extra).map_err(|e| anyhow!("{e}"))
 }
 
 /// Parses `--prompt-ids 1,2,3`.

@@ -6,6 +6,7 @@ pub mod hub_server;
 pub mod names;
 pub mod parity;
 pub mod reference;
+pub mod server;
 pub mod vision;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,120 @@
+//! `famlx serve`: an OpenAI-compatible HTTP server. axum on tokio answers
+//! the HTTP side ([`http`]); one engine thread ([`engine`]) owns every MLX
+//! object and runs the requests from a bounded queue, reusing the cached
+//! prompt prefix between them. Requests are checked in [`api`], replies
+//! split into content, reasoning and tool calls in [`output`] and
+//! [`tools`], structured output constrained through [`crate::grammar`].
+
+pub mod api;
+pub mod engine;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod output;
+pub mod tools;
+
+use crate::decode::GenParams;
+use crate::session::Session;
+use anyhow::{Context, Result};
+use engine::Engine;
+pub use engine::EngineSettings;
+use metrics::Metrics;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the server listens and what it allows.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Address to listen on.
+    pub host: String,
+    /// Port (0: any free port).
+    pub port: u16,
+    /// Required bearer token.
+    pub api_key: Option<String>,
+    /// Requests that may wait for the engine.
+    pub max_queue: usize,
+    /// What the engine applies to every request.
+    pub engine: EngineSettings,
+    /// The name the model is served as.
+    pub model_name: String,
+}
+
+/// Runs the server until SIGINT or SIGTERM. `load` builds the session and
+/// the base generation parameters (stop ids, prefill step) on the engine
+/// thread: MLX state is not `Send`, so it is made where it is used.
+pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<(Session, GenParams)> + Send + 'static) -> Result<()> {
+    if o.max_queue == 0 {
+        anyhow::bail!("--max-queue must be at least 1");
+    }
+    let metrics = Arc::new(Metrics::default());
+    let (queue, jobs) = std::sync::mpsc::sync_channel(o.max_queue);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let settings = o.engine.clone();
+    let m = metrics.clone();
+    let engine = std::thread::Builder::new().name("famlx-engine".into()).spawn(move || {
+        let built = load().map(|(s, base)| Engine::new(s, base, settings, m));
+        match built {
+            Ok(e) => {
+                let _ = ready_tx.send(Ok(()));
+                e.serve(jobs);
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(format!("{e:#}")));
+            }
+        }
+        let _ = mlx::synchronize();
+    })?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => anyhow::bail!("{e}"),
+        Err(_) => anyhow::bail!("the engine thread stopped while loading the model"),
+    }
+    let name = o.model_name.clone();
+    let mut ids = vec![name.clone()];
+    if let Some(base) = std::path::Path::new(&name).file_name().and_then(|b| b.to_str()) {
+        if base != name {
+            ids.push(base.to_string());
+        }
+    }
+    let state = Arc::new(http::AppState {
+        queue,
+        metrics,
+        model_ids: ids,
+        api_key: o.api_key.clone(),
+        created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let app = http::router(state.clone());
+    rt.block_on(async move {
+        let addr = format!("{}:{}", o.host, o.port);
+        let listener =
+            tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        let local = listener.local_addr()?;
+        eprintln!("famlx: serving {name} on http://{local}/v1 (Ctrl-C to stop)");
+        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    // The queue closes with the last handle: the engine finishes what it holds, then ends.
+    drop(state);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let _ = engine.join();
+    eprintln!("famlx: server stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM: in-flight requests then finish (graceful shutdown).
+async fn shutdown_signal() {
+    let term = async {
+        #[cfg(unix)]
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+            return;
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+    eprintln!("famlx: shutting down: finishing requests in flight");
+}

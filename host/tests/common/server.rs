@@ -1,0 +1,108 @@
+//! A `famlx serve` process for tests: started on a free port, its log
+//! collected, stopped with SIGTERM (or killed when the test fails).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A running server.
+pub struct Server {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    /// `famlx serve --port 0 ARGS`, once it says where it listens.
+    pub fn start(args: &[&str]) -> Server {
+        let mut child = super::famlx()
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("famlx serve starts");
+        let stderr = child.stderr.take().expect("piped");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("on http://") {
+                    let url =
+                        line[at + 3..].split_whitespace().next().unwrap_or("").trim_end_matches("/v1").to_string();
+                    let _ = tx.send(url);
+                }
+                l.lock().unwrap().push(line);
+            }
+        });
+        let base = match rx.recv_timeout(Duration::from_secs(180)) {
+            Ok(b) => b,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("famlx serve did not start:\n{}", log.lock().unwrap().join("\n"));
+            }
+        };
+        Server { child: Some(child), base, log }
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Sends SIGTERM and waits (at most `limit`) for the exit status.
+    pub fn stop(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let t0 = Instant::now();
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            if t0.elapsed() > limit {
+                let _ = child.kill();
+                panic!("famlx serve did not stop within {limit:?} of SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// GET `path`: status and body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        answer(ureq::get(&format!("{}{path}", self.base)).call())
+    }
+
+    /// POST `body` to `path` (with `key` as bearer token): status and body.
+    pub fn post(&self, path: &str, body: &str, key: Option<&str>) -> (u16, String) {
+        let mut r = ureq::post(&format!("{}{path}", self.base)).set("Content-Type", "application/json");
+        if let Some(k) = key {
+            r = r.set("Authorization", &format!("Bearer {k}"));
+        }
+        answer(r.send_string(body))
+    }
+}
+
+fn answer(r: Result<ureq::Response, ureq::Error>) -> (u16, String) {
+    match r {
+        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+        Err(ureq::Error::Status(s, r)) => (s, r.into_string().unwrap_or_default()),
+        Err(e) => panic!("request failed: {e}"),
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -141,6 +141,26 @@ impl Input {
     }
 }
 
+/// The position of a forward's first new token: one for all rows, or one
+/// per row (a batch of sequences at different lengths).
+#[derive(Debug, Clone)]
+pub enum Position {
+    /// Every row's offset.
+    Int(i32),
+    /// Each row's offset, `[B]` int32.
+    Rows(Array),
+}
+
+impl Position {
+    /// As a rope offset.
+    pub fn rope(&self) -> mlx::fast::RopeOffset<'_> {
+        match self {
+            Position::Int(i) => mlx::fast::RopeOffset::Int(*i),
+            Position::Rows(a) => mlx::fast::RopeOffset::Array(a),
+        }
+    }
+}
+
 /// Forward output on the plugin side.
 pub struct Output {
     /// Logits, if asked.
@@ -177,6 +197,21 @@ impl<'a> Caches<'a> {
     /// Tokens already cached in slot `i`.
     pub fn offset(&self, i: usize) -> Result<i64> {
         Ok(self.slot(i)?.offset())
+    }
+    /// Where slot `i`'s new tokens sit: one offset, or one per row when
+    /// the host runs a batch of sequences (rope them with
+    /// [`Position::rope`]).
+    pub fn position(&self, i: usize) -> Result<Position> {
+        let s = self.slot(i)?;
+        Ok(match s.row_offsets().into_option() {
+            Some(a) => Position::Rows(a.into_array()),
+            None => Position::Int(s.offset() as i32),
+        })
+    }
+    /// For a batch, which keys the last [`Caches::update_and_fetch`] of slot
+    /// `i` returned are real per row (`[B, 1, 1, S]` bool); `None` when all are.
+    pub fn row_mask(&self, i: usize) -> Result<Option<Array>> {
+        Ok(self.slot(i)?.row_mask().into_option().map(ArrayHandle::into_array))
     }
     /// Appends k/v to slot `i` and attends `q` over the slot.
     pub fn attend(&mut self, i: usize, q: Array, k: Array, v: Array, opts: AttnOptions) -> Result<Array> {

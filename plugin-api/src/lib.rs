@@ -237,8 +237,17 @@ pub trait LayerCache {
     /// Recurrent state (empty for KV caches).
     fn state(&self) -> RVec<ArrayHandle>;
     /// Replaces the recurrent state and advances the offset by `tokens`.
-    #[sabi(last_prefix_field)]
     fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), RString>;
+    /// For a cache serving a batch of sequences (continuous batching): each
+    /// row's offset, `[B]` int32; `None` when all rows share
+    /// [`LayerCache::offset`].
+    fn row_offsets(&self) -> ROption<ArrayHandle>;
+    /// For a batch: which of the keys the last
+    /// [`LayerCache::update_and_fetch`] returned are real for each row,
+    /// `[B, 1, 1, S]` bool (shorter rows are padded on the left); `None`
+    /// when all are.
+    #[sabi(last_prefix_field)]
+    fn row_mask(&self) -> ROption<ArrayHandle>;
 }
 
 /// A boxed [`LayerCache`].

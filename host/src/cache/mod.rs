@@ -15,6 +15,7 @@ mod quantized;
 mod recurrent;
 mod rollback;
 mod rotating;
+mod rows;
 mod shared;
 mod store;
 
@@ -27,5 +28,6 @@ pub use quantized::QuantizedKvCache;
 pub use recurrent::RecurrentCache;
 pub use rollback::Rollback;
 pub use rotating::RotatingKvCache;
+pub use rows::RowsCache;
 pub use shared::SharedCache;
 pub use store::{Kv, KvQuant, QBits, Seq};

@@ -4,7 +4,7 @@
 use super::attn::{AttnArgs, KvMask};
 use super::layer::CacheImpl;
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RErr, ROk, RResult, RString, RVec, Tuple2};
+use abi_stable::std_types::{RErr, ROk, ROption, RResult, RString, RVec, Tuple2};
 use mlx::{Error, Result};
 use plugin_api::{ArrayHandle, AttnMask, AttnOptions, CacheBox, LayerCache, LayerCache_TO};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,7 +23,7 @@ impl SharedCache {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
     /// Locks it after applying a due change of representation.
-    fn lock_promoted(&self) -> Result<MutexGuard<'_, Box<dyn CacheImpl>>> {
+    pub(super) fn lock_promoted(&self) -> Result<MutexGuard<'_, Box<dyn CacheImpl>>> {
         let mut c = self.lock();
         if let Some(n) = c.promote()? {
             *c = n;
@@ -93,5 +93,11 @@ impl LayerCache for SharedCache {
     }
     fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), RString> {
         ffi(self.lock().set_state(state.into_iter().map(ArrayHandle::into_array).collect(), tokens), |()| ())
+    }
+    fn row_offsets(&self) -> ROption<ArrayHandle> {
+        ROption::RNone
+    }
+    fn row_mask(&self) -> ROption<ArrayHandle> {
+        ROption::RNone
     }
 }

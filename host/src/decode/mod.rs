@@ -4,6 +4,7 @@
 //! ([`generate_speculative`]). A [`crate::session::Session`] picks between
 //! them and keeps a conversation's caches across turns.
 
+mod batch;
 mod drafter;
 mod guided;
 mod params;
@@ -12,6 +13,7 @@ mod prefill;
 mod process;
 mod speculative;
 
+pub use batch::{decode_step, prefill_into};
 pub use drafter::{DraftSource, Drafter, SpecParams, MAX_DEPTH};
 pub use guided::{generate_guided, Constraint, Step, TokenLogprob};
 pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};

@@ -4,7 +4,7 @@
 
 use super::media::MediaState;
 use super::weights::{assemble, plugin_err, HostWeights, Source};
-use crate::cache::{make_caches, CacheOptions, Rollback, SharedCache};
+use crate::cache::{make_caches, CacheOptions, Rollback, RowsCache, SharedCache};
 use crate::plugins::{FamilyEntry, Registry};
 use abi_stable::std_types::{ROption, RVec};
 use anyhow::{anyhow, bail, Context, Result};
@@ -375,6 +375,48 @@ impl LoadedModel {
             }
         }
         Ok((logits, hidden))
+    }
+
+    /// One decode step for a batch of sequences: `tokens` `[B, 1]` int32,
+    /// row `r` continuing the sequence whose caches are `rows[r]` (one per
+    /// plan slot, of any kind). Returns the logits `[B, 1, V]`.
+    pub fn forward_batch(&mut self, tokens: &Array, rows: &[&[SharedCache]]) -> Result<Array> {
+        let b = tokens.dim(0);
+        if b as usize != rows.len() || tokens.dim(1) != 1 {
+            return Err(anyhow!("forward_batch: {} rows for tokens of shape {:?}", rows.len(), tokens.shape()));
+        }
+        let mut boxes: RVec<CacheBox> = (0..self.caches.len())
+            .map(|s| RowsCache::new(rows.iter().map(|r| r[s].clone()).collect()).boxed())
+            .collect();
+        let input = ForwardInput {
+            tokens: tokens.clone().into(),
+            embeddings: ROption::RNone,
+            logits: LogitsWanted::Last,
+            want_hidden: false,
+            media: ROption::RNone,
+            positions: ROption::RNone,
+            position_delta: 0,
+        };
+        let out = self
+            .model
+            .forward(input, &mut boxes)
+            .into_result()
+            .map_err(|e| plugin_err(&self.family.name, "forward", e))?;
+        let logits = out
+            .logits
+            .into_option()
+            .map(ArrayHandle::into_array)
+            .ok_or_else(|| anyhow!("{} plugin: forward returned no logits", self.family.name))?;
+        let want = [b, 1, self.plan.vocab_size as i32];
+        if logits.shape() != want {
+            return Err(anyhow!(
+                "{} plugin: forward returned logits of shape {:?} for a batch, expected {:?}",
+                self.family.name,
+                logits.shape(),
+                want
+            ));
+        }
+        Ok(logits)
     }
 
     /// Evaluates the cache contents (after a prefill chunk).

@@ -7,7 +7,7 @@
 
 use super::head_norms::{rope_one_token, HeadNorms};
 use super::Rotary;
-use crate::family::Caches;
+use crate::family::{Caches, Position};
 use crate::{AttnMask, AttnOptions};
 use abi_stable::std_types::ROption;
 use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
@@ -90,9 +90,11 @@ pub struct SharedKv {
     /// values `[B, Hkv, S, D]`
     pub v: Array,
     /// Rope offset of the queries (the position of the first new token).
-    pub offset: i32,
+    pub offset: Position,
     /// Sliding window of the source layer (`None`: global).
     pub window: Option<i32>,
+    /// In a batch, the keys that are real per row (`[B, 1, 1, S]` bool).
+    pub row_mask: Option<Array>,
 }
 
 /// The attention mask for `l` queries that end the `s` keys: causal, and
@@ -108,6 +110,15 @@ pub fn mask_for(l: i32, s: i32, window: Option<i32>) -> Result<Option<Array>> {
         m = m.logical_and(&qi.lt(&ki.add(&Array::i32(w))?)?)?;
     }
     Ok(Some(m))
+}
+
+/// `mask` and-ed with a batch's per-row mask of real keys (`[B, 1, 1, S]`).
+fn with_rows(mask: Option<Array>, rows: Option<&Array>) -> Result<Option<Array>> {
+    Ok(match (mask, rows) {
+        (Some(m), Some(r)) => Some(m.logical_and(r)?),
+        (None, Some(r)) => Some(r.clone()),
+        (m, None) => m,
+    })
 }
 
 /// [`mask_for`] with `overlay` (`[l, l]` bool: where this call's queries
@@ -280,10 +291,9 @@ impl Attention {
     /// Roped queries, and roped keys with (normed) values when the layer has
     /// them, all `[B, h, L, d]`, at position `off`; and the output gate.
     #[allow(clippy::type_complexity)]
-    fn qkv(&self, x: &Array, off: i32) -> Result<(Array, Option<(Array, Array)>, Option<Array>)> {
+    fn qkv(&self, x: &Array, off_r: RopeOffset<'_>) -> Result<(Array, Option<(Array, Array)>, Option<Array>)> {
         let (b, l) = (x.dim(0), x.dim(1));
         let (hq, hkv) = (self.n_heads, self.n_kv_heads);
-        let off_r = RopeOffset::Int(off);
         let no_norms = self.q_norm.is_none() && self.k_norm.is_none() && self.v_norm_eps.is_none();
         if let Qkv::Fused(p) = &self.proj {
             let one_norm = self.head_norms.as_ref().filter(|n| n.fits(x.dtype()));
@@ -351,8 +361,8 @@ impl Attention {
     /// over everything cached there.
     pub fn forward(&self, x: &Array, caches: &mut Caches<'_>, slot: usize) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
-        let off = caches.offset(slot)? as i32;
-        let (q, kv, gate) = self.qkv(x, off)?;
+        let pos = caches.position(slot)?;
+        let (q, kv, gate) = self.qkv(x, pos.rope())?;
         let (k, v) = kv.ok_or_else(Self::no_kv)?;
         let o = caches.attend(slot, q, k, v, AttnOptions::causal(self.scale))?;
         self.finish(&o, gate.as_ref(), b, l)
@@ -391,14 +401,15 @@ impl Attention {
         overlay: Option<&Array>,
     ) -> Result<(Array, SharedKv)> {
         let (b, l) = (x.dim(0), x.dim(1));
-        let off = caches.offset(slot)? as i32;
-        let (q, kv, gate) = self.qkv(x, off)?;
+        let pos = caches.position(slot)?;
+        let (q, kv, gate) = self.qkv(x, pos.rope())?;
         let (k, v) = kv.ok_or_else(Self::no_kv)?;
         let (k, v) = caches.update_and_fetch(slot, k, v)?;
-        let m = mask_with_overlay(l, k.dim(2), window, overlay)?;
+        let row_mask = caches.row_mask(slot)?;
+        let m = with_rows(mask_with_overlay(l, k.dim(2), window, overlay)?, row_mask.as_ref())?;
         let mask = m.as_ref().map_or(Mask::None, Mask::Array);
         let o = scaled_dot_product_attention(&q, &k, &v, self.scale, mask, None)?;
-        Ok((self.finish(&o, gate.as_ref(), b, l)?, SharedKv { k, v, offset: off, window }))
+        Ok((self.finish(&o, gate.as_ref(), b, l)?, SharedKv { k, v, offset: pos, window, row_mask }))
     }
 
     /// Attends over K/V another layer kept ([`Attention::forward_keeping`]),
@@ -406,8 +417,8 @@ impl Attention {
     pub fn forward_shared(&self, x: &Array, kv: &SharedKv, overlay: Option<&Array>) -> Result<Array> {
         let (b, l) = (x.dim(0), x.dim(1));
         let Projected { q, gate, .. } = self.project(x)?;
-        let q = self.rope.forward(&self.queries(&q, l)?, RopeOffset::Int(kv.offset))?;
-        let m = mask_with_overlay(l, kv.k.dim(2), kv.window, overlay)?;
+        let q = self.rope.forward(&self.queries(&q, l)?, kv.offset.rope())?;
+        let m = with_rows(mask_with_overlay(l, kv.k.dim(2), kv.window, overlay)?, kv.row_mask.as_ref())?;
         let mask = m.as_ref().map_or(Mask::None, Mask::Array);
         let o = scaled_dot_product_attention(&q, &kv.k, &kv.v, self.scale, mask, None)?;
         self.finish(&o, gate.as_ref(), b, l)

@@ -1,0 +1,38 @@
+//! Continuous batching's two steps: a sequence's prompt prefilled into its
+//! own caches, and one decode step for many sequences in one forward
+//! ([`LoadedModel::forward_batch`]). The scheduler that decides who joins
+//! and leaves between steps is the caller's (the server's engine).
+
+use super::prefill::prefill_last_alone_until;
+use crate::cache::SharedCache;
+use crate::model::LoadedModel;
+use anyhow::Result;
+use mlx::{Array, Dtype};
+use std::sync::atomic::AtomicBool;
+
+/// Prefills `prompt` into `caches` (one sequence's own, one per plan slot)
+/// in chunks of `step`, returning the last position's logits `[1, V]`; the
+/// model's own caches are left as they were.
+pub fn prefill_into(
+    m: &mut LoadedModel,
+    caches: &[SharedCache],
+    prompt: &[u32],
+    step: usize,
+    cancel: Option<&AtomicBool>,
+) -> Result<Array> {
+    let own = std::mem::take(&mut m.caches);
+    m.set_caches(caches.to_vec());
+    let r = prefill_last_alone_until(m, prompt, step, cancel);
+    m.set_caches(own);
+    r
+}
+
+/// One decode step: row `r` feeds `tokens[r]` to the sequence whose caches
+/// are `rows[r]`; returns the logits `[B, V]`.
+pub fn decode_step(m: &mut LoadedModel, rows: &[&[SharedCache]], tokens: &[u32]) -> Result<Array> {
+    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+    let t = Array::from_slice(&ids, &[ids.len() as i32, 1])?.astype(Dtype::I32)?;
+    let l = m.forward_batch(&t, rows)?;
+    let (b, v) = (l.dim(0), l.dim(2));
+    Ok(l.reshape(&[b, v])?)
+}

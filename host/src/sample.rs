@@ -23,10 +23,16 @@ impl Default for SamplerParams {
 
 /// Samples the next token from `[B, V]` logits, returning `[B]` int32 ids.
 pub fn sample(logits: &Array, p: &SamplerParams) -> Result<Array> {
+    sample_keyed(logits, p, None)
+}
+
+/// [`sample`] drawing with `key` (a sequence's own random stream) instead
+/// of the global one.
+pub fn sample_keyed(logits: &Array, p: &SamplerParams, key: Option<&Array>) -> Result<Array> {
     if p.temperature <= 0.0 {
         return logits.argmax(-1, false)?.astype(Dtype::I32);
     }
-    random::categorical(&filtered_logprobs(logits, p)?.mul_s(1.0 / p.temperature as f64)?, -1, None)?.astype(Dtype::I32)
+    random::categorical(&filtered_logprobs(logits, p)?.mul_s(1.0 / p.temperature as f64)?, -1, key)?.astype(Dtype::I32)
 }
 
 /// The distribution [`sample`] draws from when `temperature > 0`, as

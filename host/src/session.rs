@@ -4,10 +4,7 @@
 //! the rollback point a turn falls back to when a cache cannot rewind.
 
 use crate::cache::Rollback;
-use crate::decode::{
-    generate, generate_guided, generate_speculative, Constraint, DraftSource, Drafter, GenParams, GenStats, MediaTime,
-    SpecParams, Step,
-};
+use crate::decode::{generate, generate_speculative, DraftSource, Drafter, GenParams, GenStats, MediaTime, SpecParams};
 use crate::model::{LoadedModel, MediaSpan, MediaState};
 use crate::plugins::FamilyEntry;
 use crate::prompt::{MediaKind, Prompt};
@@ -194,18 +191,6 @@ impl Session {
             false => s.run(tail, p, on_token),
             true => generate(&mut s.model, tail, p, on_token),
         })
-    }
-
-    /// [`Session::generate_prompt`] through the guided loop: `p`'s logit
-    /// processing and log-probabilities, `constraint`'s mask (no drafter).
-    pub fn generate_guided(
-        &mut self,
-        prompt: &Prompt,
-        p: &GenParams,
-        constraint: Option<&mut dyn Constraint>,
-        on_step: impl FnMut(&Step) -> bool,
-    ) -> Result<(GenStats, usize)> {
-        self.turn(prompt, p, |s, tail, p, _| generate_guided(&mut s.model, tail, p, constraint, on_step))
     }
 
     /// One turn: reuse the cached prefix of `prompt`, embed its media, run

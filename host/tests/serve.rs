@@ -91,12 +91,14 @@ fn openai_client_chat_completions_streams_errors() {
 fn concurrent_requests_give_each_its_alone_tokens() {
     let prompts: Vec<String> = (0..16).map(|i| format!("{} {}", "word ".repeat(i * 3 + 1), i)).collect();
     let n: Vec<usize> = (0..16).map(|i| 4 + (i * 7) % 13).collect();
-    for (name, extra) in [
-        ("llama-bf16", &[][..]),
-        ("qwen3_5-bf16", &[][..]),
-        ("gemma4-bf16", &[][..]),
-        ("llama-bf16", &["--kv-bits", "8", "--kv-group-size", "32"][..]),
-    ] {
+    let cases: [(&str, &[&str]); 5] = [
+        ("llama-tied-f32", &[]),
+        ("qwen3_5_moe-f32", &[]),
+        ("gemma4-vision-f32", &[]),
+        ("llama-tied-f32", &["--kv-bits", "8", "--kv-group-size", "32"]),
+        ("llama-tied-f32", &["--max-kv-size", "24"]),
+    ];
+    for (name, extra) in cases {
         let model = fixture(name);
         let m = model.to_str().unwrap();
         let mut args = vec!["--model", m];
@@ -105,6 +107,10 @@ fn concurrent_requests_give_each_its_alone_tokens() {
         let r = client(&s, "together", json!({"model": m, "prompts": prompts, "n": n}));
         assert_eq!(r["together"], r["alone"], "{name} {extra:?}");
         assert!(r["alone"].as_array().unwrap().iter().all(|t| !t.as_str().unwrap().is_empty()));
+        let metrics = s.get("/metrics").1;
+        let most: usize =
+            metrics.lines().find_map(|l| l.strip_prefix("famlx_batch_size_max ")).and_then(|v| v.parse().ok()).unwrap();
+        assert!(most > 1, "{name} {extra:?}: the requests were never decoded together (most {most})");
     }
 }
 
@@ -307,7 +313,7 @@ fn disconnect_cancels_and_sigterm_finishes_in_flight() {
 fn a_full_queue_answers_503() {
     let model = fixture("qwen3-bf16");
     let m = model.to_str().unwrap();
-    let s = Server::start(&["--model", m, "--max-queue", "1"]);
+    let s = Server::start(&["--model", m, "--max-queue", "1", "--max-concurrency", "1"]);
     let base = s.base.clone();
     let handles: Vec<_> = (0..6)
         .map(|_| {
@@ -329,4 +335,44 @@ fn a_full_queue_answers_503() {
     assert!(!busy.is_empty(), "{results:?}");
     assert!(busy.iter().all(|r| r.1.contains("queue is full")), "{busy:?}");
     assert!(results.iter().all(|r| r.0 == 200 || r.0 == 503), "{results:?}");
+}
+
+fn usage_of(body: &str) -> Value {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    v["usage"].clone()
+}
+
+/// A follow-up turn reuses the cached conversation on a hybrid (recurrent +
+/// attention) model, and the prompt cache stays inside its byte bound.
+#[test]
+fn prompt_cache_reuses_prefixes_within_its_bound() {
+    let model = fixture("qwen3_5-bf16");
+    let m = model.to_str().unwrap();
+    let bound = 300_000;
+    let s = Server::start(&["--model", m, "--prompt-cache-bytes", &bound.to_string()]);
+    let first =
+        json!({"messages": [{"role": "user", "content": "Tell me about the sea"}], "max_tokens": 6, "temperature": 0});
+    let (st, b) = s.post("/v1/chat/completions", &first.to_string(), None);
+    assert_eq!(st, 200, "{b}");
+    let reply: Value = serde_json::from_str(&b).unwrap();
+    let said = reply["choices"][0]["message"]["content"].as_str().unwrap();
+    let follow = json!({"messages": [
+        {"role": "user", "content": "Tell me about the sea"},
+        {"role": "assistant", "content": said},
+        {"role": "user", "content": "And the sky?"}
+    ], "max_tokens": 6, "temperature": 0});
+    let (st, b) = s.post("/v1/chat/completions", &follow.to_string(), None);
+    assert_eq!(st, 200, "{b}");
+    let u = usage_of(&b);
+    let first_len = usage_of(&serde_json::to_string(&reply).unwrap())["prompt_tokens"].as_u64().unwrap();
+    assert!(u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() >= first_len, "{u}");
+    for i in 0..40 {
+        let p = json!({"prompt": format!("{i} {}", "lorem ipsum ".repeat(i % 7 + 1)), "max_tokens": 4});
+        let (st, b) = s.post("/v1/completions", &p.to_string(), None);
+        assert_eq!(st, 200, "{b}");
+    }
+    let metrics = s.get("/metrics").1;
+    let held: usize =
+        metrics.lines().find_map(|l| l.strip_prefix("famlx_prompt_cache_bytes ")).and_then(|v| v.parse().ok()).unwrap();
+    assert!(held > 0 && held <= bound, "prompt cache holds {held} bytes, bound {bound}");
 }

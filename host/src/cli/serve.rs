@@ -1,6 +1,6 @@
 //! `famlx serve`: the flags, and the model loaded for the server.
 
-use super::args::{CacheArgs, ModelArgs, SamplingArgs, SpecArgs};
+use super::args::{CacheArgs, ModelArgs, SamplingArgs};
 use super::setup::{load, params};
 use crate::serve::{EngineSettings, ServerOptions};
 use anyhow::Result;
@@ -28,15 +28,21 @@ pub struct ServeArgs {
     /// `max_tokens` for requests that give none.
     #[arg(long = "max-tokens", short = 'm', default_value_t = 512)]
     pub max_tokens: usize,
+    /// Most requests decoded together (rows of one batched step); more wait in the queue.
+    #[arg(long = "max-concurrency", default_value_t = 32)]
+    pub max_concurrency: usize,
+    /// Most prompts prefilled (one chunk each) between two decode steps.
+    #[arg(long = "prefill-concurrency", default_value_t = 1)]
+    pub prefill_concurrency: usize,
+    /// Bytes the prompt cache (reused prefixes across requests) may hold (e.g. 512M, 4G; 0: off).
+    #[arg(long = "prompt-cache-bytes", value_parser = crate::memory::parse_bytes, default_value = "2G")]
+    pub prompt_cache_bytes: usize,
     /// Model and plugins.
     #[command(flatten)]
     pub model: ModelArgs,
     /// Prefill and KV caches.
     #[command(flatten)]
     pub cache: CacheArgs,
-    /// Speculative decoding.
-    #[command(flatten)]
-    pub spec: SpecArgs,
 }
 
 /// Runs `famlx serve`.
@@ -49,15 +55,22 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         engine: EngineSettings {
             default_max_tokens: a.max_tokens,
             timeout: (a.request_timeout > 0).then(|| Duration::from_secs(a.request_timeout)),
+            max_concurrency: a.max_concurrency,
+            prefill_concurrency: a.prefill_concurrency,
+            prompt_cache_bytes: a.prompt_cache_bytes,
         },
         model_name: a.model.model.clone().unwrap_or_else(|| crate::default_model::NAME.to_string()),
     };
-    let (model, cache, spec) = (a.model, a.cache, a.spec);
+    if a.max_concurrency == 0 || a.prefill_concurrency == 0 {
+        anyhow::bail!("--max-concurrency and --prefill-concurrency must be at least 1");
+    }
+    let (model, cache) = (a.model, a.cache);
     crate::serve::run(o, move || {
-        let s = load(&model, &cache, Some(&spec), false)?;
+        // The batch decodes without a drafter: speculative decoding is for one sequence.
+        let s = load(&model, &cache, None, false)?;
         // Per-request sampling replaces these; the stop ids and prefill step stay.
         let sampling = SamplingArgs { max_tokens: 256, temperature: 0.0, top_p: 1.0, top_k: 0, min_p: 0.0, seed: None };
         let base = params(&sampling, &cache, &s.model)?;
-        Ok((s, base))
+        Ok((s.model, base))
     })
 }

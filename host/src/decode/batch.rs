@@ -3,11 +3,13 @@
 //! ([`LoadedModel::forward_batch`]). The scheduler that decides who joins
 //! and leaves between steps is the caller's (the server's engine).
 
-use super::prefill::prefill_last_alone_until;
+use super::params::release_buffers;
+use super::prefill::{ids_array, prefill_last_alone_until};
 use crate::cache::SharedCache;
 use crate::model::LoadedModel;
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use mlx::{Array, Dtype};
+use plugin_api::LogitsWanted;
 use std::sync::atomic::AtomicBool;
 
 /// Prefills `prompt` into `caches` (one sequence's own, one per plan slot)
@@ -23,6 +25,40 @@ pub fn prefill_into(
     let own = std::mem::take(&mut m.caches);
     m.set_caches(caches.to_vec());
     let r = prefill_last_alone_until(m, prompt, step, cancel);
+    m.set_caches(own);
+    r
+}
+
+/// Feeds the next piece of `prompt` into `caches` (a sequence's own),
+/// from `*fed` on: up to `step` tokens of all but the last; once only the
+/// last is left, it alone, returning its logits `[1, V]` (the split
+/// [`super::prefill_last_alone`] makes, so a batched sequence matches one
+/// run alone). Advances `*fed`.
+pub fn prefill_step(
+    m: &mut LoadedModel,
+    caches: &[SharedCache],
+    prompt: &[u32],
+    fed: &mut usize,
+    step: usize,
+) -> Result<Option<Array>> {
+    let own = std::mem::take(&mut m.caches);
+    m.set_caches(caches.to_vec());
+    let r = (|| {
+        let head = prompt.len().saturating_sub(1);
+        if *fed < head {
+            let end = (*fed + step.max(1)).min(head);
+            m.forward(&ids_array(&prompt[*fed..end])?, LogitsWanted::None)?;
+            m.eval_caches()?;
+            release_buffers();
+            crate::memory::check()?;
+            *fed = end;
+            return Ok(None);
+        }
+        let l = m.forward(&ids_array(&prompt[head..])?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("no logits"))?;
+        *fed = prompt.len();
+        let v = l.dim(-1);
+        Ok(Some(l.reshape(&[1, v])?))
+    })();
     m.set_caches(own);
     r
 }

@@ -5,17 +5,17 @@
 //! them and keeps a conversation's caches across turns.
 
 mod batch;
+mod constraint;
 mod drafter;
-mod guided;
 mod params;
 mod plain;
 mod prefill;
 mod process;
 mod speculative;
 
-pub use batch::{decode_step, prefill_into};
+pub use batch::{decode_step, prefill_into, prefill_step};
+pub use constraint::{logprob_of, Constraint, TokenLogprob};
 pub use drafter::{DraftSource, Drafter, SpecParams, MAX_DEPTH};
-pub use guided::{generate_guided, Constraint, Step, TokenLogprob};
 pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};
 pub use plain::generate;
 pub use prefill::{prefill, prefill_last_alone};

@@ -1,7 +1,6 @@
 //! What a generation is asked to do and what it reports, and the pieces
 //! both decode loops share: the stop rule, the cancel check, buffer release.
 
-use super::process::LogitsParams;
 use crate::cache::Rollback;
 use crate::sample::SamplerParams;
 use anyhow::Result;
@@ -31,11 +30,6 @@ pub struct GenParams {
     /// Set (e.g. by Ctrl-C) to stop: checked between prefill chunks, which
     /// then fail with [`Interrupted`], and before each token is emitted.
     pub cancel: Option<Arc<AtomicBool>>,
-    /// Logit bias and penalties (the guided loop applies them).
-    pub logits: LogitsParams,
-    /// Report each token's log-probability and this many alternatives
-    /// (the guided loop does).
-    pub logprobs: Option<usize>,
 }
 
 /// The error of a generation stopped through [`GenParams::cancel`] before
@@ -61,8 +55,6 @@ impl Default for GenParams {
             keep_prompt_rollback: false,
             census: false,
             cancel: None,
-            logits: LogitsParams::default(),
-            logprobs: None,
         }
     }
 }

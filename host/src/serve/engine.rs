@@ -1,18 +1,24 @@
-//! The engine thread: it alone touches MLX. It owns the session (model,
-//! caches, drafter), takes jobs from a bounded queue one at a time, reuses
-//! the cached prefix of the previous request, and streams each job's
-//! reply back as [`Event`]s.
+//! The engine thread: it alone touches MLX. It owns the model and runs
+//! continuous batching: requests join the batch between decode steps (their
+//! prompts prefilled in chunks, interleaved with the steps), every step is
+//! one forward for all decoding rows, and a row leaves as soon as it ends.
+//! Each row has its own caches; finished rows' caches go into the prompt
+//! cache, which later requests reuse for their longest shared prefix.
 
 use super::api::{ApiError, JobSpec, PromptSource};
 use super::metrics::Metrics;
 use super::output::{Delta, ReplyText, THINK};
+use super::row::{Row, Vocab};
 use super::tools::{call_grammar, ToolChoice, ToolFormat, GEMMA_QUOTE};
-use crate::decode::{Finish, GenParams, GenStats, Interrupted, Step};
+use crate::cache::{make_caches, PrefixCache, SharedCache};
+use crate::decode::{decode_step, prefill_step, GenParams, Interrupted};
 use crate::grammar::{Grammar, Grammars};
-use crate::prompt::{render_chat, Prompt};
-use crate::session::Session;
+use crate::model::LoadedModel;
+use crate::prompt::render_chat;
 use famlx_text::Tokenizer;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
@@ -83,11 +89,17 @@ pub struct EngineSettings {
     pub default_max_tokens: usize,
     /// Longest a request may run.
     pub timeout: Option<Duration>,
+    /// Most requests decoded at once (rows of a step).
+    pub max_concurrency: usize,
+    /// Most prompts prefilled (one chunk each) between two decode steps.
+    pub prefill_concurrency: usize,
+    /// Bytes the prompt cache may hold.
+    pub prompt_cache_bytes: usize,
 }
 
 /// The engine's state.
 pub struct Engine {
-    session: Session,
+    model: LoadedModel,
     base: GenParams,
     settings: EngineSettings,
     grammars: Option<Result<Grammars, String>>,
@@ -95,67 +107,192 @@ pub struct Engine {
     /// Special tokens whose text the reply keeps: reasoning and tool-call
     /// markers (other special tokens are left out, as `famlx generate` does).
     markers: Vec<u32>,
+    prefix: PrefixCache,
     metrics: Arc<Metrics>,
 }
 
 impl Engine {
-    /// An engine over a loaded session; `base` carries the stop ids and prefill step.
-    pub fn new(session: Session, base: GenParams, settings: EngineSettings, metrics: Arc<Metrics>) -> Engine {
-        let tok = session.model.tokenizer.as_ref();
+    /// An engine over a loaded model; `base` carries the stop ids and prefill step.
+    pub fn new(model: LoadedModel, base: GenParams, settings: EngineSettings, metrics: Arc<Metrics>) -> Engine {
+        let tok = model.tokenizer.as_ref();
         let tool_format = tok.and_then(|t| t.chat_template()).and_then(ToolFormat::detect);
         let mut names: Vec<&str> = THINK.iter().flat_map(|(s, e)| [*s, *e]).collect();
         names.extend(tool_format.and_then(|f| f.markers()).map(|(s, e)| [s, e]).into_iter().flatten());
         names.push(GEMMA_QUOTE);
         let markers = names.iter().filter_map(|n| tok.and_then(|t| t.token_to_id(n))).collect();
-        Engine { session, base, settings, grammars: None, tool_format, markers, metrics }
+        let prefix = PrefixCache::new(settings.prompt_cache_bytes);
+        Engine { model, base, settings, grammars: None, tool_format, markers, prefix, metrics }
     }
 
-    /// Runs jobs until the queue closes.
-    pub fn serve(mut self, jobs: std::sync::mpsc::Receiver<Job>) {
-        while let Ok(job) = jobs.recv() {
-            self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-            if job.cancel.load(Ordering::SeqCst) {
-                continue;
+    /// Runs jobs until the queue closes and the batch is empty.
+    pub fn serve(mut self, jobs: Receiver<Job>) {
+        let mut prefilling: VecDeque<Row> = VecDeque::new();
+        let mut decoding: Vec<Row> = Vec::new();
+        let mut open = true;
+        loop {
+            while open && prefilling.len() + decoding.len() < self.settings.max_concurrency.max(1) {
+                let idle = prefilling.is_empty() && decoding.is_empty();
+                let job = if idle { jobs.recv().map_err(|_| TryRecvError::Disconnected) } else { jobs.try_recv() };
+                let job = match job {
+                    Ok(j) => j,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        open = false;
+                        break;
+                    }
+                };
+                self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+                if job.cancel.load(Ordering::SeqCst) {
+                    continue;
+                }
+                match self.admit_inner(&job) {
+                    Ok(parts) => prefilling.push_back(parts.into_row(job)),
+                    Err(e) => self.fail(&job, e),
+                }
             }
-            self.metrics.running.store(1, Ordering::SeqCst);
-            let t0 = Instant::now();
-            let r = self.run(&job);
-            self.metrics.running.store(0, Ordering::SeqCst);
+            if prefilling.is_empty() && decoding.is_empty() {
+                if open {
+                    continue;
+                }
+                break;
+            }
+            self.prefill(&mut prefilling, &mut decoding);
+            if !decoding.is_empty() {
+                self.metrics.running_max.fetch_max(decoding.len(), Ordering::SeqCst);
+                if let Err(e) = self.step(&mut decoding) {
+                    let e = ApiError::status(500, format!("generation failed: {e:#}"));
+                    for r in decoding.drain(..) {
+                        self.fail(&r.job, e.clone());
+                    }
+                }
+                let (done, going): (Vec<Row>, Vec<Row>) = decoding.drain(..).partition(|r| r.finish.is_some());
+                decoding = going;
+                for r in done {
+                    self.finish(r);
+                }
+            }
+            self.metrics.running.store(decoding.len(), Ordering::SeqCst);
+            self.metrics.running_max.fetch_max(decoding.len(), Ordering::SeqCst);
             self.metrics.memory_active.store(mlx::memory::active() as u64, Ordering::SeqCst);
             self.metrics.memory_peak.store(mlx::memory::peak() as u64, Ordering::SeqCst);
-            let wait = t0.duration_since(job.received).as_secs_f64();
-            match r {
-                Ok((finish, usage)) => {
-                    self.metrics.record(usage.prompt, usage.cached, usage.completion);
-                    tracing::info!(
-                        target: "famlx::serve",
-                        id = %job.id,
-                        prompt_tokens = usage.prompt,
-                        cached_tokens = usage.cached,
-                        completion_tokens = usage.completion,
-                        finish,
-                        queued_s = format!("{wait:.3}"),
-                        run_s = format!("{:.3}", t0.elapsed().as_secs_f64()),
-                        "request done"
-                    );
-                    let _ = job.events.send(Event::Done { finish, usage });
+            self.metrics.prompt_cache_bytes.store(self.prefix.bytes() as u64, Ordering::SeqCst);
+        }
+        let _ = mlx::synchronize();
+    }
+
+    fn fail(&self, job: &Job, e: ApiError) {
+        self.metrics.failed.fetch_add(1, Ordering::SeqCst);
+        tracing::warn!(target: "famlx::serve", id = %job.id, status = e.status, "request failed: {}", e.message);
+        let _ = job.events.send(Event::Error(e));
+    }
+
+    /// One chunk of prefill for the first rows waiting; a row whose prompt
+    /// is all in draws its first token and joins the decoding rows.
+    fn prefill(&mut self, waiting: &mut VecDeque<Row>, decoding: &mut Vec<Row>) {
+        let n = self.settings.prefill_concurrency.max(1).min(waiting.len());
+        let step = self.base.prefill_step;
+        let mut kept = VecDeque::new();
+        for mut r in waiting.drain(..n).collect::<Vec<_>>() {
+            if r.job.cancel.load(Ordering::SeqCst) {
+                r.finish = Some("cancelled");
+                self.finish(r);
+                continue;
+            }
+            let out = prefill_step(&mut self.model, &r.caches, &r.ids, &mut r.fed, step).and_then(|l| match l {
+                None => Ok(None),
+                Some(l) => {
+                    if !r.caches.iter().all(|c| c.lock().can_trim(r.ids.len() as i64)) {
+                        // Hybrid and windowed models rewind only to a snapshot: keep the prompt's.
+                        self.prefix.insert(r.ids.clone(), &r.caches);
+                    }
+                    r.prepare_mask()?;
+                    let (y, lp) = r.sample(&l)?;
+                    Ok(Some((y.item_i64()? as u32, lp)))
                 }
-                Err(e) => {
-                    self.metrics.failed.fetch_add(1, Ordering::SeqCst);
-                    tracing::warn!(target: "famlx::serve", id = %job.id, status = e.status, "request failed: {}", e.message);
-                    let _ = job.events.send(Event::Error(e));
+            });
+            match out {
+                Ok(None) => kept.push_back(r),
+                Ok(Some((t, lp))) => {
+                    let tok = self.model.tokenizer.as_ref().expect("admitted with a tokenizer");
+                    r.emit(t, lp, &Vocab { tok, stop_ids: &self.base.stop_ids, markers: &self.markers });
+                    if r.finish.is_some() {
+                        self.finish(r);
+                    } else {
+                        decoding.push(r);
+                    }
                 }
+                Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
+                    r.finish = Some("cancelled");
+                    self.finish(r);
+                }
+                Err(e) => self.fail(&r.job, ApiError::status(500, format!("prefill failed: {e:#}"))),
             }
         }
+        kept.extend(waiting.drain(..));
+        *waiting = kept;
+    }
+
+    /// One decode step for every decoding row: one forward, then each row
+    /// draws its token (the constraints' masks computed while the forward runs).
+    fn step(&mut self, rows: &mut [Row]) -> anyhow::Result<()> {
+        let tokens: Vec<u32> = rows.iter().map(|r| *r.tokens.last().expect("a decoding row has a token")).collect();
+        let caches: Vec<&[SharedCache]> = rows.iter().map(|r| &r.caches[..]).collect();
+        let logits = decode_step(&mut self.model, &caches, &tokens)?;
+        mlx::async_eval(&[&logits])?;
+        for r in rows.iter_mut() {
+            r.prepare_mask()?;
+        }
+        let mut ys = Vec::with_capacity(rows.len());
+        let mut lps = Vec::with_capacity(rows.len());
+        for (i, r) in rows.iter_mut().enumerate() {
+            let (y, lp) = r.sample(&logits.slice_axis(0, i as i32, i as i32 + 1)?)?;
+            ys.push(y);
+            lps.push(lp);
+        }
+        let ys = mlx::concatenate(&ys.iter().collect::<Vec<_>>(), 0)?;
+        let ids = ys.astype(mlx::Dtype::I32)?.to_vec::<i32>()?;
+        let tok = self.model.tokenizer.as_ref().expect("admitted with a tokenizer");
+        let v = Vocab { tok, stop_ids: &self.base.stop_ids, markers: &self.markers };
+        for ((r, t), lp) in rows.iter_mut().zip(ids).zip(lps) {
+            r.emit(t as u32, lp, &v);
+        }
+        crate::memory::check()?;
+        Ok(())
+    }
+
+    /// A row that ended: its last text and the Done event, its caches into
+    /// the prompt cache, the counters and the log line.
+    fn finish(&mut self, mut r: Row) {
+        let finish = r.close();
+        let usage =
+            Usage { prompt: r.ids.len(), cached: r.cached, completion: r.completion_tokens(&self.base.stop_ids) };
+        if r.fed == r.ids.len() && finish != "cancelled" {
+            self.prefix.insert(r.held_tokens(), &r.caches);
+        }
+        self.metrics.record(usage.prompt, usage.cached, usage.completion);
+        let ttft = r.first_at.map_or(0.0, |t| t.duration_since(r.job.received).as_secs_f64());
+        tracing::info!(
+            target: "famlx::serve",
+            id = %r.job.id,
+            prompt_tokens = usage.prompt,
+            cached_tokens = usage.cached,
+            completion_tokens = usage.completion,
+            finish,
+            queued_s = format!("{:.3}", r.started.duration_since(r.job.received).as_secs_f64()),
+            ttft_s = format!("{ttft:.3}"),
+            total_s = format!("{:.3}", r.job.received.elapsed().as_secs_f64()),
+            "request done"
+        );
+        let _ = r.job.events.send(Event::Done { finish, usage });
     }
 
     fn tokenizer(&self) -> Result<&Tokenizer, ApiError> {
-        self.session.model.tokenizer().map_err(|e| ApiError::status(400, format!("{e:#}")))
+        self.model.tokenizer().map_err(|e| ApiError::status(400, format!("{e:#}")))
     }
 
     /// The prompt's ids, and whether the template opened a think block.
     fn prompt_ids(&self, spec: &JobSpec) -> Result<(Vec<u32>, bool), ApiError> {
-        let vocab = self.session.model.plan.vocab_size;
+        let vocab = self.model.plan.vocab_size;
         let (ids, in_think) = match &spec.prompt {
             PromptSource::Ids(ids) => (ids.clone(), false),
             PromptSource::Text(t) => {
@@ -202,7 +339,7 @@ impl Engine {
     fn grammars(&mut self) -> Result<&Grammars, ApiError> {
         if self.grammars.is_none() {
             let built = (|| {
-                let tok = self.session.model.tokenizer()?;
+                let tok = self.model.tokenizer()?;
                 let eos = self.base.stop_ids.first().copied().unwrap_or(0);
                 Grammars::new(tok, eos)
             })()
@@ -215,10 +352,13 @@ impl Engine {
         }
     }
 
-    fn run(&mut self, job: &Job) -> Result<(&'static str, Usage), ApiError> {
+    /// A job checked against the model, made into a row's parts: its
+    /// prompt ids, its caches (from the prompt cache when a prefix is
+    /// there), its constraint and sampler.
+    fn admit_inner(&mut self, job: &Job) -> Result<RowParts, ApiError> {
         let spec = &job.spec;
         let (ids, in_think) = self.prompt_ids(spec)?;
-        let room = self.session.model.context_room(ids.len()).map_err(|e| ApiError::status(413, format!("{e:#}")))?;
+        let room = self.model.context_room(ids.len()).map_err(|e| ApiError::status(413, format!("{e:#}")))?;
         let mut max = spec.max_tokens.unwrap_or(self.settings.default_max_tokens);
         if let Some(r) = room {
             if r == 0 {
@@ -226,33 +366,31 @@ impl Engine {
             }
             max = max.min(r);
         }
-        let mut constraint = match self.grammar(spec)? {
+        let constraint = match self.grammar(spec)? {
             Some(g) => {
                 let param = if spec.grammar.is_some() { "response_format" } else { "tools" };
-                let m = self.grammars()?.matcher(&g).map_err(|e| ApiError::bad(param, format!("{e:#}")))?;
-                Some(m)
+                Some(self.grammars()?.matcher(&g).map_err(|e| ApiError::bad(param, format!("{e:#}")))?)
             }
             None => None,
-        };
-        if let Some(seed) = spec.seed {
-            let _ = mlx::random::seed(seed);
-        }
-        let cancel = job.cancel.clone();
-        let p = GenParams {
-            max_tokens: max,
-            sampler: spec.sampler.clone(),
-            cancel: Some(cancel.clone()),
-            logits: spec.logits.clone(),
-            logprobs: spec.logprobs,
-            ..self.base.clone()
         };
         let tools = match &spec.prompt {
             PromptSource::Chat { tools: Some(t), .. } => self.tool_format.map(|f| (f, t.clone())),
             _ => None,
         };
         let tok = self.tokenizer()?.clone();
-        let mut detok = tok.detokenizer_with(false);
-        let mut reply = ReplyText::new(spec.stop.clone(), spec.chat, in_think, tools);
+        let (cached, caches) = match self.prefix.lookup(&ids) {
+            Some((n, c)) => (n, c),
+            None => (
+                0,
+                make_caches(&self.model.plan.caches, &self.model.cache_opts)
+                    .map_err(|e| ApiError::status(500, format!("{e:#}")))?,
+            ),
+        };
+        let key = match spec.seed {
+            Some(s) => Some(mlx::random::key(s).map_err(|e| ApiError::status(500, format!("{e:#}")))?),
+            None => None,
+        };
+        let keep = spec.logits.context_size.max(1);
         let _ = job.events.send(Event::Started);
         if spec.echo {
             if let PromptSource::Text(t) = &spec.prompt {
@@ -261,71 +399,60 @@ impl Engine {
                     .send(Event::Delta { delta: Delta { content: t.clone(), ..Delta::default() }, logprobs: vec![] });
             }
         }
-        let deadline = self.settings.timeout.map(|t| job.received + t);
-        let stop_ids = p.stop_ids.clone();
-        let markers = self.markers.clone();
-        let events = job.events.clone();
-        let mut timed_out = false;
-        let mut calls = 0usize;
-        let mut on_step = |s: &Step| -> bool {
-            if stop_ids.contains(&s.token) {
-                return true;
-            }
-            let shown = !tok.is_special(s.token) || markers.contains(&s.token);
-            let delta = if shown { reply.push(&detok.push(s.token)) } else { Delta::default() };
-            let logprobs = match &s.logprob {
-                Some(lp) => vec![LogprobEntry {
-                    token: tok.decode(&[s.token], false).unwrap_or_default(),
-                    logprob: lp.logprob,
-                    top: lp.top.iter().map(|(id, l)| (tok.decode(&[*id], false).unwrap_or_default(), *l)).collect(),
-                }],
-                None => vec![],
-            };
-            calls += delta.tool_calls.len();
-            if (!delta.is_empty() || !logprobs.is_empty()) && events.send(Event::Delta { delta, logprobs }).is_err() {
-                cancel.store(true, Ordering::SeqCst);
-                return false;
-            }
-            if deadline.is_some_and(|d| Instant::now() > d) {
-                timed_out = true;
-                return false;
-            }
-            !reply.stopped
-        };
-        let guided = constraint.is_some() || spec.logprobs.is_some() || !spec.logits.is_off();
-        let prompt = Prompt::text(ids.clone());
-        let run = if guided {
-            let c = constraint.as_mut().map(|c| c as &mut dyn crate::decode::Constraint);
-            self.session.generate_guided(&prompt, &p, c, &mut on_step)
-        } else {
-            self.session.generate_prompt(&prompt, &p, |t| on_step(&Step { token: t, logprob: None }))
-        };
-        let (stats, prefilled): (GenStats, usize) = match run {
-            Ok(r) => r,
-            Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
-                return Ok(("cancelled", Usage { prompt: ids.len(), ..Usage::default() }))
-            }
-            Err(e) => return Err(ApiError::status(500, format!("generation failed: {e:#}"))),
-        };
-        let mut tail = reply.push(&detok.finish());
-        tail.append(reply.finish());
-        calls += tail.tool_calls.len();
-        for bad in &reply.bad_calls {
-            tracing::warn!(target: "famlx::serve", id = %job.id, "tool call returned as text: {bad}");
+        Ok(RowParts {
+            history: ids[ids.len().saturating_sub(keep)..].to_vec(),
+            reply: ReplyText::new(spec.stop.clone(), spec.chat, in_think, tools),
+            detok: tok.detokenizer_with(false),
+            ids,
+            caches,
+            cached,
+            max,
+            constraint,
+            key,
+            deadline: self.settings.timeout.map(|t| job.received + t),
+        })
+    }
+}
+
+/// A row's parts, made before the job moves in.
+struct RowParts {
+    ids: Vec<u32>,
+    caches: Vec<SharedCache>,
+    cached: usize,
+    max: usize,
+    constraint: Option<crate::grammar::GrammarConstraint>,
+    key: Option<mlx::Array>,
+    history: Vec<u32>,
+    reply: ReplyText,
+    detok: famlx_text::StreamingDetokenizer,
+    deadline: Option<Instant>,
+}
+
+impl RowParts {
+    fn into_row(self, job: Job) -> Row {
+        let spec = &job.spec;
+        Row {
+            sampler: spec.sampler.clone(),
+            logits: spec.logits.clone(),
+            logprobs: spec.logprobs,
+            ids: self.ids,
+            caches: self.caches,
+            fed: self.cached,
+            cached: self.cached,
+            max_tokens: self.max,
+            constraint: self.constraint,
+            allowed: None,
+            key: self.key,
+            detok: self.detok,
+            reply: self.reply,
+            history: self.history,
+            tokens: Vec::new(),
+            deadline: self.deadline,
+            calls: 0,
+            finish: None,
+            first_at: None,
+            started: Instant::now(),
+            job,
         }
-        if !tail.is_empty() {
-            let _ = job.events.send(Event::Delta { delta: tail, logprobs: vec![] });
-        }
-        let completion = stats.tokens.iter().filter(|t| !stop_ids.contains(t)).count();
-        let finish = if calls > 0 {
-            "tool_calls"
-        } else if timed_out || (stats.finish == Finish::Length && !reply.stopped) {
-            "length"
-        } else if job.cancel.load(Ordering::SeqCst) {
-            "cancelled"
-        } else {
-            "stop"
-        };
-        Ok((finish, Usage { prompt: ids.len(), cached: ids.len() - prefilled, completion }))
     }
 }

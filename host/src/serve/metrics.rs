@@ -26,10 +26,14 @@ pub struct Metrics {
     pub queue_depth: AtomicUsize,
     /// Sequences being decoded now.
     pub running: AtomicUsize,
+    /// The most sequences decoded in one step so far.
+    pub running_max: AtomicUsize,
     /// MLX memory in use after the last request.
     pub memory_active: AtomicU64,
-    /// MLX peak memory of the last request.
+    /// MLX peak memory since start.
     pub memory_peak: AtomicU64,
+    /// Bytes the prompt cache holds.
+    pub prompt_cache_bytes: AtomicU64,
 }
 
 impl Metrics {
@@ -48,7 +52,7 @@ impl Metrics {
     /// The text exposition.
     pub fn render(&self) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::SeqCst);
-        let rows: [(&str, &str, &str, u64); 12] = [
+        let rows: [(&str, &str, &str, u64); 14] = [
             ("famlx_requests_total", "counter", "Requests accepted.", g(&self.requests)),
             ("famlx_requests_rejected_total", "counter", "Requests refused before the engine.", g(&self.rejected)),
             ("famlx_requests_failed_total", "counter", "Requests that failed in the engine.", g(&self.failed)),
@@ -69,8 +73,15 @@ impl Metrics {
                 self.queue_depth.load(Ordering::SeqCst) as u64,
             ),
             ("famlx_batch_size", "gauge", "Sequences being decoded.", self.running.load(Ordering::SeqCst) as u64),
-            ("famlx_memory_active_bytes", "gauge", "MLX memory in use after the last request.", g(&self.memory_active)),
-            ("famlx_memory_peak_bytes", "gauge", "MLX peak memory of the last request.", g(&self.memory_peak)),
+            (
+                "famlx_batch_size_max",
+                "gauge",
+                "Most sequences decoded in one step.",
+                self.running_max.load(Ordering::SeqCst) as u64,
+            ),
+            ("famlx_memory_active_bytes", "gauge", "MLX memory in use.", g(&self.memory_active)),
+            ("famlx_memory_peak_bytes", "gauge", "MLX peak memory since start.", g(&self.memory_peak)),
+            ("famlx_prompt_cache_bytes", "gauge", "Bytes the prompt cache holds.", g(&self.prompt_cache_bytes)),
         ];
         let mut s = String::new();
         for (name, kind, help, v) in rows {

@@ -11,10 +11,11 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod output;
+pub mod row;
 pub mod tools;
 
 use crate::decode::GenParams;
-use crate::session::Session;
+use crate::model::LoadedModel;
 use anyhow::{Context, Result};
 use engine::Engine;
 pub use engine::EngineSettings;
@@ -39,10 +40,10 @@ pub struct ServerOptions {
     pub model_name: String,
 }
 
-/// Runs the server until SIGINT or SIGTERM. `load` builds the session and
+/// Runs the server until SIGINT or SIGTERM. `load` builds the model and
 /// the base generation parameters (stop ids, prefill step) on the engine
 /// thread: MLX state is not `Send`, so it is made where it is used.
-pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<(Session, GenParams)> + Send + 'static) -> Result<()> {
+pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<(LoadedModel, GenParams)> + Send + 'static) -> Result<()> {
     if o.max_queue == 0 {
         anyhow::bail!("--max-queue must be at least 1");
     }

@@ -1,0 +1,192 @@
+//! One request in the batch: its prompt and caches, its sampler and
+//! constraint, and the reply text it has streamed so far.
+
+use super::engine::{Event, Job, LogprobEntry};
+use super::output::{Delta, ReplyText};
+use crate::cache::SharedCache;
+use crate::decode::{logprob_of, mask_logits, Constraint, LogitsParams, TokenLogprob};
+use crate::grammar::GrammarConstraint;
+use crate::sample::{sample_keyed, SamplerParams};
+use anyhow::Result;
+use famlx_text::{StreamingDetokenizer, Tokenizer};
+use mlx::Array;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// A request being prefilled or decoded.
+pub struct Row {
+    /// The request.
+    pub job: Job,
+    /// Its prompt ids.
+    pub ids: Vec<u32>,
+    /// Its own caches, one per plan slot.
+    pub caches: Vec<SharedCache>,
+    /// Prompt tokens in the caches so far.
+    pub fed: usize,
+    /// Of those, how many came from the prompt cache.
+    pub cached: usize,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Sampling.
+    pub sampler: SamplerParams,
+    /// Bias and penalties.
+    pub logits: LogitsParams,
+    /// Alternatives per token for logprobs.
+    pub logprobs: Option<usize>,
+    /// The grammar, if constrained.
+    pub constraint: Option<GrammarConstraint>,
+    /// The constraint's mask for the next token.
+    pub allowed: Option<Vec<u32>>,
+    /// The row's own random stream (a seeded request).
+    pub key: Option<Array>,
+    /// Text so far.
+    pub detok: StreamingDetokenizer,
+    /// Content / reasoning / tool-call splitting.
+    pub reply: ReplyText,
+    /// Recent tokens (prompt tail and output) for the penalties.
+    pub history: Vec<u32>,
+    /// Generated tokens.
+    pub tokens: Vec<u32>,
+    /// When the request must end.
+    pub deadline: Option<Instant>,
+    /// Tool calls sent.
+    pub calls: usize,
+    /// Why it ended, once it has.
+    pub finish: Option<&'static str>,
+    /// When its first token came.
+    pub first_at: Option<Instant>,
+    /// When the engine took it.
+    pub started: Instant,
+}
+
+/// What a row needs from the engine to turn a token into text.
+pub struct Vocab<'a> {
+    /// The tokenizer.
+    pub tok: &'a Tokenizer,
+    /// Ids that end generation.
+    pub stop_ids: &'a [u32],
+    /// Special tokens whose text is kept (reasoning and tool-call markers).
+    pub markers: &'a [u32],
+}
+
+impl Row {
+    /// Computes the constraint's mask for the next token (host work, done
+    /// while the device runs the step's forward).
+    pub fn prepare_mask(&mut self) -> Result<()> {
+        self.allowed = match self.constraint.as_mut() {
+            Some(c) => Some(c.allowed()?),
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// The next token drawn from `logits` (`[1, V]`, lazy): processed,
+    /// masked, sampled from the row's own stream when seeded; with its
+    /// log-probability when asked.
+    pub fn sample(&mut self, logits: &Array) -> Result<(Array, Option<TokenLogprob>)> {
+        let mut l = logits.clone();
+        if !self.logits.is_off() {
+            l = self.logits.apply(&l, &self.history)?;
+        }
+        if let Some(a) = &self.allowed {
+            l = mask_logits(&l, a)?;
+        }
+        let key = match &mut self.key {
+            Some(k) => {
+                let ks = mlx::random::split(k, 2)?;
+                let shape = k.shape().to_vec();
+                *k = ks.slice_axis(0, 0, 1)?.reshape(&shape)?;
+                Some(ks.slice_axis(0, 1, 2)?.reshape(&shape)?)
+            }
+            None => None,
+        };
+        let y = sample_keyed(&l, &self.sampler, key.as_ref())?;
+        let lp = match self.logprobs {
+            Some(k) => Some(logprob_of(&l, &y, k)?),
+            None => None,
+        };
+        Ok((y, lp))
+    }
+
+    /// Takes in the token drawn: the constraint advances, the text it adds
+    /// goes to the client; sets [`Row::finish`] when the reply ends here.
+    pub fn emit(&mut self, token: u32, lp: Option<TokenLogprob>, v: &Vocab<'_>) {
+        self.first_at.get_or_insert_with(Instant::now);
+        self.tokens.push(token);
+        self.history.push(token);
+        let keep = self.logits.context_size.max(1);
+        if self.history.len() > 2 * keep {
+            self.history.drain(..self.history.len() - keep);
+        }
+        if let Some(c) = self.constraint.as_mut() {
+            if let Err(e) = c.accept(token) {
+                tracing::warn!(target: "famlx::serve", id = %self.job.id, "constraint: {e:#}");
+                self.finish = Some("stop");
+                return;
+            }
+        }
+        if v.stop_ids.contains(&token) {
+            self.finish = Some("stop");
+            return;
+        }
+        let shown = !v.tok.is_special(token) || v.markers.contains(&token);
+        let delta = if shown { self.reply.push(&self.detok.push(token)) } else { Delta::default() };
+        let logprobs = match lp {
+            Some(lp) => vec![LogprobEntry {
+                token: v.tok.decode(&[token], false).unwrap_or_default(),
+                logprob: lp.logprob,
+                top: lp.top.iter().map(|(id, l)| (v.tok.decode(&[*id], false).unwrap_or_default(), *l)).collect(),
+            }],
+            None => vec![],
+        };
+        self.calls += delta.tool_calls.len();
+        if (!delta.is_empty() || !logprobs.is_empty())
+            && self.job.events.send(Event::Delta { delta, logprobs }).is_err()
+        {
+            self.job.cancel.store(true, Ordering::SeqCst);
+        }
+        self.finish = if self.job.cancel.load(Ordering::SeqCst) {
+            Some("cancelled")
+        } else if self.reply.stopped || self.constraint.as_mut().is_some_and(|c| c.is_done()) {
+            Some("stop")
+        } else if self.tokens.len() >= self.max_tokens || self.deadline.is_some_and(|d| Instant::now() > d) {
+            Some("length")
+        } else {
+            None
+        };
+    }
+
+    /// The end of the reply: what the text held back, and the finish reason
+    /// (`tool_calls` when calls were made).
+    pub fn close(&mut self) -> &'static str {
+        let mut tail = self.reply.push(&self.detok.finish());
+        tail.append(self.reply.finish());
+        self.calls += tail.tool_calls.len();
+        for bad in &self.reply.bad_calls {
+            tracing::warn!(target: "famlx::serve", id = %self.job.id, "tool call returned as text: {bad}");
+        }
+        if !tail.is_empty() {
+            let _ = self.job.events.send(Event::Delta { delta: tail, logprobs: vec![] });
+        }
+        match self.finish.unwrap_or("stop") {
+            "cancelled" => "cancelled",
+            _ if self.calls > 0 => "tool_calls",
+            f => f,
+        }
+    }
+
+    /// Generated tokens, stop tokens left out.
+    pub fn completion_tokens(&self, stop_ids: &[u32]) -> usize {
+        self.tokens.iter().filter(|t| !stop_ids.contains(t)).count()
+    }
+
+    /// The tokens the caches hold once it has ended (the last drawn token
+    /// was never fed).
+    pub fn held_tokens(&self) -> Vec<u32> {
+        let mut t = self.ids.clone();
+        if let Some((_, fed)) = self.tokens.split_last() {
+            t.extend_from_slice(fed);
+        }
+        t
+    }
+}

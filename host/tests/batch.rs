@@ -6,7 +6,7 @@
 mod common;
 
 use common::{fixture, mlx_lock, registry};
-use famlx::cache::{make_caches, CacheOptions, SharedCache};
+use famlx::cache::{make_caches, BatchCaches, CacheOptions, SharedCache};
 use famlx::decode::{decode_step, generate, prefill_into, GenParams};
 use famlx::model::LoadedModel;
 
@@ -52,6 +52,7 @@ fn batch_equals_alone(variant: &str, opts: CacheOptions) {
         id: usize,
     }
     let mut active: Vec<Row> = Vec::new();
+    let mut batch = BatchCaches::new();
     let mut done: Vec<Option<Vec<u32>>> = vec![None; ps.len()];
     let mut next = 0;
     for _step in 0..200 {
@@ -63,14 +64,18 @@ fn batch_equals_alone(variant: &str, opts: CacheOptions) {
         }
         let tokens: Vec<u32> = active.iter().map(|r| *r.out.last().unwrap()).collect();
         if !tokens.is_empty() {
-            let rows: Vec<&[SharedCache]> = active.iter().map(|r| &r.caches[..]).collect();
-            let l = decode_step(&mut m, &rows, &tokens).unwrap_or_else(|e| panic!("{variant}: {e:#}"));
+            let rows: Vec<(u64, &[SharedCache])> = active.iter().map(|r| (r.id as u64, &r.caches[..])).collect();
+            batch.set_rows(&rows).unwrap();
+            let l = decode_step(&mut m, &batch, &tokens).unwrap_or_else(|e| panic!("{variant}: {e:#}"));
             for (r, t) in active.iter_mut().zip(argmax_rows(&l)) {
                 r.out.push(t);
             }
         }
         active.retain(|r| {
             if r.out.len() >= counts[r.id] {
+                // Leaving writes the row back into its own caches.
+                batch.release(r.id as u64).unwrap();
+                assert_eq!(r.caches[0].lock().offset() as usize, ps[r.id].len() + r.out.len() - 1, "{variant}");
                 done[r.id] = Some(r.out[..counts[r.id]].to_vec());
                 false
             } else {

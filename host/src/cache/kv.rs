@@ -1,7 +1,7 @@
 //! The dense KV cache: pre-allocated buffers that grow geometrically, written
 //! in place with slice updates (no per-step concatenation).
 
-use super::layer::{field, tensor, CacheImpl, SavedCache};
+use super::layer::{field, tensor, CacheImpl, Pack, SavedCache};
 use super::quantized::QuantizedKvCache;
 use super::store::KvQuant;
 use mlx::{zeros, Array, Result};
@@ -39,6 +39,14 @@ impl KvCache {
         let (keys, values) =
             if offset > 0 { (Some(tensor(arrays, "keys")?), Some(tensor(arrays, "values")?)) } else { (None, None) };
         Ok(KvCache { keys, values, offset, quant: field(meta, "quant")? })
+    }
+
+    /// A cache holding exactly `kv` (`[1, H, n, D]` keys and values).
+    pub fn from_kv(kv: Option<(Array, Array)>) -> Self {
+        match kv {
+            Some((k, v)) => KvCache { offset: k.dim(2) as i64, keys: Some(k), values: Some(v), quant: None },
+            None => KvCache::new(),
+        }
     }
 
     fn capacity(&self) -> i64 {
@@ -97,6 +105,14 @@ impl CacheImpl for KvCache {
         self.keys = Some(keys);
         self.values = Some(values);
         Ok(out)
+    }
+
+    fn pack(&self) -> Option<Pack> {
+        // A pending quantization changes the kind mid-batch: such caches stay per row.
+        if self.quant.is_some() {
+            return None;
+        }
+        self.fetch().ok().map(Pack::Kv)
     }
 
     fn fetch(&self) -> Result<Option<(Array, Array)>> {

@@ -13,6 +13,24 @@ use std::collections::HashMap;
 /// and whatever else the kind needs).
 pub type SavedCache = (Vec<(String, Array)>, Value);
 
+/// A cache's content as a batch stacks it (see [`CacheImpl::pack`]).
+pub enum Pack {
+    /// Dense keys and values `[1, H, offset, D]` (none when empty).
+    Kv(Option<(Array, Array)>),
+    /// A recurrent state and the tokens it has seen.
+    State(Vec<Array>, i64),
+}
+
+impl Pack {
+    /// The cache holding this content.
+    pub fn into_cache(self) -> Box<dyn CacheImpl> {
+        match self {
+            Pack::Kv(kv) => Box::new(super::kv::KvCache::from_kv(kv)),
+            Pack::State(s, offset) => Box::new(super::recurrent::RecurrentCache::from_state(s, offset)),
+        }
+    }
+}
+
 /// What every host cache kind implements.
 pub trait CacheImpl: Send {
     /// Tokens seen.
@@ -65,6 +83,12 @@ pub trait CacheImpl: Send {
         let (k, v) = self.update(k, v)?;
         let auto = self.mask_for(l)?;
         attn::attend(&q, &Seq::Dense(k), &Seq::Dense(v), args, auto)
+    }
+    /// This cache's content in a form a running batch stacks with other
+    /// rows' (dense keys and values, a recurrent state); `None` (the
+    /// default) keeps it per row in the batch.
+    fn pack(&self) -> Option<Pack> {
+        None
     }
     /// Attends `q` over what is cached, without appending.
     fn attend_cached(&self, q: Array, args: &AttnArgs) -> Result<Array> {

@@ -7,6 +7,7 @@
 //! quantized ([`RotatingKvCache`]), and recurrent state ([`RecurrentCache`]).
 
 mod attn;
+mod batch;
 mod kv;
 mod layer;
 mod make;
@@ -21,8 +22,9 @@ mod shared;
 mod store;
 
 pub use attn::{causal_mask, window_mask, AttnArgs, KvMask};
+pub use batch::BatchCaches;
 pub use kv::KvCache;
-pub use layer::{CacheImpl, SavedCache};
+pub use layer::{CacheImpl, Pack, SavedCache};
 pub use make::{load, make_caches};
 pub use options::{CacheOptions, KV_BITS, KV_GROUP_SIZES};
 pub use prefix::PrefixCache;

@@ -1,7 +1,7 @@
 //! Recurrent state (e.g. Qwen3.5's conv and delta-rule states): a fixed
 //! number of arrays replaced wholesale each step.
 
-use super::layer::{field, tensor, CacheImpl, SavedCache};
+use super::layer::{field, tensor, CacheImpl, Pack, SavedCache};
 use mlx::{Array, Error, Result};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -17,6 +17,11 @@ impl RecurrentCache {
     /// A cache of `n` (initially absent) state arrays.
     pub fn new(n: usize) -> Self {
         RecurrentCache { state: vec![None; n], offset: 0 }
+    }
+
+    /// A cache holding `state` after `offset` tokens.
+    pub fn from_state(state: Vec<Array>, offset: i64) -> Self {
+        RecurrentCache { state: state.into_iter().map(Some).collect(), offset }
     }
 
     /// Rebuilds a cache [`CacheImpl::save`] wrote.
@@ -57,6 +62,10 @@ impl CacheImpl for RecurrentCache {
     }
     fn arrays(&self) -> Vec<Array> {
         self.state.iter().flatten().cloned().collect()
+    }
+    fn pack(&self) -> Option<Pack> {
+        let s = self.state();
+        (!s.is_empty()).then(|| Pack::State(s, self.offset))
     }
     fn trim(&mut self, _n: i64) -> i64 {
         // A recurrent state cannot be rewound; callers restore a snapshot instead.

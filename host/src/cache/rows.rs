@@ -40,6 +40,22 @@ impl RowsCache {
         RowsCache { rows, mask: None }
     }
 
+    /// Keeps rows `keep` (in order).
+    pub fn keep(&mut self, keep: &[usize]) {
+        self.rows = keep.iter().map(|&i| self.rows[i].clone()).collect();
+        self.mask = None;
+    }
+
+    /// Appends `o`'s rows.
+    pub fn extend(&mut self, o: RowsCache) {
+        self.rows.extend(o.rows);
+    }
+
+    /// Each row's offset.
+    pub fn offsets(&self) -> Vec<i64> {
+        self.rows.iter().map(|c| c.lock().offset()).collect()
+    }
+
     /// The plugin-facing trait object.
     pub fn boxed(self) -> CacheBox {
         LayerCache_TO::from_value(self, TD_Opaque)

@@ -5,7 +5,7 @@
 
 use super::params::release_buffers;
 use super::prefill::{ids_array, prefill_last_alone_until};
-use crate::cache::SharedCache;
+use crate::cache::{BatchCaches, SharedCache};
 use crate::model::LoadedModel;
 use anyhow::{anyhow, Result};
 use mlx::{Array, Dtype};
@@ -63,12 +63,13 @@ pub fn prefill_step(
     r
 }
 
-/// One decode step: row `r` feeds `tokens[r]` to the sequence whose caches
-/// are `rows[r]`; returns the logits `[B, V]`.
-pub fn decode_step(m: &mut LoadedModel, rows: &[&[SharedCache]], tokens: &[u32]) -> Result<Array> {
+/// One decode step: the batch's row `r` is fed `tokens[r]`; returns the
+/// logits `[B, V]`. The batch must hold the rows in that order
+/// ([`BatchCaches::set_rows`]).
+pub fn decode_step(m: &mut LoadedModel, batch: &BatchCaches, tokens: &[u32]) -> Result<Array> {
     let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
     let t = Array::from_slice(&ids, &[ids.len() as i32, 1])?.astype(Dtype::I32)?;
-    let l = m.forward_batch(&t, rows)?;
+    let l = m.forward_batch(&t, batch)?;
     let (b, v) = (l.dim(0), l.dim(2));
     Ok(l.reshape(&[b, v])?)
 }

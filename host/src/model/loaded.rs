@@ -4,7 +4,7 @@
 
 use super::media::MediaState;
 use super::weights::{assemble, plugin_err, HostWeights, Source};
-use crate::cache::{make_caches, CacheOptions, Rollback, RowsCache, SharedCache};
+use crate::cache::{make_caches, BatchCaches, CacheOptions, Rollback, SharedCache};
 use crate::plugins::{FamilyEntry, Registry};
 use abi_stable::std_types::{ROption, RVec};
 use anyhow::{anyhow, bail, Context, Result};
@@ -378,16 +378,13 @@ impl LoadedModel {
     }
 
     /// One decode step for a batch of sequences: `tokens` `[B, 1]` int32,
-    /// row `r` continuing the sequence whose caches are `rows[r]` (one per
-    /// plan slot, of any kind). Returns the logits `[B, 1, V]`.
-    pub fn forward_batch(&mut self, tokens: &Array, rows: &[&[SharedCache]]) -> Result<Array> {
+    /// row `r` continuing the batch's row `r`. Returns the logits `[B, 1, V]`.
+    pub fn forward_batch(&mut self, tokens: &Array, batch: &BatchCaches) -> Result<Array> {
         let b = tokens.dim(0);
-        if b as usize != rows.len() || tokens.dim(1) != 1 {
-            return Err(anyhow!("forward_batch: {} rows for tokens of shape {:?}", rows.len(), tokens.shape()));
+        if b as usize != batch.ids().len() || tokens.dim(1) != 1 {
+            return Err(anyhow!("forward_batch: {} rows for tokens of shape {:?}", batch.ids().len(), tokens.shape()));
         }
-        let mut boxes: RVec<CacheBox> = (0..self.caches.len())
-            .map(|s| RowsCache::new(rows.iter().map(|r| r[s].clone()).collect()).boxed())
-            .collect();
+        let mut boxes = batch.boxes();
         let input = ForwardInput {
             tokens: tokens.clone().into(),
             embeddings: ROption::RNone,

@@ -10,7 +10,7 @@ use super::metrics::Metrics;
 use super::output::{Delta, ReplyText, THINK};
 use super::row::{Row, Vocab};
 use super::tools::{call_grammar, ToolChoice, ToolFormat, GEMMA_QUOTE};
-use crate::cache::{make_caches, PrefixCache, SharedCache};
+use crate::cache::{make_caches, BatchCaches, PrefixCache, SharedCache};
 use crate::decode::{decode_step, prefill_step, GenParams, Interrupted};
 use crate::grammar::{Grammar, Grammars};
 use crate::model::LoadedModel;
@@ -108,6 +108,10 @@ pub struct Engine {
     /// markers (other special tokens are left out, as `famlx generate` does).
     markers: Vec<u32>,
     prefix: PrefixCache,
+    /// The decoding rows' caches, stacked.
+    batch: BatchCaches,
+    /// The next row's id.
+    serial: u64,
     metrics: Arc<Metrics>,
 }
 
@@ -121,7 +125,18 @@ impl Engine {
         names.push(GEMMA_QUOTE);
         let markers = names.iter().filter_map(|n| tok.and_then(|t| t.token_to_id(n))).collect();
         let prefix = PrefixCache::new(settings.prompt_cache_bytes);
-        Engine { model, base, settings, grammars: None, tool_format, markers, prefix, metrics }
+        Engine {
+            model,
+            base,
+            settings,
+            grammars: None,
+            tool_format,
+            markers,
+            prefix,
+            batch: BatchCaches::new(),
+            serial: 0,
+            metrics,
+        }
     }
 
     /// Runs jobs until the queue closes and the batch is empty.
@@ -146,7 +161,10 @@ impl Engine {
                     continue;
                 }
                 match self.admit_inner(&job) {
-                    Ok(parts) => prefilling.push_back(parts.into_row(job)),
+                    Ok(parts) => {
+                        self.serial += 1;
+                        prefilling.push_back(parts.into_row(job, self.serial));
+                    }
                     Err(e) => self.fail(&job, e),
                 }
             }
@@ -164,11 +182,16 @@ impl Engine {
                     for r in decoding.drain(..) {
                         self.fail(&r.job, e.clone());
                     }
+                    self.batch = BatchCaches::new();
                 }
                 let (done, going): (Vec<Row>, Vec<Row>) = decoding.drain(..).partition(|r| r.finish.is_some());
                 decoding = going;
                 for r in done {
-                    self.finish(r);
+                    // Its caches come back out of the batch before they are kept.
+                    match self.batch.release(r.serial) {
+                        Ok(()) => self.finish(r),
+                        Err(e) => self.fail(&r.job, ApiError::status(500, format!("generation failed: {e:#}"))),
+                    }
                 }
             }
             self.metrics.running.store(decoding.len(), Ordering::SeqCst);
@@ -236,8 +259,9 @@ impl Engine {
     /// draws its token (the constraints' masks computed while the forward runs).
     fn step(&mut self, rows: &mut [Row]) -> anyhow::Result<()> {
         let tokens: Vec<u32> = rows.iter().map(|r| *r.tokens.last().expect("a decoding row has a token")).collect();
-        let caches: Vec<&[SharedCache]> = rows.iter().map(|r| &r.caches[..]).collect();
-        let logits = decode_step(&mut self.model, &caches, &tokens)?;
+        let members: Vec<(u64, &[SharedCache])> = rows.iter().map(|r| (r.serial, &r.caches[..])).collect();
+        self.batch.set_rows(&members)?;
+        let logits = decode_step(&mut self.model, &self.batch, &tokens)?;
         mlx::async_eval(&[&logits])?;
         for r in rows.iter_mut() {
             r.prepare_mask()?;
@@ -429,9 +453,10 @@ struct RowParts {
 }
 
 impl RowParts {
-    fn into_row(self, job: Job) -> Row {
+    fn into_row(self, job: Job, serial: u64) -> Row {
         let spec = &job.spec;
         Row {
+            serial,
             sampler: spec.sampler.clone(),
             logits: spec.logits.clone(),
             logprobs: spec.logprobs,

@@ -15,6 +15,8 @@ use std::time::Instant;
 
 /// A request being prefilled or decoded.
 pub struct Row {
+    /// Its id in the batch.
+    pub serial: u64,
     /// The request.
     pub job: Job,
     /// Its prompt ids.

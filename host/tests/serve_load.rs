@@ -1,0 +1,40 @@
+//! `famlx serve` under load (scripts/serve_load.py): 64 streaming clients
+//! mixing whole greedy requests, stop strings, hang-ups and sampled
+//! requests on a tiny fixture, for FAMLX_LOAD_SECONDS (30 by default; the
+//! closing note's run used 300).
+
+mod common;
+
+use common::server::Server;
+use common::{fixture, reference};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn sixty_four_clients_no_lost_tokens_no_errors_flat_memory() {
+    let secs: u64 = std::env::var("FAMLX_LOAD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let model = fixture("llama-tied-f32");
+    let bound = 8 << 20;
+    let s = Server::start(&["--model", model.to_str().unwrap(), "--prompt-cache-bytes", &bound.to_string()]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/serve_load.py");
+    let o = Command::new(reference::python())
+        .arg(script)
+        .args([&s.base, "--clients", "64", "--seconds", &secs.to_string()])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}\n{}", String::from_utf8_lossy(&o.stderr), s.log());
+    let r: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    eprintln!("load test: {r}");
+    assert_eq!(r["mismatch_count"], 0, "lost, duplicated or wrong tokens: {}", r["mismatches"]);
+    assert_eq!(r["bad_status"], serde_json::json!([]), "non-200 answers");
+    for k in ["whole", "stopped", "hung_up", "sampled"] {
+        assert!(r[k].as_u64().unwrap() > 0, "no {k} requests ran: {r}");
+    }
+    assert!(r["batch_size_max"].as_f64().unwrap() > 1.0, "{r}");
+    assert!(r["prompt_cache_max"].as_f64().unwrap() <= bound as f64, "{r}");
+    let (a, b) = (r["memory_first_half_max"].as_f64().unwrap(), r["memory_second_half_max"].as_f64().unwrap());
+    assert!(b <= a * 1.25 + (4 << 20) as f64, "MLX memory grew from {a} to {b} bytes");
+    assert!(s.log().contains("finish=\"cancelled\""), "hang-ups cancel their requests");
+}

@@ -16,6 +16,21 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 M=/tmp/serve-models
 python3 scripts/make_bench_models.py "$M" --shape ${SHAPES:-llama3.2-1b qwen3.5-0.8b} --dtype bf16 2>&1 | tail -3
+# A word-level tokenizer ("tN" is id N, split on spaces): both servers take
+# text prompts, and a prompt of N words is N tokens.
+for m in "$M"/*; do
+python3 - "$m" <<'PY'
+import json, sys
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+d = sys.argv[1]
+n = json.load(open(f"{d}/config.json")).get("vocab_size") or json.load(open(f"{d}/config.json"))["text_config"]["vocab_size"]
+t = Tokenizer(models.WordLevel({f"t{i}": i for i in range(n)}, unk_token="t0"))
+t.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+t.decoder = decoders.WordPiece(prefix="##")
+t.save(f"{d}/tokenizer.json")
+PY
+done
+mkdir -p "${HF_HUB_CACHE:-$HOME/.cache/huggingface/hub}"
 models=()
 for m in "$M"/*; do models+=(--model "$m"); done
 export FAMLX_PLUGIN_PATH=$PWD/gpu-bin

@@ -135,8 +135,10 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     rng = random.Random(0)
-    words = ["alpha", "river", "stone", "green", "light", "cloud", "north", "table", "seven", "music", "quiet", "field"]
-    prompts = [" ".join(rng.choice(words) for _ in range(a.prompt_words)) + f" {i}" for i in range(256)]
+    # Words "tN": with the word-level tokenizer gpu_serve_bench.sh gives the
+    # random checkpoints, one word is one token id, so a prompt is exactly
+    # --prompt-words tokens for both servers.
+    prompts = [" ".join(f"t{rng.randrange(1000, 30000)}" for _ in range(a.prompt_words)) for _ in range(256)]
     out = []
     port = 18700
     for model in a.model:

@@ -214,11 +214,23 @@ impl Slot {
         Ok(Slot::Rows(RowsCache::new(rows.iter().map(|r| r[s].clone()).collect())))
     }
 
-    /// Row `r`'s content back in its own cache `into`.
+    /// Row `r`'s content back in its own cache `into`: copied out and
+    /// evaluated, since a slice is a view that would keep the whole stacked
+    /// buffer alive for as long as the row's cache (or a prompt-cache
+    /// snapshot of it) lives.
     fn write_back(&self, r: usize, into: &SharedCache) -> Result<()> {
+        let own = |xs: Vec<Array>| -> Result<Vec<Array>> {
+            let xs: Vec<Array> = xs.iter().map(|x| x.contiguous()).collect::<Result<_>>()?;
+            mlx::eval(&xs.iter().collect::<Vec<_>>())?;
+            Ok(xs)
+        };
         match self {
-            Slot::Dense(d) => *into.lock() = Pack::Kv(Some(d.row(r)?)).into_cache(),
-            Slot::States(st) => *into.lock() = Pack::State(st.row(r)?, st.offsets[r]).into_cache(),
+            Slot::Dense(d) => {
+                let (k, v) = d.row(r)?;
+                let kv = own(vec![k, v])?;
+                *into.lock() = Pack::Kv(Some((kv[0].clone(), kv[1].clone()))).into_cache();
+            }
+            Slot::States(st) => *into.lock() = Pack::State(own(st.row(r)?)?, st.offsets[r]).into_cache(),
             // The row's own cache was updated in place.
             Slot::Rows(_) => {}
         }

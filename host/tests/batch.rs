@@ -66,7 +66,9 @@ fn batch_equals_alone(variant: &str, opts: CacheOptions) {
         if !tokens.is_empty() {
             let rows: Vec<(u64, &[SharedCache])> = active.iter().map(|r| (r.id as u64, &r.caches[..])).collect();
             batch.set_rows(&rows).unwrap();
-            let l = decode_step(&mut m, &batch, &tokens).unwrap_or_else(|e| panic!("{variant}: {e:#}"));
+            let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+            let ids = mlx::Array::from_slice(&ids, &[ids.len() as i32]).unwrap();
+            let l = decode_step(&mut m, &batch, &ids).unwrap_or_else(|e| panic!("{variant}: {e:#}"));
             for (r, t) in active.iter_mut().zip(argmax_rows(&l)) {
                 r.out.push(t);
             }

@@ -63,12 +63,12 @@ pub fn prefill_step(
     r
 }
 
-/// One decode step: the batch's row `r` is fed `tokens[r]`; returns the
-/// logits `[B, V]`. The batch must hold the rows in that order
+/// One decode step: the batch's row `r` is fed `tokens[r]` (`[B]` int32,
+/// on the device: possibly the previous step's draws, not yet read);
+/// returns the logits `[B, V]`. The batch must hold the rows in that order
 /// ([`BatchCaches::set_rows`]).
-pub fn decode_step(m: &mut LoadedModel, batch: &BatchCaches, tokens: &[u32]) -> Result<Array> {
-    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-    let t = Array::from_slice(&ids, &[ids.len() as i32, 1])?.astype(Dtype::I32)?;
+pub fn decode_step(m: &mut LoadedModel, batch: &BatchCaches, tokens: &Array) -> Result<Array> {
+    let t = tokens.reshape(&[tokens.dim(0), 1])?.astype(Dtype::I32)?;
     let l = m.forward_batch(&t, batch)?;
     let (b, v) = (l.dim(0), l.dim(2));
     Ok(l.reshape(&[b, v])?)

@@ -16,6 +16,7 @@ use crate::grammar::{Grammar, Grammars};
 use crate::model::LoadedModel;
 use crate::prompt::render_chat;
 use famlx_text::Tokenizer;
+use mlx::Array;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -112,6 +113,8 @@ pub struct Engine {
     batch: BatchCaches,
     /// The next row's id.
     serial: u64,
+    /// A decode step queued on the device whose tokens are not read yet.
+    inflight: Option<InFlight>,
     metrics: Arc<Metrics>,
 }
 
@@ -135,6 +138,7 @@ impl Engine {
             prefix,
             batch: BatchCaches::new(),
             serial: 0,
+            inflight: None,
             metrics,
         }
     }
@@ -183,6 +187,7 @@ impl Engine {
                         self.fail(&r.job, e.clone());
                     }
                     self.batch = BatchCaches::new();
+                    self.inflight = None;
                 }
                 let (done, going): (Vec<Row>, Vec<Row>) = decoding.drain(..).partition(|r| r.finish.is_some());
                 decoding = going;
@@ -256,12 +261,51 @@ impl Engine {
     }
 
     /// One decode step for every decoding row: one forward, then each row
-    /// draws its token (the constraints' masks computed while the forward runs).
+    /// draws its token (the constraints' masks computed while the forward
+    /// runs). When the rows are the same as last step's and none needs its
+    /// token on the host before the next forward (no grammar, penalties or
+    /// logprobs), the steps are pipelined: the next forward is queued on
+    /// the device from the drawn tokens before they are read, so the device
+    /// never waits for the host.
     fn step(&mut self, rows: &mut [Row]) -> anyhow::Result<()> {
-        let tokens: Vec<u32> = rows.iter().map(|r| *r.tokens.last().expect("a decoding row has a token")).collect();
+        let serials: Vec<u64> = rows.iter().map(|r| r.serial).collect();
+        let guided = rows.iter().any(|r| r.constraint.is_some() || r.logprobs.is_some() || !r.logits.is_off());
+        if let Some(f) = self.inflight.take() {
+            if f.serials == serials && !guided {
+                let next = self.queue_step(rows, Some(&f.ys))?;
+                self.emit_step(rows, f, true)?;
+                self.inflight = Some(next);
+                return Ok(());
+            }
+            // The rows changed: take in what is in flight, then start over.
+            self.emit_step(rows, f, false)?;
+            if rows.iter().any(|r| r.finish.is_some()) {
+                return Ok(());
+            }
+        }
+        let f = self.queue_step(rows, None)?;
+        if guided {
+            self.emit_step(rows, f, false)
+        } else {
+            self.inflight = Some(f);
+            Ok(())
+        }
+    }
+
+    /// Queues one forward for `rows` (fed `tokens` on the device, else each
+    /// row's last token) and each row's draw from it.
+    fn queue_step(&mut self, rows: &mut [Row], tokens: Option<&Array>) -> anyhow::Result<InFlight> {
         let members: Vec<(u64, &[SharedCache])> = rows.iter().map(|r| (r.serial, &r.caches[..])).collect();
         self.batch.set_rows(&members)?;
-        let logits = decode_step(&mut self.model, &self.batch, &tokens)?;
+        let ids = match tokens {
+            Some(t) => t.clone(),
+            None => {
+                let last: Vec<i32> =
+                    rows.iter().map(|r| *r.tokens.last().expect("a decoding row has a token") as i32).collect();
+                Array::from_slice(&last, &[last.len() as i32])?
+            }
+        };
+        let logits = decode_step(&mut self.model, &self.batch, &ids)?;
         mlx::async_eval(&[&logits])?;
         for r in rows.iter_mut() {
             r.prepare_mask()?;
@@ -273,12 +317,26 @@ impl Engine {
             ys.push(y);
             lps.push(lp);
         }
-        let ys = mlx::concatenate(&ys.iter().collect::<Vec<_>>(), 0)?;
-        let ids = ys.astype(mlx::Dtype::I32)?.to_vec::<i32>()?;
+        let ys = mlx::concatenate(&ys.iter().collect::<Vec<_>>(), 0)?.astype(mlx::Dtype::I32)?;
+        mlx::async_eval(&[&ys])?;
+        Ok(InFlight { ys, lps, serials: rows.iter().map(|r| r.serial).collect() })
+    }
+
+    /// Reads the tokens of a queued step and hands each to its row (rows
+    /// matched by id; a row that left since gets nothing). `fed`: the next
+    /// step, queued already, has fed these tokens into the caches.
+    fn emit_step(&mut self, rows: &mut [Row], f: InFlight, fed: bool) -> anyhow::Result<()> {
+        let ids = f.ys.to_vec::<i32>()?;
         let tok = self.model.tokenizer.as_ref().expect("admitted with a tokenizer");
         let v = Vocab { tok, stop_ids: &self.base.stop_ids, markers: &self.markers };
-        for ((r, t), lp) in rows.iter_mut().zip(ids).zip(lps) {
-            r.emit(t as u32, lp, &v);
+        let mut lps: Vec<Option<crate::decode::TokenLogprob>> = f.lps;
+        for r in rows.iter_mut() {
+            if let Some(i) = f.serials.iter().position(|&s| s == r.serial) {
+                r.emit(ids[i] as u32, lps[i].take(), &v);
+                if r.finish.is_some() {
+                    r.fed_last = fed;
+                }
+            }
         }
         crate::memory::check()?;
         Ok(())
@@ -438,6 +496,13 @@ impl Engine {
     }
 }
 
+/// A decode step on the device: each row's drawn token, not read yet.
+struct InFlight {
+    ys: Array,
+    lps: Vec<Option<crate::decode::TokenLogprob>>,
+    serials: Vec<u64>,
+}
+
 /// A row's parts, made before the job moves in.
 struct RowParts {
     ids: Vec<u32>,
@@ -476,6 +541,7 @@ impl RowParts {
             calls: 0,
             finish: None,
             first_at: None,
+            fed_last: false,
             started: Instant::now(),
             job,
         }

@@ -57,6 +57,9 @@ pub struct Row {
     pub finish: Option<&'static str>,
     /// When its first token came.
     pub first_at: Option<Instant>,
+    /// The last token was fed into the caches too (a pipelined step had
+    /// queued it before the row ended).
+    pub fed_last: bool,
     /// When the engine took it.
     pub started: Instant,
 }
@@ -183,11 +186,12 @@ impl Row {
     }
 
     /// The tokens the caches hold once it has ended (the last drawn token
-    /// was never fed).
+    /// only when a pipelined step fed it).
     pub fn held_tokens(&self) -> Vec<u32> {
         let mut t = self.ids.clone();
-        if let Some((_, fed)) = self.tokens.split_last() {
-            t.extend_from_slice(fed);
+        match self.tokens.split_last() {
+            Some((_, fed)) if !self.fed_last => t.extend_from_slice(fed),
+            _ => t.extend_from_slice(&self.tokens),
         }
         t
     }

@@ -3,7 +3,7 @@
 use mlx::{random, where_, Array, Dtype, Result};
 
 /// Sampler settings (mlx-lm's names and meanings).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SamplerParams {
     /// 0 means greedy.
     pub temperature: f32,

@@ -7,7 +7,9 @@
 //! per row ([`RowsCache`]).
 
 use super::attn::{attend, AttnArgs, KvMask};
+use super::kv::KvCache;
 use super::layer::Pack;
+use super::recurrent::RecurrentCache;
 use super::rows::RowsCache;
 use super::shared::SharedCache;
 use super::store::Seq;
@@ -228,9 +230,9 @@ impl Slot {
             Slot::Dense(d) => {
                 let (k, v) = d.row(r)?;
                 let kv = own(vec![k, v])?;
-                *into.lock() = Pack::Kv(Some((kv[0].clone(), kv[1].clone()))).into_cache();
+                *into.lock() = Box::new(KvCache::from_kv(Some((kv[0].clone(), kv[1].clone()))));
             }
-            Slot::States(st) => *into.lock() = Pack::State(own(st.row(r)?)?, st.offsets[r]).into_cache(),
+            Slot::States(st) => *into.lock() = Box::new(RecurrentCache::from_state(own(st.row(r)?)?, st.offsets[r])),
             // The row's own cache was updated in place.
             Slot::Rows(_) => {}
         }

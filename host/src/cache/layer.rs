@@ -21,16 +21,6 @@ pub enum Pack {
     State(Vec<Array>, i64),
 }
 
-impl Pack {
-    /// The cache holding this content.
-    pub fn into_cache(self) -> Box<dyn CacheImpl> {
-        match self {
-            Pack::Kv(kv) => Box::new(super::kv::KvCache::from_kv(kv)),
-            Pack::State(s, offset) => Box::new(super::recurrent::RecurrentCache::from_state(s, offset)),
-        }
-    }
-}
-
 /// What every host cache kind implements.
 pub trait CacheImpl: Send {
     /// Tokens seen.

@@ -6,6 +6,7 @@
 //! cache, which later requests reuse for their longest shared prefix.
 
 use super::api::{ApiError, JobSpec, PromptSource};
+pub use super::job::{Event, Job, LogprobEntry, Usage};
 use super::metrics::Metrics;
 use super::output::{Delta, ReplyText, THINK};
 use super::row::{Row, Vocab};
@@ -15,73 +16,14 @@ use crate::decode::{decode_step, prefill_step, GenParams, Interrupted};
 use crate::grammar::{Grammar, Grammars};
 use crate::model::LoadedModel;
 use crate::prompt::render_chat;
+use crate::sample::sample;
 use famlx_text::Tokenizer;
 use mlx::Array;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc::UnboundedSender;
-
-/// One token's log-probability as the API reports it.
-#[derive(Debug, Clone)]
-pub struct LogprobEntry {
-    /// The token's text.
-    pub token: String,
-    /// Its log-probability.
-    pub logprob: f32,
-    /// Alternatives: text and log-probability, most likely first.
-    pub top: Vec<(String, f32)>,
-}
-
-/// Token counts of a finished request.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Usage {
-    /// Prompt tokens.
-    pub prompt: usize,
-    /// Of those, reused from the cache.
-    pub cached: usize,
-    /// Generated tokens.
-    pub completion: usize,
-}
-
-/// What the engine tells a request's handler.
-#[derive(Debug)]
-pub enum Event {
-    /// The prompt was accepted (prefill starts).
-    Started,
-    /// More of the reply.
-    Delta {
-        /// The text, reasoning and calls it adds.
-        delta: Delta,
-        /// Log-probabilities of the tokens it came from.
-        logprobs: Vec<LogprobEntry>,
-    },
-    /// The reply is complete.
-    Done {
-        /// OpenAI's finish_reason.
-        finish: &'static str,
-        /// Token counts.
-        usage: Usage,
-    },
-    /// The request failed.
-    Error(ApiError),
-}
-
-/// A request on its way to the engine.
-pub struct Job {
-    /// The checked request.
-    pub spec: JobSpec,
-    /// Its id (for the log).
-    pub id: String,
-    /// Set when the client has gone: the engine stops the request.
-    pub cancel: Arc<AtomicBool>,
-    /// Where the reply goes.
-    pub events: UnboundedSender<Event>,
-    /// When the handler received it.
-    pub received: Instant,
-}
 
 /// Server-wide settings the engine applies to every job.
 #[derive(Debug, Clone)]
@@ -310,14 +252,22 @@ impl Engine {
         for r in rows.iter_mut() {
             r.prepare_mask()?;
         }
-        let mut ys = Vec::with_capacity(rows.len());
-        let mut lps = Vec::with_capacity(rows.len());
-        for (i, r) in rows.iter_mut().enumerate() {
-            let (y, lp) = r.sample(&logits.slice_axis(0, i as i32, i as i32 + 1)?)?;
-            ys.push(y);
-            lps.push(lp);
-        }
-        let ys = mlx::concatenate(&ys.iter().collect::<Vec<_>>(), 0)?.astype(mlx::Dtype::I32)?;
+        let plain = |r: &Row| r.constraint.is_none() && r.key.is_none() && r.logprobs.is_none() && r.logits.is_off();
+        let same = rows.iter().all(|r| plain(r) && r.sampler == rows[0].sampler);
+        let (ys, lps) = if same {
+            // One draw for all rows when they sample alike (e.g. all greedy).
+            (sample(&logits, &rows[0].sampler)?, vec![None; rows.len()])
+        } else {
+            let mut ys = Vec::with_capacity(rows.len());
+            let mut lps = Vec::with_capacity(rows.len());
+            for (i, r) in rows.iter_mut().enumerate() {
+                let (y, lp) = r.sample(&logits.slice_axis(0, i as i32, i as i32 + 1)?)?;
+                ys.push(y);
+                lps.push(lp);
+            }
+            (mlx::concatenate(&ys.iter().collect::<Vec<_>>(), 0)?, lps)
+        };
+        let ys = ys.astype(mlx::Dtype::I32)?;
         mlx::async_eval(&[&ys])?;
         Ok(InFlight { ys, lps, serials: rows.iter().map(|r| r.serial).collect() })
     }

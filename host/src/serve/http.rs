@@ -2,7 +2,7 @@
 //! and the reply in OpenAI's shapes, whole or as server-sent events.
 
 use super::api::{self, ApiError, JobSpec};
-use super::engine::{Event, Job, LogprobEntry, Usage};
+use super::job::{Event, Job, LogprobEntry, Usage};
 use super::metrics::Metrics;
 use super::output::Delta;
 use super::tools::ToolCall;

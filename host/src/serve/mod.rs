@@ -9,6 +9,7 @@ pub mod api;
 pub mod engine;
 pub mod error;
 pub mod http;
+pub mod job;
 pub mod metrics;
 pub mod output;
 pub mod row;

@@ -1,7 +1,7 @@
 //! One request in the batch: its prompt and caches, its sampler and
 //! constraint, and the reply text it has streamed so far.
 
-use super::engine::{Event, Job, LogprobEntry};
+use super::job::{Event, Job, LogprobEntry};
 use super::output::{Delta, ReplyText};
 use crate::cache::SharedCache;
 use crate::decode::{logprob_of, mask_logits, Constraint, LogitsParams, TokenLogprob};

@@ -132,6 +132,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--servers", nargs="+", default=["famlx", "mlx_lm"])
+    ap.add_argument("--famlx-args", default="", help="extra flags for famlx serve")
     ap.add_argument("--json")
     a = ap.parse_args()
     rng = random.Random(0)
@@ -144,7 +145,7 @@ def main():
     for model in a.model:
         for kind in a.servers:
             port += 1
-            p = start(kind, a.famlx, model, port, [])
+            p = start(kind, a.famlx, model, port, a.famlx_args.split() if kind == "famlx" else [])
             try:
                 wait_up(port, p)
                 phase(port, prompts[:4], 4, 1, 16)  # warm-up: kernels compiled, batch shapes seen

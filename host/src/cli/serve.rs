@@ -32,7 +32,7 @@ pub struct ServeArgs {
     #[arg(long = "max-concurrency", default_value_t = 32)]
     pub max_concurrency: usize,
     /// Most prompts prefilled (one chunk each) between two decode steps.
-    #[arg(long = "prefill-concurrency", default_value_t = 1)]
+    #[arg(long = "prefill-concurrency", default_value_t = 8)]
     pub prefill_concurrency: usize,
     /// Bytes the prompt cache (reused prefixes across requests) may hold (e.g. 512M, 4G; 0: off).
     #[arg(long = "prompt-cache-bytes", value_parser = crate::memory::parse_bytes, default_value = "2G")]

@@ -153,6 +153,12 @@ impl Dense {
         Ok((self.k.slice_axis(2, 0, e)?, self.v.slice_axis(2, 0, e)?))
     }
 
+    /// Attends `q` over `kv` (the columns in use) with the padding mask.
+    fn attend(&self, q: ArrayHandle, (k, v): (Array, Array), args: AttnArgs) -> Result<Array> {
+        let mask = self.mask_for(&args)?;
+        attend(&q.into_array(), &Seq::Dense(k), &Seq::Dense(v), &AttnArgs { mask: mask.clone(), ..args }, mask)
+    }
+
     /// The mask of one query per row over the columns in use, with `args`' own.
     fn mask_for(&self, args: &AttnArgs) -> Result<KvMask> {
         Ok(match (&args.mask, &self.mask) {
@@ -391,18 +397,7 @@ impl LayerCache for SlotBox {
         let mut s = lock(&self.0);
         match &mut *s {
             Slot::Dense(d) => {
-                let args: AttnArgs = opts.into();
-                let r = (|| {
-                    let (k, v) = d.update(&k.into_array(), &v.into_array())?;
-                    let mask = d.mask_for(&args)?;
-                    attend(
-                        &q.into_array(),
-                        &Seq::Dense(k),
-                        &Seq::Dense(v),
-                        &AttnArgs { mask: mask.clone(), ..args },
-                        mask,
-                    )
-                })();
+                let r = d.update(&k.into_array(), &v.into_array()).and_then(|kv| d.attend(q, kv, opts.into()));
                 ffi(r.map(ArrayHandle::from))
             }
             Slot::Rows(r) => r.attend(q, k, v, opts),
@@ -413,19 +408,8 @@ impl LayerCache for SlotBox {
         let s = lock(&self.0);
         match &*s {
             Slot::Dense(d) => {
-                let args: AttnArgs = opts.into();
-                let r = (|| {
-                    let (k, v) = (d.k.slice_axis(2, 0, d.end)?, d.v.slice_axis(2, 0, d.end)?);
-                    let mask = d.mask_for(&args)?;
-                    attend(
-                        &q.into_array(),
-                        &Seq::Dense(k),
-                        &Seq::Dense(v),
-                        &AttnArgs { mask: mask.clone(), ..args },
-                        mask,
-                    )
-                })();
-                ffi(r.map(ArrayHandle::from))
+                let r = d.k.slice_axis(2, 0, d.end).and_then(|k| Ok((k, d.v.slice_axis(2, 0, d.end)?)));
+                ffi(r.and_then(|kv| d.attend(q, kv, opts.into())).map(ArrayHandle::from))
             }
             Slot::Rows(r) => r.attend_cached(q, opts),
             Slot::States(_) => RErr("attend_cached: this slot holds a recurrent state".into()),

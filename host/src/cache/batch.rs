@@ -453,6 +453,10 @@ impl LayerCache for SlotBox {
     }
     fn row_offsets(&self) -> ROption<ArrayHandle> {
         let offs: Vec<i32> = lock(&self.0).offsets().into_iter().map(|o| o as i32).collect();
+        if offs.windows(2).all(|w| w[0] == w[1]) {
+            // One shared offset (always for a batch of one): the plain integer rope.
+            return ROption::RNone;
+        }
         match Array::from_slice(&offs, &[offs.len() as i32]) {
             Ok(a) => ROption::RSome(a.into()),
             Err(_) => ROption::RNone,

@@ -162,6 +162,9 @@ impl LayerCache for RowsCache {
     }
     fn row_offsets(&self) -> ROption<ArrayHandle> {
         let offs: Vec<i32> = self.rows.iter().map(|c| c.lock().offset() as i32).collect();
+        if offs.windows(2).all(|w| w[0] == w[1]) {
+            return ROption::RNone;
+        }
         match Array::from_slice(&offs, &[offs.len() as i32]) {
             Ok(a) => ROption::RSome(a.into()),
             Err(_) => ROption::RNone,

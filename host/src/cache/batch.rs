@@ -10,12 +10,12 @@ use super::attn::{attend, AttnArgs, KvMask};
 use super::kv::KvCache;
 use super::layer::Pack;
 use super::recurrent::RecurrentCache;
-use super::rows::RowsCache;
+use super::rows::{ffi, offsets_handle, right_aligned_mask, RowsCache};
 use super::shared::SharedCache;
 use super::store::Seq;
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RErr, ROk, ROption, RResult, RString, RVec, Tuple2};
-use mlx::{arange, concatenate, Array, Dtype, Error, Result};
+use mlx::{concatenate, Array, Error, Result};
 use plugin_api::{ArrayHandle, AttnOptions, CacheBox, LayerCache, LayerCache_TO};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -42,13 +42,6 @@ enum Slot {
     Dense(Dense),
     States(States),
     Rows(RowsCache),
-}
-
-fn ffi<T>(r: Result<T>) -> RResult<T, RString> {
-    match r {
-        Ok(x) => ROk(x),
-        Err(e) => RErr(e.0.into()),
-    }
 }
 
 fn cat(xs: &[Array], axis: i32) -> Result<Array> {
@@ -142,14 +135,7 @@ impl Dense {
         for n in &mut self.lens {
             *n += l;
         }
-        self.mask = if self.lens.iter().all(|&n| n == e) {
-            None
-        } else {
-            let first: Vec<i32> = self.lens.iter().map(|&n| e - n).collect();
-            let first = Array::from_slice(&first, &[first.len() as i32, 1, 1, 1])?;
-            let at = arange(0.0, e as f64, 1.0, Dtype::I32)?.reshape(&[1, 1, 1, e])?;
-            Some(at.ge(&first)?)
-        };
+        self.mask = right_aligned_mask(&self.lens, e)?;
         Ok((self.k.slice_axis(2, 0, e)?, self.v.slice_axis(2, 0, e)?))
     }
 
@@ -452,15 +438,7 @@ impl LayerCache for SlotBox {
         }
     }
     fn row_offsets(&self) -> ROption<ArrayHandle> {
-        let offs: Vec<i32> = lock(&self.0).offsets().into_iter().map(|o| o as i32).collect();
-        if offs.windows(2).all(|w| w[0] == w[1]) {
-            // One shared offset (always for a batch of one): the plain integer rope.
-            return ROption::RNone;
-        }
-        match Array::from_slice(&offs, &[offs.len() as i32]) {
-            Ok(a) => ROption::RSome(a.into()),
-            Err(_) => ROption::RNone,
-        }
+        offsets_handle(lock(&self.0).offsets())
     }
     fn row_mask(&self) -> ROption<ArrayHandle> {
         match &*lock(&self.0) {
@@ -474,6 +452,7 @@ impl LayerCache for SlotBox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mlx::Dtype;
 
     fn kv(n: i32) -> (Array, Array) {
         let z = mlx::zeros(&[1, 2, n, 4], Dtype::F32).unwrap();

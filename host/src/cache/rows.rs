@@ -8,10 +8,9 @@
 
 use super::attn::AttnArgs;
 use super::shared::SharedCache;
-use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RErr, ROk, ROption, RResult, RString, RVec, Tuple2};
 use mlx::{concatenate, Array, Dtype, Error, Result};
-use plugin_api::{ArrayHandle, AttnOptions, CacheBox, LayerCache, LayerCache_TO};
+use plugin_api::{ArrayHandle, AttnOptions, LayerCache};
 
 /// One slot of a batch: the rows' caches of that slot.
 pub struct RowsCache {
@@ -19,11 +18,38 @@ pub struct RowsCache {
     mask: Option<Array>,
 }
 
-fn ffi<T>(r: Result<T>) -> RResult<T, RString> {
+/// A host result as the plugin boundary carries it.
+pub(super) fn ffi<T>(r: Result<T>) -> RResult<T, RString> {
     match r {
         Ok(x) => ROk(x),
         Err(e) => RErr(e.0.into()),
     }
+}
+
+/// Each row's offset for the plugin's rope: `None` when all rows share one
+/// (always for a batch of one), so the plain integer rope is used.
+pub(super) fn offsets_handle(offsets: impl IntoIterator<Item = i64>) -> ROption<ArrayHandle> {
+    let offs: Vec<i32> = offsets.into_iter().map(|o| o as i32).collect();
+    if offs.windows(2).all(|w| w[0] == w[1]) {
+        return ROption::RNone;
+    }
+    match Array::from_slice(&offs, &[offs.len() as i32]) {
+        Ok(a) => ROption::RSome(a.into()),
+        Err(_) => ROption::RNone,
+    }
+}
+
+/// Which of `end` key columns are real for each row when row `r`'s
+/// `lens[r]` keys are its last ones (`[B, 1, 1, end]` bool); `None` when
+/// every row fills all `end`.
+pub(super) fn right_aligned_mask(lens: &[i32], end: i32) -> Result<Option<Array>> {
+    if lens.iter().all(|&n| n == end) {
+        return Ok(None);
+    }
+    let first: Vec<i32> = lens.iter().map(|&n| end - n).collect();
+    let first = Array::from_slice(&first, &[first.len() as i32, 1, 1, 1])?;
+    let at = mlx::arange(0.0, end as f64, 1.0, Dtype::I32)?.reshape(&[1, 1, 1, end])?;
+    Ok(Some(at.ge(&first)?))
 }
 
 /// Row `r` of `x` along axis 0, kept as a batch of one.
@@ -56,12 +82,7 @@ impl RowsCache {
         self.rows.iter().map(|c| c.lock().offset()).collect()
     }
 
-    /// The plugin-facing trait object.
-    pub fn boxed(self) -> CacheBox {
-        LayerCache_TO::from_value(self, TD_Opaque)
-    }
-
-    fn attend_rows(&mut self, q: Array, kv: Option<(Array, Array)>, args: &AttnArgs) -> Result<Array> {
+    fn attend_rows(&self, q: Array, kv: Option<(Array, Array)>, args: &AttnArgs) -> Result<Array> {
         let mut outs = Vec::with_capacity(self.rows.len());
         for (r, c) in self.rows.iter().enumerate() {
             let qr = row(&q, r)?;
@@ -84,8 +105,8 @@ impl RowsCache {
         }
         let lens: Vec<i32> = ks.iter().map(|k| k.dim(2)).collect();
         let longest = lens.iter().copied().max().unwrap_or(0);
-        self.mask = None;
-        if lens.iter().any(|&n| n != longest) {
+        self.mask = right_aligned_mask(&lens, longest)?;
+        if self.mask.is_some() {
             let pad = |x: &Array, n: i32| -> Result<Array> {
                 if n == longest {
                     return Ok(x.clone());
@@ -95,11 +116,6 @@ impl RowsCache {
             };
             ks = ks.iter().zip(&lens).map(|(x, &n)| pad(x, n)).collect::<Result<_>>()?;
             vs = vs.iter().zip(&lens).map(|(x, &n)| pad(x, n)).collect::<Result<_>>()?;
-            // Row r's real keys are its last lens[r] positions.
-            let first: Vec<i32> = lens.iter().map(|&n| longest - n).collect();
-            let first = Array::from_slice(&first, &[lens.len() as i32, 1, 1, 1])?;
-            let at = mlx::arange(0.0, longest as f64, 1.0, Dtype::I32)?.reshape(&[1, 1, 1, longest])?;
-            self.mask = Some(at.ge(&first)?);
         }
         Ok((concatenate(&ks.iter().collect::<Vec<_>>(), 0)?, concatenate(&vs.iter().collect::<Vec<_>>(), 0)?))
     }
@@ -120,16 +136,7 @@ impl LayerCache for RowsCache {
         ffi(self.attend_rows(q.into_array(), Some((k.into_array(), v.into_array())), &args).map(ArrayHandle::from))
     }
     fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, RString> {
-        let args: AttnArgs = opts.into();
-        let q = q.into_array();
-        let r = (|| {
-            let mut outs = Vec::with_capacity(self.rows.len());
-            for (r, c) in self.rows.iter().enumerate() {
-                outs.push(c.lock().attend_cached(row(&q, r)?, &args)?);
-            }
-            concatenate(&outs.iter().collect::<Vec<_>>(), 0)
-        })();
-        ffi(r.map(ArrayHandle::from))
+        ffi(self.attend_rows(q.into_array(), None, &opts.into()).map(ArrayHandle::from))
     }
     fn update_and_fetch(
         &mut self,
@@ -161,14 +168,7 @@ impl LayerCache for RowsCache {
         ffi(r)
     }
     fn row_offsets(&self) -> ROption<ArrayHandle> {
-        let offs: Vec<i32> = self.rows.iter().map(|c| c.lock().offset() as i32).collect();
-        if offs.windows(2).all(|w| w[0] == w[1]) {
-            return ROption::RNone;
-        }
-        match Array::from_slice(&offs, &[offs.len() as i32]) {
-            Ok(a) => ROption::RSome(a.into()),
-            Err(_) => ROption::RNone,
-        }
+        offsets_handle(self.offsets())
     }
     fn row_mask(&self) -> ROption<ArrayHandle> {
         self.mask.clone().map(ArrayHandle::from).into()

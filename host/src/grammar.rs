@@ -1,10 +1,9 @@
 //! Structured output: JSON (any object, or a JSON schema), regular
 //! expressions and Lark grammars compiled by llguidance into a matcher
-//! that masks each decode step's tokens ([`crate::decode::Constraint`]).
+//! that masks each decode step's tokens ([`GrammarConstraint`]).
 //! llguidance sees our tokenizer through [`TokenizerEnv`], so no second
 //! tokenizer library enters.
 
-use crate::decode::Constraint;
 use anyhow::{anyhow, Result};
 use famlx_text::Tokenizer;
 use llguidance::api::TopLevelGrammar;
@@ -95,22 +94,23 @@ pub struct GrammarConstraint {
     m: Matcher,
 }
 
-impl Constraint for GrammarConstraint {
-    fn allowed(&mut self) -> Result<Vec<u32>> {
+impl GrammarConstraint {
+    /// The allowed next tokens, a bit set over token ids (32 per word).
+    pub fn allowed(&mut self) -> Result<Vec<u32>> {
         let v = self.m.compute_mask_or_eos().map_err(|e| anyhow!("structured output: {e}"))?;
         Ok(v.as_slice().to_vec())
     }
 
-    fn accept(&mut self, token: u32) -> Result<()> {
+    /// Advances past the token chosen.
+    pub fn accept(&mut self, token: u32) -> Result<()> {
         self.m.consume_token(token).map_err(|e| anyhow!("structured output: {e}"))
     }
 
-    fn is_done(&mut self) -> bool {
+    /// True once the constrained text is complete and nothing may follow.
+    pub fn is_done(&mut self) -> bool {
         self.m.is_stopped() || self.m.is_accepting().unwrap_or(false) && self.only_eos()
     }
-}
 
-impl GrammarConstraint {
     /// True when the next step may only end the output.
     fn only_eos(&mut self) -> bool {
         match self.m.compute_mask() {

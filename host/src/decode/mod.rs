@@ -5,8 +5,8 @@
 //! them and keeps a conversation's caches across turns.
 
 mod batch;
-mod constraint;
 mod drafter;
+mod logprob;
 mod params;
 mod plain;
 mod prefill;
@@ -14,8 +14,8 @@ mod process;
 mod speculative;
 
 pub use batch::{decode_step, prefill_into, prefill_step};
-pub use constraint::{logprob_of, Constraint, TokenLogprob};
 pub use drafter::{DraftSource, Drafter, SpecParams, MAX_DEPTH};
+pub use logprob::{logprob_of, TokenLogprob};
 pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};
 pub use plain::generate;
 pub use prefill::{prefill, prefill_last_alone};

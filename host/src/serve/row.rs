@@ -4,7 +4,7 @@
 use super::job::{Event, Job, LogprobEntry};
 use super::output::{Delta, ReplyText};
 use crate::cache::SharedCache;
-use crate::decode::{logprob_of, mask_logits, Constraint, LogitsParams, TokenLogprob};
+use crate::decode::{logprob_of, mask_logits, LogitsParams, TokenLogprob};
 use crate::grammar::GrammarConstraint;
 use crate::sample::{sample_keyed, SamplerParams};
 use anyhow::Result;

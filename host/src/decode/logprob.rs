@@ -1,18 +1,8 @@
-//! Guided decoding's parts: a [`Constraint`] on which tokens may come next
-//! (a grammar matcher) and the log-probability of a drawn token.
+//! The log-probability of a drawn token and the most likely alternatives
+//! (the API's `logprobs`).
 
 use anyhow::Result;
 use mlx::{Array, Dtype};
-
-/// Which tokens may come next: a grammar matcher, seen from the loop.
-pub trait Constraint {
-    /// The allowed next tokens, a bit set over token ids (32 per word).
-    fn allowed(&mut self) -> Result<Vec<u32>>;
-    /// Advances past the token chosen.
-    fn accept(&mut self, token: u32) -> Result<()>;
-    /// True once the constrained text is complete and nothing may follow.
-    fn is_done(&mut self) -> bool;
-}
 
 /// A token's log-probability and the most likely alternatives at its step.
 #[derive(Debug, Clone, PartialEq)]

@@ -926,3 +926,26 @@ MLXS_API int mlxs_kernel_call(mlxs_kernel k, const mlxs_array* in, size_t nin,
     for (size_t i = 0; i < r.size() && i < nout; i++) outs[i] = H(r[i]);
   })
 }
+
+// ---- distributed ----
+// Ops use MLX's global group: the one the first init() made. Each plugin
+// carries its own copy of this shim, so no group is kept here; MLX's
+// init("any") hands every copy the group the host initialized.
+#include "mlx/distributed/distributed.h"
+#include "mlx/distributed/ops.h"
+
+namespace mxd = mlx::core::distributed;
+
+MLXS_API int mlxs_dist_is_available(const char* backend, int* out) {
+  TRY(*out = backend ? mxd::is_available(std::string(backend)) : mxd::is_available())
+}
+MLXS_API int mlxs_dist_init(const char* backend, int strict, int* rank, int* size) {
+  TRY(auto g = mxd::init(strict != 0, std::string(backend ? backend : "any")); *rank = g.rank(); *size = g.size())
+}
+MLXS_API int mlxs_dist_all_sum(mlxs_array x, mlxs_array* out) { TRY(*out = H(mxd::all_sum(A(x)))) }
+MLXS_API int mlxs_dist_all_gather(mlxs_array x, mlxs_array* out) { TRY(*out = H(mxd::all_gather(A(x)))) }
+MLXS_API int mlxs_dist_all_max(mlxs_array x, mlxs_array* out) { TRY(*out = H(mxd::all_max(A(x)))) }
+MLXS_API int mlxs_dist_send(mlxs_array x, int dst, mlxs_array* out) { TRY(*out = H(mxd::send(A(x), dst))) }
+MLXS_API int mlxs_dist_recv(const int* shape, size_t ndim, int dtype, int src, mlxs_array* out) {
+  TRY(*out = H(mxd::recv(S(shape, ndim), D(dtype), src)))
+}

@@ -194,6 +194,15 @@ int mlxs_kernel_call(mlxs_kernel k, const mlxs_array* in, size_t nin,
                      const char* const* tnames, const int* tkinds, const int* tvals, size_t nt,
                      float init_value, int has_init, mlxs_array* outs);
 
+// ---- distributed (MLX's global group; see shim.cpp) ----
+int mlxs_dist_is_available(const char* backend, int* out);
+int mlxs_dist_init(const char* backend, int strict, int* rank, int* size);
+int mlxs_dist_all_sum(mlxs_array x, mlxs_array* out);
+int mlxs_dist_all_gather(mlxs_array x, mlxs_array* out);
+int mlxs_dist_all_max(mlxs_array x, mlxs_array* out);
+int mlxs_dist_send(mlxs_array x, int dst, mlxs_array* out);
+int mlxs_dist_recv(const int* shape, size_t ndim, int dtype, int src, mlxs_array* out);
+
 #ifdef __cplusplus
 }
 #endif

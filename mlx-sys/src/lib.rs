@@ -489,4 +489,12 @@ extern "C" {
         has_init: c_int,
         outs: *mut mlxs_array,
     ) -> c_int;
+    // ---- distributed ----
+    pub fn mlxs_dist_is_available(backend: *const c_char, out: *mut c_int) -> c_int;
+    pub fn mlxs_dist_init(backend: *const c_char, strict: c_int, rank: *mut c_int, size: *mut c_int) -> c_int;
+    pub fn mlxs_dist_all_sum(x: mlxs_array, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_dist_all_gather(x: mlxs_array, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_dist_all_max(x: mlxs_array, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_dist_send(x: mlxs_array, dst: c_int, out: *mut mlxs_array) -> c_int;
+    pub fn mlxs_dist_recv(shape: *const c_int, ndim: usize, dtype: c_int, src: c_int, out: *mut mlxs_array) -> c_int;
 }

@@ -11,6 +11,7 @@ pub mod compile;
 mod conv;
 mod create;
 pub mod device;
+pub mod distributed;
 mod dtype;
 mod error;
 pub mod fast;

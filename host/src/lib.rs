@@ -9,6 +9,7 @@ pub mod cli;
 pub mod convert;
 pub mod decode;
 pub mod default_model;
+pub mod distributed;
 pub mod grammar;
 pub mod hub;
 pub mod media;

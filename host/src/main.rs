@@ -16,7 +16,12 @@ fn main() {
     // returns with nothing in flight.
     let _ = mlx::synchronize();
     if let Err(e) = r {
-        eprintln!("famlx: error: {e:#}");
+        // A rank's error says which rank it is (several print to one terminal).
+        let msg = format!("{e:#}");
+        match std::env::var("MLX_RANK") {
+            Ok(r) if !msg.starts_with("rank ") => eprintln!("famlx: error: rank {r}: {msg}"),
+            _ => eprintln!("famlx: error: {msg}"),
+        }
         std::process::exit(1);
     }
 }

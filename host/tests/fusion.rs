@@ -71,7 +71,7 @@ fn gate_up_fused_in_gemma4_and_qwen3_5() {
 /// fusion applied (what `LoadedModel::load` holds before `fuse`).
 fn unfused(variant: &str, m: &LoadedModel) -> famlx::model::HostWeights {
     let ck = famlx::checkpoint::Checkpoint::open(&fixture(variant)).unwrap();
-    famlx::model::HostWeights::rewritten(&m.family, &m.plan, &ck.tensors, &ck.quant).unwrap()
+    famlx::model::HostWeights::rewritten(&m.family, &m.plan, &ck.tensors, &ck.on_disk, &ck.quant).unwrap()
 }
 
 /// gemma4 fuses q/k/v where a layer has all three (not in K=V global

@@ -334,7 +334,7 @@ fn assistant_drafter(dir: &std::path::Path, m: &LoadedModel) -> (std::rc::Rc<Hos
     let plan = fam.plan(RStr::from(ck.config.to_string().as_str())).into_result().unwrap();
     assert_eq!(plan.model_type.as_str(), "gemma4_assistant");
     assert!(plan.caches.is_empty(), "an assistant owns no caches");
-    let w = std::rc::Rc::new(HostWeights::rewritten(&m.family, &plan, &ck.tensors, &ck.quant).unwrap());
+    let w = std::rc::Rc::new(HostWeights::rewritten(&m.family, &plan, &ck.tensors, &ck.on_disk, &ck.quant).unwrap());
     let d = fam
         .build_drafter(
             &plan,

@@ -66,6 +66,10 @@ fn llama_tied_f32() {
     parity("llama-tied-f32");
 }
 #[test]
+fn llama_deep_f32() {
+    parity("llama-deep-f32");
+}
+#[test]
 fn llama_hf_bf16() {
     parity("llama-hf-bf16");
 }
@@ -102,7 +106,7 @@ fn every_fixture_is_tested() {
         .iter()
         .chain(common::GEMMA4_FIXTURES.iter())
         .chain(common::QWEN3_5_FIXTURES.iter())
-        .chain(["phi3-bf16"].iter())
+        .chain(["phi3-bf16", "llama-deep-f32"].iter())
         .chain(common::VISION_FIXTURES.iter())
         .chain(common::AUDIO_FIXTURES.iter())
         .map(|s| s.to_string())

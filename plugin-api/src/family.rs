@@ -254,6 +254,13 @@ impl mlx::nn::Weights for StoreWeights<'_, '_> {
     fn quant(&self, prefix: &str) -> Option<mlx::quant::QuantSpec> {
         self.0.quant(prefix.into()).into_option().map(|q| (&q).into())
     }
+    fn parallel(&self) -> Option<mlx::nn::Parallel> {
+        self.0.parallel().into_option().map(Into::into)
+    }
+    fn slice(&self, name: &str, axis: i32, start: i32, stop: i32) -> Result<Option<Array>> {
+        let got = self.0.slice(name.into(), axis, start, stop).into_result().map_err(merr)?;
+        Ok(got.into_option().map(ArrayHandle::into_array))
+    }
 }
 
 fn panic_msg(p: Box<dyn std::any::Any + Send>) -> String {

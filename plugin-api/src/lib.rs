@@ -139,8 +139,13 @@ pub trait WeightStore {
     /// How the matrix under `prefix` is quantized (`None`: dense).
     fn quant(&self, prefix: RStr<'_>) -> ROption<QuantSpec>;
     /// All tensor names.
-    #[sabi(last_prefix_field)]
     fn names(&self) -> RVec<RString>;
+    /// How the model is split over a group of processes (`None`: whole).
+    fn parallel(&self) -> ROption<ParallelSpec>;
+    /// Elements `[start, stop)` along `axis` of tensor `name`, read alone
+    /// from disk where the store can (`None` when absent).
+    #[sabi(last_prefix_field)]
+    fn slice(&self, name: RStr<'_>, axis: i32, start: i32, stop: i32) -> RResult<ROption<ArrayHandle>, RString>;
 }
 
 /// A borrowed [`WeightStore`] trait object.

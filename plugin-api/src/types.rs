@@ -278,3 +278,34 @@ pub struct Fusion {
     /// Module paths of the parts, in output order.
     pub parts: RVec<RString>,
 }
+
+/// How a model is split over a group of processes, as the host lends it to
+/// a family's `build` ([`crate::WeightStore::parallel`]).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParallelSpec {
+    /// 0: tensor parallel (heads and MLP columns split), 1: pipeline
+    /// parallel (layers split).
+    pub mode: u8,
+    /// This rank.
+    pub rank: i32,
+    /// Ranks in the group.
+    pub size: i32,
+}
+
+impl From<ParallelSpec> for mlx::nn::Parallel {
+    fn from(p: ParallelSpec) -> Self {
+        let mode = if p.mode == 1 { mlx::nn::ParallelMode::Pipeline } else { mlx::nn::ParallelMode::Tensor };
+        mlx::nn::Parallel { mode, rank: p.rank, size: p.size }
+    }
+}
+
+impl From<mlx::nn::Parallel> for ParallelSpec {
+    fn from(p: mlx::nn::Parallel) -> Self {
+        let mode = match p.mode {
+            mlx::nn::ParallelMode::Tensor => 0,
+            mlx::nn::ParallelMode::Pipeline => 1,
+        };
+        ParallelSpec { mode, rank: p.rank, size: p.size }
+    }
+}

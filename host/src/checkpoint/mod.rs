@@ -1,9 +1,11 @@
 //! Reading checkpoints: a Hugging Face / mlx-community folder (config.json,
 //! safetensors single or sharded, quantization entries) or a GGUF file.
 
+mod on_disk;
 mod quant;
 mod safetensors;
 
+pub use on_disk::OnDisk;
 pub use quant::QuantConfig;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -42,6 +44,8 @@ pub struct Checkpoint {
     pub model_type: String,
     /// Tensors under their on-disk names (lazily read).
     pub tensors: HashMap<String, Array>,
+    /// Where each safetensors tensor lies in its file (empty for GGUF).
+    pub on_disk: HashMap<String, OnDisk>,
     /// Quantization as declared by the checkpoint.
     pub quant: QuantConfig,
     /// The tokenizer, when the checkpoint has one.
@@ -90,12 +94,21 @@ impl Checkpoint {
             .ok_or_else(|| anyhow!("{}: missing field `model_type`", cfg_path.display()))?
             .to_string();
         let quant = QuantConfig::from_config(&config).with_context(|| format!("{}", cfg_path.display()))?;
-        let tensors = safetensors::load_dir(dir)?;
+        let (tensors, on_disk) = safetensors::load_dir(dir)?;
         let (tokenizer, tokenizer_error) = match Tokenizer::from_dir(dir) {
             Ok(t) => (Some(t), None),
             Err(e) => (None, Some(e.to_string())),
         };
-        Ok(Checkpoint { source: dir.to_path_buf(), config, model_type, tensors, quant, tokenizer, tokenizer_error })
+        Ok(Checkpoint {
+            source: dir.to_path_buf(),
+            config,
+            model_type,
+            tensors,
+            on_disk,
+            quant,
+            tokenizer,
+            tokenizer_error,
+        })
     }
 
     fn open_gguf(path: &Path) -> Result<Checkpoint> {
@@ -129,6 +142,7 @@ impl Checkpoint {
             config: Value::Object(config),
             model_type: arch,
             tensors,
+            on_disk: HashMap::new(),
             quant,
             tokenizer,
             tokenizer_error,

@@ -3,6 +3,7 @@
 //! (dtypes, shapes, offsets, size) before MLX reads it, so a truncated or
 //! hostile file is reported by name instead of failing mid-run.
 
+use super::on_disk::OnDisk;
 use anyhow::{anyhow, bail, Context, Result};
 use mlx::Array;
 use std::collections::HashMap;
@@ -37,13 +38,15 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Loads every tensor of a folder's shards (lazily), after checking each
-/// shard's header against its file. A tensor stored in two shards is an
-/// error naming both.
-pub fn load_dir(dir: &Path) -> Result<HashMap<String, Array>> {
+/// shard's header against its file, with where each lies on disk. A tensor
+/// stored in two shards is an error naming both.
+pub fn load_dir(dir: &Path) -> Result<(HashMap<String, Array>, HashMap<String, OnDisk>)> {
     let mut all = HashMap::new();
+    let mut on_disk = HashMap::new();
     let mut from: HashMap<String, PathBuf> = HashMap::new();
     for f in shard_files(dir)? {
-        famlx_formats::safetensors::check_file(&f).map_err(|e| anyhow!("{e}"))?;
+        let header = famlx_formats::safetensors::check_file(&f).map_err(|e| anyhow!("{e}"))?;
+        on_disk.extend(super::on_disk::index(&f, &header)?);
         let (t, _) = mlx::io::load_safetensors(&f)?;
         for (name, a) in t {
             if let Some(prev) = from.insert(name.clone(), f.clone()) {
@@ -52,5 +55,5 @@ pub fn load_dir(dir: &Path) -> Result<HashMap<String, Array>> {
             all.insert(name, a);
         }
     }
-    Ok(all)
+    Ok((all, on_disk))
 }

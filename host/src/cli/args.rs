@@ -29,6 +29,28 @@ pub struct ModelArgs {
     /// pixel budget, 32x32 pixels per token).
     #[arg(long = "image-tokens", value_name = "N")]
     pub image_tokens: Option<u32>,
+    /// When run as ranks (`famlx launch`, `mlx.launch`): split the model's
+    /// heads and MLP columns over the ranks (`tensor`), or its layers (`pipeline`).
+    #[arg(long, value_enum, default_value_t = ParallelArg::Tensor)]
+    pub parallel: ParallelArg,
+}
+
+/// `--parallel`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParallelArg {
+    /// Heads and MLP columns split; partial outputs summed over the ranks.
+    Tensor,
+    /// Layers split; activations passed from rank to rank.
+    Pipeline,
+}
+
+impl From<ParallelArg> for mlx::nn::ParallelMode {
+    fn from(p: ParallelArg) -> Self {
+        match p {
+            ParallelArg::Tensor => mlx::nn::ParallelMode::Tensor,
+            ParallelArg::Pipeline => mlx::nn::ParallelMode::Pipeline,
+        }
+    }
 }
 
 /// Sampling flags (mlx-lm's names).

@@ -107,6 +107,7 @@ fn spawn_reader(tx: std::sync::mpsc::Sender<Event>) {
 
 /// Runs `famlx chat`.
 pub fn run(a: ChatArgs) -> Result<()> {
+    crate::distributed::refuse("chat")?;
     let mut s = load(&a.model, &a.cache, Some(&a.spec), a.watch)?;
     let mut p = params(&a.sampling, &a.cache, &s.model)?;
     let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };

@@ -6,6 +6,7 @@ mod bench;
 mod chat;
 mod convert;
 mod generate;
+mod launch;
 mod plugins;
 mod serve;
 mod setup;
@@ -41,6 +42,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// List plugins found, loaded and refused.
     Plugins(PluginArgs),
+    /// Run a famlx command as the ranks of one distributed group, locally
+    /// or over ssh (like `mlx.launch`): `famlx launch -n 2 -- generate …`.
+    Launch(launch::LaunchArgs),
     /// Make a family plugin (`famlx plugin new NAME`).
     Plugin {
         /// What to do.
@@ -71,6 +75,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Convert(a) => convert::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Plugins(a) => plugins::run(a),
+        Command::Launch(a) => launch::run(a),
         Command::Plugin { command: PluginCommand::New(a) } => plugins::new(a),
         Command::CachePrompt(a) => generate::run_cache_prompt(a),
     }

@@ -24,6 +24,7 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
         min_confidence: spec.map_or(0.0, |s| s.min_confidence),
     };
     params.validate()?;
+    crate::distributed::join(m.parallel.into())?;
     let path = match m.model.as_deref() {
         Some(name) => crate::hub::resolve_model(name, m.revision.as_deref())?,
         None => default_model::resolve(None)?,
@@ -83,7 +84,12 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
         },
         _ => None,
     };
-    let unused = s.unused_tensors();
+    // A rank of a pipeline split leaves the other ranks' layers unread.
+    let unused = if mlx::nn::Parallel::pipeline(crate::distributed::parallel()).is_some() {
+        Vec::new()
+    } else {
+        s.unused_tensors()
+    };
     if !unused.is_empty() {
         let msg = format!(
             "{}: {} of the checkpoint {} not used by the {} plugin: {}",

@@ -89,7 +89,7 @@ pub fn convert(reg: &Registry, o: &ConvertOptions) -> Result<Summary> {
         .into_result()
         .map_err(|e| anyhow!("{}: {e}", src.config_path))?;
     let bytes_in: u64 = src.tensors.values().map(|a| a.nbytes() as u64).sum();
-    let weights = HostWeights::rewritten(&fam, &plan, &src.tensors, &src.quant)
+    let weights = HostWeights::rewritten(&fam, &plan, &src.tensors, &std::collections::HashMap::new(), &src.quant)
         .map_err(|e| anyhow!("{}: {e:#}", src.location))?;
     // The rewritten tensors hold what they need of the source from here on.
     src.tensors.clear();

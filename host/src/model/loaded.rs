@@ -101,6 +101,7 @@ impl LoadedModel {
             config_path: s.config_path.clone(),
             location: s.location.clone(),
             tensors: HashMap::new(),
+            on_disk: HashMap::new(),
             quant: s.quant.clone(),
         });
     }
@@ -186,10 +187,13 @@ impl LoadedModel {
     /// slid, a recurrent state): restore a snapshot instead.
     pub fn trim(&mut self, n: usize) -> bool {
         let n = n as i64;
-        if !self.caches.iter().all(|c| c.lock().can_trim(n)) {
+        // Slots nothing was written to (the layers another rank of a
+        // pipeline split holds) have nothing to trim.
+        let used = || self.caches.iter().filter(|c| c.lock().offset() > 0);
+        if !used().all(|c| c.lock().can_trim(n)) {
             return false;
         }
-        for c in &self.caches {
+        for c in used() {
             c.lock().trim(n);
         }
         true
@@ -200,9 +204,10 @@ impl LoadedModel {
         &mut self.cache_boxes
     }
 
-    /// Tokens currently held by the caches.
+    /// Tokens currently held by the caches (the most any slot holds: a rank
+    /// of a pipeline split writes only its own layers' slots).
     pub fn cache_offset(&self) -> i64 {
-        self.caches.first().map_or(0, |c| c.lock().offset())
+        self.caches.iter().map(|c| c.lock().offset()).max().unwrap_or(0)
     }
 
     /// Switches image (audio) input off when the plan takes it but the

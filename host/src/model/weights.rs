@@ -3,13 +3,13 @@
 //! it reads). Held by the host so a plugin can be swapped without reading
 //! the checkpoint again.
 
-use crate::checkpoint::{Checkpoint, QuantConfig};
+use crate::checkpoint::{Checkpoint, OnDisk, QuantConfig};
 use crate::plugins::FamilyEntry;
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{ROption, RStr, RString, RVec};
+use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr, RString, RVec};
 use anyhow::{anyhow, Result};
 use mlx::Array;
-use plugin_api::{ArrayHandle, Fusion, ModelBox, ModelPlan, QuantSpec, WeightStore, WeightStore_TO};
+use plugin_api::{ArrayHandle, Fusion, ModelBox, ModelPlan, ParallelSpec, QuantSpec, WeightStore, WeightStore_TO};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -23,6 +23,11 @@ pub struct HostWeights {
     pub quant: QuantConfig,
     /// Names a plugin has read (to find the tensors no part of the model uses).
     read: RefCell<HashSet<String>>,
+    /// Where tensors that reach the family as stored lie on disk (by their
+    /// rewritten names), so a share of one is read alone.
+    on_disk: HashMap<String, OnDisk>,
+    /// How the model is split over a group of processes (`None`: whole).
+    pub parallel: Option<ParallelSpec>,
 }
 
 impl WeightStore for HostWeights {
@@ -44,6 +49,22 @@ impl WeightStore for HostWeights {
     fn names(&self) -> RVec<RString> {
         self.tensors.keys().map(|k| RString::from(k.as_str())).collect()
     }
+    fn parallel(&self) -> ROption<ParallelSpec> {
+        self.parallel.into()
+    }
+    fn slice(&self, name: RStr<'_>, axis: i32, start: i32, stop: i32) -> RResult<ROption<ArrayHandle>, RString> {
+        let n = name.as_str();
+        let Some(t) = self.tensors.get(n) else { return ROk(ROption::RNone) };
+        self.read.borrow_mut().insert(n.to_string());
+        let got = match self.on_disk.get(n) {
+            Some(d) => d.read_slice(axis, start, stop).map_err(|e| format!("{e:#}")),
+            None => t.slice_axis(axis, start, stop).map_err(|e| format!("{n}: {}", e.0)),
+        };
+        match got {
+            Ok(a) => ROk(ROption::RSome(a.into())),
+            Err(e) => RErr(e.into()),
+        }
+    }
 }
 
 /// A checkpoint as read from disk, before any family's rewriter.
@@ -56,6 +77,8 @@ pub(crate) struct Source {
     /// The checkpoint folder or file, for errors about its tensors.
     pub(crate) location: String,
     pub(crate) tensors: HashMap<String, Array>,
+    /// Where the safetensors tensors lie on disk.
+    pub(crate) on_disk: HashMap<String, OnDisk>,
     pub(crate) quant: QuantConfig,
 }
 
@@ -69,13 +92,15 @@ impl Source {
             config_path: config_source(path),
             location: path.display().to_string(),
             tensors: std::mem::take(&mut ck.tensors),
+            on_disk: std::mem::take(&mut ck.on_disk),
             quant: ck.quant.clone(),
         };
         Ok((src, ck))
     }
 }
 
-/// Plans, rewrites and builds a model with `fam` from `src`.
+/// Plans, rewrites and builds a model with `fam` from `src`: this rank's
+/// part of it when the process is one rank of a split model.
 pub(crate) fn assemble(fam: &FamilyEntry, src: &Source) -> Result<(ModelPlan, Rc<HostWeights>, ModelBox)> {
     let (plan, weights) = plan_and_rewrite(fam, src)?;
     let model = build(fam, &plan, &weights).map_err(|e| anyhow!("{}: {e:#}", src.location))?;
@@ -89,10 +114,15 @@ pub(crate) fn plan_and_rewrite(fam: &FamilyEntry, src: &Source) -> Result<(Model
         .plan(RStr::from(src.config_text.as_str()))
         .into_result()
         .map_err(|e| anyhow!("{}: {e}", src.config_path))?;
-    let mut weights =
-        HostWeights::rewritten(fam, &plan, &src.tensors, &src.quant).map_err(|e| anyhow!("{}: {e:#}", src.location))?;
-    for f in fam.family.fusions(&plan) {
-        weights.fuse(&f)?;
+    let mut weights = HostWeights::rewritten(fam, &plan, &src.tensors, &src.on_disk, &src.quant)
+        .map_err(|e| anyhow!("{}: {e:#}", src.location))?;
+    weights.parallel = crate::distributed::parallel().map(ParallelSpec::from);
+    // A split model's shared layers fuse their own shares (a fused tensor
+    // would be read whole to take each part's share of it).
+    if mlx::nn::Parallel::tensor(crate::distributed::parallel()).is_none() {
+        for f in fam.family.fusions(&plan) {
+            weights.fuse(&f)?;
+        }
     }
     Ok((plan, Rc::new(weights)))
 }
@@ -107,8 +137,10 @@ impl HostWeights {
         fam: &FamilyEntry,
         plan: &ModelPlan,
         tensors: &HashMap<String, Array>,
+        on_disk: &HashMap<String, OnDisk>,
         quant: &QuantConfig,
     ) -> Result<HostWeights> {
+        let mut placed = HashMap::new();
         let mut out = HashMap::with_capacity(tensors.len());
         // Quantization follows the rewrite: a module renamed or split (a
         // fused `qkv_proj` into q/k/v) keeps its source's per-module entry,
@@ -123,6 +155,10 @@ impl HostWeights {
             let source = module_of(name).and_then(|m| Some((m, quant.overrides.get(m)?)));
             for p in parts {
                 let to = p.0.into_string();
+                // Passed through untouched (the same graph node): still read from its file.
+                if let Some(d) = on_disk.get(name).filter(|_| p.1.to_array().id() == t.id()) {
+                    placed.insert(to.clone(), d.clone());
+                }
                 if let (Some((from, spec)), Some(module)) = (source, module_of(&to)) {
                     if module != from {
                         inherited.insert(module.to_string(), spec.clone());
@@ -135,12 +171,14 @@ impl HostWeights {
         for (module, spec) in inherited {
             quant.overrides.entry(module).or_insert(spec);
         }
-        Ok(HostWeights::new(out, quant))
+        let mut w = HostWeights::new(out, quant);
+        w.on_disk = placed;
+        Ok(w)
     }
 
     /// Weights held under these names.
     pub fn new(tensors: HashMap<String, Array>, quant: QuantConfig) -> HostWeights {
-        HostWeights { tensors, quant, read: RefCell::default() }
+        HostWeights { tensors, quant, read: RefCell::default(), on_disk: HashMap::new(), parallel: None }
     }
 
     /// The names no plugin has read so far, sorted.

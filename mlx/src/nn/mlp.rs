@@ -1,7 +1,8 @@
 //! The gated MLP and its gate/up projections (fused or split).
 
 use super::activations::GluActivation;
-use super::linear::Linear;
+use super::linear::{Linear, Split};
+use super::parallel::Parallel;
 use super::weights::Weights;
 use crate::{Array, Result};
 
@@ -81,11 +82,51 @@ impl GatedMlp {
         intermediate: i32,
         act: GluActivation,
     ) -> Result<Self> {
+        if let Some(p) = Parallel::tensor(w.parallel()) {
+            let unit = w.quant(&format!("{prefix}.down_proj")).map_or(1, |q| q.group_size.max(1));
+            // Columns too few to give every rank a share stay whole on every rank.
+            if intermediate % unit == 0 && intermediate / unit >= p.size {
+                return Self::load_share(w, prefix, hidden, intermediate, act, &p, unit);
+            }
+        }
         Ok(GatedMlp {
             proj: GateUp::load(w, prefix, hidden, intermediate)?,
             down: Linear::load(w, &format!("{prefix}.down_proj"), intermediate, hidden)?,
             act,
         })
+    }
+
+    /// This rank's share of a tensor-parallel split: a run of the
+    /// intermediate columns (whole quantization groups of `down_proj`), so
+    /// gate/up split their outputs and down its inputs, summed over the
+    /// group.
+    fn load_share(
+        w: &dyn Weights,
+        prefix: &str,
+        hidden: i32,
+        intermediate: i32,
+        act: GluActivation,
+        p: &Parallel,
+        unit: i32,
+    ) -> Result<Self> {
+        let down = format!("{prefix}.down_proj");
+        let (a, b) = p.share(intermediate / unit, "MLP column groups")?;
+        let (a, b) = (a * unit, b * unit);
+        let fused = format!("{prefix}.gate_up_proj");
+        let proj = if w.get(&format!("{fused}.weight")).is_some() {
+            let rows = Split::Rows(vec![(a, b), (intermediate + a, intermediate + b)]);
+            GateUp::Fused { gate_up: Linear::load_split(w, &fused, hidden, 2 * intermediate, &rows)?, gate_out: b - a }
+        } else {
+            let rows = Split::Rows(vec![(a, b)]);
+            let gate = Linear::load_split(w, &format!("{prefix}.gate_proj"), hidden, intermediate, &rows)?;
+            let up = Linear::load_split(w, &format!("{prefix}.up_proj"), hidden, intermediate, &rows)?;
+            match Linear::stack(&[&gate, &up])? {
+                Some(gate_up) => GateUp::Fused { gate_up, gate_out: b - a },
+                None => GateUp::Split { gate, up },
+            }
+        };
+        let down = Linear::load_split(w, &down, intermediate, hidden, &Split::Cols(a, b))?;
+        Ok(GatedMlp { proj, down, act })
     }
 
     /// `down(act(gate(x)) * up(x))`.

@@ -8,15 +8,17 @@ mod head;
 mod linear;
 mod mlp;
 mod norm;
+mod parallel;
 mod rope;
 mod switch;
 mod weights;
 
 pub use activations::{geglu, gelu_approx, silu, swiglu, GluActivation};
 pub use head::OutputHead;
-pub use linear::{Embedding, Linear};
+pub use linear::{Embedding, Linear, Split};
 pub use mlp::{GateUp, GatedMlp};
 pub use norm::{LayerNorm, RmsNorm};
+pub use parallel::{share, HeadShare, Parallel, ParallelMode};
 pub use rope::{Rope, RopeScaling};
 pub use switch::{SwitchGlu, SwitchLinear};
 pub use weights::{fold_names, mismatch, summarize, Checked, Kind, Problem, Weights};

@@ -4,6 +4,8 @@
 //! three of them. Families add their own router and combination rule.
 
 use super::activations::GluActivation;
+use super::linear::Split;
+use super::parallel::Parallel;
 use super::weights::{Kind, Weights};
 use crate::quant::{gather_mm, gather_qmm, QuantSpec, Quantized};
 use crate::{Array, Dtype, Error, Result};
@@ -42,6 +44,62 @@ impl SwitchLinear {
         }
     }
 
+    /// [`SwitchLinear::load`] of this rank's part `split` of every expert
+    /// (rows: a run of each expert's outputs; columns: of its inputs, on
+    /// whole quantization groups), read alone from the checkpoint.
+    pub fn load_split(
+        w: &dyn Weights,
+        prefix: &str,
+        experts: i32,
+        in_features: i32,
+        out_features: i32,
+        split: &Split,
+    ) -> Result<Self> {
+        let whole = Self::load(w, prefix, experts, in_features, out_features)?;
+        let part = |suffix: &str, axis: i32, a: i32, b: i32| -> Result<Array> {
+            let name = format!("{prefix}.{suffix}");
+            w.slice(&name, axis, a, b)?.ok_or_else(|| Error(format!("missing weight {name}")))
+        };
+        let dense = |t: Array| -> Result<SwitchLinear> {
+            // As `load`: MLX's CPU gather_mm runs only in f32.
+            let cpu = crate::device::backend() == crate::device::Backend::Cpu;
+            Ok(SwitchLinear::Dense(if cpu && t.dtype() != Dtype::F32 { t.astype(Dtype::F32)? } else { t }))
+        };
+        match (split, &whole) {
+            (Split::Whole, _) => Ok(whole),
+            (Split::Rows(r), _) if r.len() != 1 => Err(Error(format!("{prefix}: experts split one run of rows"))),
+            (Split::Rows(r), SwitchLinear::Dense(_)) => dense(part("weight", 1, r[0].0, r[0].1)?),
+            (Split::Rows(r), SwitchLinear::Quant(q, spec)) => {
+                let (a, b) = r[0];
+                Ok(SwitchLinear::Quant(
+                    Quantized {
+                        w: part("weight", 1, a, b)?,
+                        scales: part("scales", 1, a, b)?,
+                        biases: q.biases.as_ref().map(|_| part("biases", 1, a, b)).transpose()?,
+                    },
+                    spec.clone(),
+                ))
+            }
+            (&Split::Cols(a, b), SwitchLinear::Dense(_)) => dense(part("weight", 2, a, b)?),
+            (&Split::Cols(a, b), SwitchLinear::Quant(q, spec)) => {
+                let (gs, bits) = (spec.group_size, spec.bits);
+                if a % gs != 0 || b % gs != 0 || (a * bits) % 32 != 0 || (b * bits) % 32 != 0 {
+                    return Err(Error(format!(
+                        "{prefix}: cannot split its inputs at {a}..{b}: not on its quantization groups of {gs}"
+                    )));
+                }
+                Ok(SwitchLinear::Quant(
+                    Quantized {
+                        w: part("weight", 2, a * bits / 32, b * bits / 32)?,
+                        scales: part("scales", 2, a / gs, b / gs)?,
+                        biases: q.biases.as_ref().map(|_| part("biases", 2, a / gs, b / gs)).transpose()?,
+                    },
+                    spec.clone(),
+                ))
+            }
+        }
+    }
+
     /// `x` `[..., 1, in]` through the experts `idx` → `[..., 1, out]`.
     pub fn forward(&self, x: &Array, idx: &Array, sorted: bool) -> Result<Array> {
         match self {
@@ -65,6 +123,9 @@ pub struct SwitchGlu {
     up: SwitchLinear,
     down: SwitchLinear,
     act: GluActivation,
+    /// Each expert's columns are split over a tensor-parallel group: the
+    /// outputs are shares, summed over it.
+    sum: bool,
 }
 
 impl SwitchGlu {
@@ -78,17 +139,40 @@ impl SwitchGlu {
         intermediate: i32,
         act: GluActivation,
     ) -> Result<Self> {
-        let l = |n: &str, i, o| SwitchLinear::load(w, &format!("{prefix}.{n}"), experts, i, o);
+        // Tensor parallel: each rank holds a run of every expert's columns
+        // (whole quantization groups of down_proj), as the dense MLP does.
+        let down = format!("{prefix}.down_proj");
+        let unit = w.quant(&down).map_or(1, |q| q.group_size.max(1));
+        let share = Parallel::tensor(w.parallel())
+            .filter(|p| intermediate % unit == 0 && intermediate / unit >= p.size)
+            .map(|p| p.share(intermediate / unit, "expert column groups"))
+            .transpose()?;
+        let (rows, cols) = match share {
+            Some((a, b)) => (Split::Rows(vec![(a * unit, b * unit)]), Split::Cols(a * unit, b * unit)),
+            None => (Split::Whole, Split::Whole),
+        };
+        let l = |n: &str, i, o, s: &Split| SwitchLinear::load_split(w, &format!("{prefix}.{n}"), experts, i, o, s);
         Ok(SwitchGlu {
-            gate: l("gate_proj", hidden, intermediate)?,
-            up: l("up_proj", hidden, intermediate)?,
-            down: l("down_proj", intermediate, hidden)?,
+            gate: l("gate_proj", hidden, intermediate, &rows)?,
+            up: l("up_proj", hidden, intermediate, &rows)?,
+            down: l("down_proj", intermediate, hidden, &cols)?,
             act,
+            sum: share.is_some(),
         })
     }
 
     /// `x` `[B, L, H]`, `inds` `[B, L, k]` (uint32) → `[B, L, k, H]`.
     pub fn forward(&self, x: &Array, inds: &Array) -> Result<Array> {
+        let y = self.forward_share(x, inds)?;
+        if self.sum {
+            super::linear::sum_shares(&y)
+        } else {
+            Ok(y)
+        }
+    }
+
+    /// This rank's share of [`SwitchGlu::forward`].
+    fn forward_share(&self, x: &Array, inds: &Array) -> Result<Array> {
         let x = x.expand_dims(&[-2, -3])?; // [B, L, 1, 1, H]
         let shape = inds.shape().to_vec();
         let k = *shape.last().ok_or_else(|| Error::msg("switch_glu: expert indices have no k axis"))?;

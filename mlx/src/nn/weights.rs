@@ -3,6 +3,7 @@
 //! is refused at load with the tensor named (as mlx-lm's strict loading
 //! does), not at the first forward with an MLX shape error.
 
+use super::parallel::Parallel;
 use crate::quant::QuantSpec;
 use crate::{Array, Dtype, Error, Result};
 use std::cell::RefCell;
@@ -66,6 +67,19 @@ pub trait Weights {
     /// Records a problem found while loading (a [`Checked`] store keeps it
     /// for the final report); other stores ignore it.
     fn report(&self, _problem: Problem) {}
+
+    /// How the model being loaded is split over a group of processes
+    /// (`None`: whole, in one process).
+    fn parallel(&self) -> Option<Parallel> {
+        None
+    }
+
+    /// Elements `[start, stop)` along `axis` of tensor `name` (`None` when
+    /// absent). A store that can read the slice alone from disk does, so a
+    /// rank of a split model reads only its share.
+    fn slice(&self, name: &str, axis: i32, start: i32, stop: i32) -> Result<Option<Array>> {
+        self.get(name).map(|t| t.slice_axis(axis, start, stop)).transpose()
+    }
 }
 
 /// Something wrong with a checkpoint's tensors.
@@ -184,6 +198,12 @@ impl Weights for Checked<'_> {
     }
     fn report(&self, problem: Problem) {
         self.problems.borrow_mut().push(problem);
+    }
+    fn parallel(&self) -> Option<Parallel> {
+        self.inner.parallel()
+    }
+    fn slice(&self, name: &str, axis: i32, start: i32, stop: i32) -> Result<Option<Array>> {
+        self.inner.slice(name, axis, start, stop)
     }
 }
 

@@ -11,7 +11,7 @@ use crate::family::{Caches, Position};
 use crate::{AttnMask, AttnOptions};
 use abi_stable::std_types::ROption;
 use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask, RopeOffset};
-use mlx::nn::{Linear, RmsNorm, Rope, Weights};
+use mlx::nn::{HeadShare, Linear, Parallel, RmsNorm, Rope, Split, Weights};
 use mlx::{arange, Array, Dtype, Error, Result};
 
 /// The shape and options of an [`Attention`] layer, from the model's config.
@@ -188,15 +188,27 @@ impl Attention {
         let (hidden, hq, hkv, d) = (s.hidden, s.n_heads, s.n_kv_heads, s.head_dim);
         let norm = |n: &str| s.qk_norm_eps.map(|eps| RmsNorm::load(w, &format!("{prefix}.{n}"), d, eps)).transpose();
         let lin = |n: &str, i: i32, o: i32| Linear::load(w, &format!("{prefix}.{n}"), i, o);
-        let q_rows = if s.output_gate { 2 * hq * d } else { hq * d };
-        let fused = s.has_kv && !s.k_eq_v && !s.output_gate && w.get(&format!("{prefix}.qkv_proj.weight")).is_some();
-        let proj = if fused {
-            Qkv::Fused(lin("qkv_proj", hidden, (hq + 2 * hkv) * d)?)
-        } else {
-            Qkv::Split {
-                q: lin("q_proj", hidden, q_rows)?,
-                k: s.has_kv.then(|| lin("k_proj", hidden, hkv * d)).transpose()?,
-                v: (s.has_kv && !s.k_eq_v).then(|| lin("v_proj", hidden, hkv * d)).transpose()?,
+        // Heads that do not split over the ranks (fewer heads than ranks,
+        // or o_proj columns off its quantization groups on some rank) stay
+        // whole on every rank: the same numbers, without the saving.
+        let group = w.quant(&format!("{prefix}.o_proj")).map(|q| q.group_size);
+        let share = Parallel::tensor(w.parallel()).and_then(|p| HeadShare::split(&p, hq, hkv, d, group));
+        let (proj, o, hq, hkv) = match share {
+            Some(share) => Self::load_share(w, prefix, &s, share)?,
+            None => {
+                let q_rows = if s.output_gate { 2 * hq * d } else { hq * d };
+                let fused =
+                    s.has_kv && !s.k_eq_v && !s.output_gate && w.get(&format!("{prefix}.qkv_proj.weight")).is_some();
+                let proj = if fused {
+                    Qkv::Fused(lin("qkv_proj", hidden, (hq + 2 * hkv) * d)?)
+                } else {
+                    Qkv::Split {
+                        q: lin("q_proj", hidden, q_rows)?,
+                        k: s.has_kv.then(|| lin("k_proj", hidden, hkv * d)).transpose()?,
+                        v: (s.has_kv && !s.k_eq_v).then(|| lin("v_proj", hidden, hkv * d)).transpose()?,
+                    }
+                };
+                (proj, lin("o_proj", hq * d, hidden)?, hq, hkv)
             }
         };
         let q_norm = norm("q_norm")?;
@@ -209,7 +221,7 @@ impl Attention {
         };
         Ok(Attention {
             proj,
-            o: lin("o_proj", hq * d, hidden)?,
+            o,
             q_norm,
             k_norm,
             v_norm_eps: s.v_norm_eps,
@@ -221,6 +233,45 @@ impl Attention {
             rope,
             head_norms,
         })
+    }
+
+    /// This rank's heads of a tensor-parallel split (see [`HeadShare`]):
+    /// the q/k/v rows of its heads (stacked into one projection where they
+    /// stack) and the `o_proj` columns they feed, summed over the group.
+    /// Returns the projections and the local query and key/value head counts.
+    fn load_share(
+        w: &dyn Weights,
+        prefix: &str,
+        s: &AttentionShape,
+        share: HeadShare,
+    ) -> Result<(Qkv, Linear, i32, i32)> {
+        let (hidden, hq, hkv, d) = (s.hidden, s.n_heads, s.n_kv_heads, s.head_dim);
+        let ((qa, qb), (ka, kb)) = (share.q, share.kv);
+        let split = |n: &str, i: i32, o: i32, sp: Split| Linear::load_split(w, &format!("{prefix}.{n}"), i, o, &sp);
+        let rows = |ranges: &[(i32, i32)]| Split::Rows(ranges.to_vec());
+        let qd = if s.output_gate { 2 * d } else { d };
+        let native_fused =
+            s.has_kv && !s.k_eq_v && !s.output_gate && w.get(&format!("{prefix}.qkv_proj.weight")).is_some();
+        let proj = if native_fused {
+            let (k0, v0) = (hq * d, (hq + hkv) * d);
+            let r = rows(&[(qa * d, qb * d), (k0 + ka * d, k0 + kb * d), (v0 + ka * d, v0 + kb * d)]);
+            Qkv::Fused(split("qkv_proj", hidden, (hq + 2 * hkv) * d, r)?)
+        } else {
+            let q = split("q_proj", hidden, hq * qd, rows(&[(qa * qd, qb * qd)]))?;
+            let kv_rows = || rows(&[(ka * d, kb * d)]);
+            let k = s.has_kv.then(|| split("k_proj", hidden, hkv * d, kv_rows())).transpose()?;
+            let v = (s.has_kv && !s.k_eq_v).then(|| split("v_proj", hidden, hkv * d, kv_rows())).transpose()?;
+            let stacked = match (&k, &v) {
+                (Some(k), Some(v)) if !s.output_gate => Linear::stack(&[&q, k, v])?,
+                _ => None,
+            };
+            match stacked {
+                Some(f) => Qkv::Fused(f),
+                None => Qkv::Split { q, k, v },
+            }
+        };
+        let o = split("o_proj", hq * d, hidden, Split::Cols(qa * d, qb * d))?;
+        Ok((proj, o, qb - qa, kb - ka))
     }
 
     /// `[B, L, h·d]` → `[B, h, L, d]`, normed per head by `norm`. For one

@@ -2,6 +2,7 @@
 //! attention and a gated MLP, the final norm and the output head.
 
 use super::attention::{Attention, AttentionShape};
+use super::pipeline::Stage;
 use crate::family::Caches;
 use mlx::nn::{Embedding, GatedMlp, OutputHead, RmsNorm, Rope, Weights};
 use mlx::{Array, Result};
@@ -34,8 +35,12 @@ impl PreNormBlock {
 pub struct DecoderLm {
     /// token embedding
     pub embed: Embedding,
-    /// blocks
+    /// blocks (of a pipeline split: this rank's, model layers `stage.layers`)
     pub blocks: Vec<PreNormBlock>,
+    /// this rank's stage of a pipeline split
+    pub stage: Option<Stage>,
+    /// width of the residual stream
+    pub hidden: i32,
     /// final norm
     pub norm: RmsNorm,
     /// output head
@@ -66,7 +71,9 @@ impl DecoderLm {
     /// checked against `shape`; every block's attention ropes with `rope`.
     pub fn load(w: &dyn Weights, shape: &DecoderShape, rope: &Rope) -> Result<DecoderLm> {
         let (h, eps) = (shape.attention.hidden, shape.rms_norm_eps);
+        let stage = Stage::of(w, shape.layers)?;
         let blocks = (0..shape.layers)
+            .filter(|&i| Stage::holds(stage.as_ref(), i as usize))
             .map(|i| {
                 let p = format!("model.layers.{i}");
                 Ok(PreNormBlock {
@@ -82,6 +89,8 @@ impl DecoderLm {
             head: OutputHead::load(w, "lm_head", &embed, shape.tied, h, shape.vocab)?,
             embed,
             blocks,
+            stage,
+            hidden: h,
             norm: RmsNorm::load(w, "model.norm", h, eps)?,
         })
     }
@@ -108,11 +117,15 @@ pub fn lm_output(
 
 impl crate::family::ModelForward for DecoderLm {
     fn forward(&mut self, input: &crate::family::Input, caches: &mut Caches<'_>) -> Result<crate::family::Output> {
-        let mut h = input.embed(&self.embed)?;
+        let stage = self.stage.as_ref();
+        let shape = [input.tokens.dim(0), input.tokens.dim(1), self.hidden];
+        let mut h = Stage::enter(stage, &shape, self.embed.dtype(), || input.embed(&self.embed))?;
+        let first = stage.map_or(0, |s| s.layers.start);
         for (i, b) in self.blocks.iter().enumerate() {
-            h = b.forward(&h, caches, i)?;
+            h = b.forward(&h, caches, first + i)?;
         }
-        let h = self.norm.forward(&h)?;
+        let used = input.want_hidden || input.logits != crate::LogitsWanted::None;
+        let h = self.norm.forward(&Stage::leave(stage, h, used)?)?;
         lm_output(h, input.logits, input.want_hidden, |x| self.head.forward(x))
     }
 }

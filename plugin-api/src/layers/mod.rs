@@ -1,7 +1,7 @@
 //! Cache-aware layers shared by families: attention over a host cache slot
 //! (with every option the in-tree families need), the per-head norm and rope
 //! helpers of decode, the Llama-style decoder, the fusions a family asks the
-//! host for, and the small-LM drafter.
+//! host for, the small-LM drafter and the stages of a pipeline split.
 
 mod attention;
 mod decoder;
@@ -9,6 +9,7 @@ mod drafter;
 mod fusion;
 mod head_norms;
 mod media;
+mod pipeline;
 mod rotary;
 
 pub use attention::{mask_for, mask_with_overlay, Attention, AttentionShape, Qkv, SharedKv};
@@ -17,4 +18,5 @@ pub use drafter::LmDrafter;
 pub use fusion::{decoder_fusions, gate_up_fusion, qkv_fusion};
 pub use head_norms::{rope_one_token, HeadNorms};
 pub use media::splice_rows;
+pub use pipeline::Stage;
 pub use rotary::Rotary;

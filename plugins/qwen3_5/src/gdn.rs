@@ -2,7 +2,7 @@
 //! depthwise convolution and delta-rule recurrence kept in a recurrent cache
 //! slot (`[conv_state, delta_state]`).
 
-use mlx::nn::{Kind, Linear, Weights};
+use mlx::nn::{HeadShare, Kind, Linear, Parallel, Split, Weights};
 use mlx::{Array, Dtype, Result};
 use plugin_api::family::Caches;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -177,6 +177,15 @@ impl GatedDeltaNet {
     /// Loads `{prefix}.{in_proj_qkv,in_proj_z,in_proj_b,in_proj_a,conv1d,dt_bias,A_log,norm,out_proj}`
     /// of a layer over a `hidden`-wide residual stream.
     pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, dims: GdnDims, eps: f32) -> Result<Self> {
+        // Tensor parallel: each rank holds a share of the value heads and
+        // the key heads they read, where they split over the ranks (and on
+        // out_proj's quantization groups); else the layer stays whole.
+        let group = w.quant(&format!("{prefix}.out_proj")).map(|q| q.group_size);
+        let share = Parallel::tensor(w.parallel())
+            .and_then(|p| HeadShare::split(&p, dims.v_heads, dims.k_heads, dims.v_dim, group));
+        if let Some(share) = share {
+            return Self::load_share(w, prefix, hidden, dims, eps, share);
+        }
         let l = |n: &str, i: i32, o: i32| Linear::load(w, &format!("{prefix}.{n}"), i, o);
         let t = |n: &str, shape: &[i32]| w.tensor(&format!("{prefix}.{n}"), shape, Kind::Float);
         let (c, vh) = (dims.conv_dim(), dims.v_heads);
@@ -192,6 +201,54 @@ impl GatedDeltaNet {
             norm_w: t("norm.weight", &[dims.v_dim])?,
             out: l("out_proj", dims.value_dim(), hidden)?,
             dims,
+            eps,
+            path: ScanPath::Auto,
+        })
+    }
+
+    /// This rank's heads of a tensor-parallel split: the q/k/v channels,
+    /// z rows, decay and gate entries and convolution channels of its
+    /// heads, and the `out_proj` columns they feed (summed over the group).
+    /// Every head's recurrence is its own, so the split is exact.
+    fn load_share(
+        w: &dyn Weights,
+        prefix: &str,
+        hidden: i32,
+        dims: GdnDims,
+        eps: f32,
+        share: HeadShare,
+    ) -> Result<Self> {
+        let d = dims;
+        let ((va, vb), (ka, kb)) = (share.q, share.kv);
+        let (kd, vd) = (d.k_dim, d.v_dim);
+        let key = d.key_dim();
+        let channels = vec![(ka * kd, kb * kd), (key + ka * kd, key + kb * kd), (2 * key + va * vd, 2 * key + vb * vd)];
+        let split = |n: &str, i: i32, o: i32, s: Split| Linear::load_split(w, &format!("{prefix}.{n}"), i, o, &s);
+        let t = |n: &str, shape: &[i32]| w.tensor(&format!("{prefix}.{n}"), shape, Kind::Float);
+        // Checked whole, then only the rows of this rank's heads read.
+        let rows = |n: &str, shape: &[i32], ranges: &[(i32, i32)]| -> Result<Array> {
+            t(n, shape)?;
+            let name = format!("{prefix}.{n}");
+            let parts = ranges
+                .iter()
+                .map(|&(a, b)| w.slice(&name, 0, a, b)?.ok_or_else(|| mlx::Error(format!("missing weight {name}"))))
+                .collect::<Result<Vec<_>>>()?;
+            mlx::concatenate(&parts.iter().collect::<Vec<_>>(), 0)
+        };
+        let (c, vh) = (d.conv_dim(), d.v_heads);
+        let a_log = rows("A_log", &[vh], &[(va, vb)])?;
+        let local = GdnDims { k_heads: kb - ka, v_heads: vb - va, ..d };
+        Ok(GatedDeltaNet {
+            in_qkv: split("in_proj_qkv", hidden, c, Split::Rows(channels.clone()))?,
+            in_z: split("in_proj_z", hidden, d.value_dim(), Split::Rows(vec![(va * vd, vb * vd)]))?,
+            in_b: split("in_proj_b", hidden, vh, Split::Rows(vec![(va, vb)]))?,
+            in_a: split("in_proj_a", hidden, vh, Split::Rows(vec![(va, vb)]))?,
+            conv_w: rows("conv1d.weight", &[c, d.conv_kernel, 1], &channels)?,
+            dt_bias: rows("dt_bias", &[vh], &[(va, vb)])?,
+            neg_a: a_log.astype(Dtype::F32)?.exp()?.neg()?,
+            norm_w: t("norm.weight", &[d.v_dim])?,
+            out: split("out_proj", d.value_dim(), hidden, Split::Cols(va * vd, vb * vd))?,
+            dims: local,
             eps,
             path: ScanPath::Auto,
         })

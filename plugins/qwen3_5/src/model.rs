@@ -12,15 +12,18 @@ use crate::vision::VisionTower;
 use mlx::nn::{Embedding, OutputHead, RmsNorm, Weights};
 use mlx::{Array, Error, Result};
 use plugin_api::family::{Caches, Input, ModelForward, Output};
-use plugin_api::layers::{lm_output, splice_rows, Rotary};
+use plugin_api::layers::{lm_output, splice_rows, Rotary, Stage};
 use plugin_api::media::MediaInput;
 
 /// The Qwen3.5 text model.
 #[derive(Debug, Clone)]
 pub struct Qwen3_5 {
     embed: Embedding,
-    /// decoder layers, one cache slot each
+    /// decoder layers, one cache slot each (of a pipeline split: this
+    /// rank's, model layers `stage.layers`)
     pub layers: Vec<Layer>,
+    /// This rank's stage of a pipeline split.
+    stage: Option<Stage>,
     norm: RmsNorm,
     head: OutputHead,
     image: Option<ImageConfig>,
@@ -35,7 +38,10 @@ impl Qwen3_5 {
     /// Builds the model from weights under mlx-lm's names.
     pub fn load(cfg: &Config, w: &dyn Weights) -> Result<Self> {
         let rope = cfg.rope()?;
+        let stage = Stage::of(w, cfg.num_hidden_layers)?;
+        let held = |i: usize| Stage::holds(stage.as_ref(), i);
         let layers = (0..cfg.num_hidden_layers)
+            .filter(|&i| held(i as usize))
             .map(|i| {
                 let p = format!("{PREFIX}layers.{i}");
                 Layer::load(w, &p, cfg, cfg.linear[i as usize], cfg.is_sparse(i), &rope)
@@ -51,7 +57,12 @@ impl Qwen3_5 {
             image: None,
             vision: None,
             rope: (cfg.rope_theta, cfg.rope_dims),
-            first_attention: cfg.linear.iter().position(|l| !l),
+            // The first attention layer this rank holds (else its first
+            // layer): its offset is the position.
+            first_attention: (0..cfg.linear.len())
+                .find(|&i| held(i) && !cfg.linear[i])
+                .or_else(|| (0..cfg.linear.len()).find(|&i| held(i))),
+            stage,
         })
     }
 
@@ -97,14 +108,22 @@ impl Qwen3_5 {
 
 impl ModelForward for Qwen3_5 {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
-        let mut h = input.embed(&self.embed)?;
-        if let (Some(rows), Some(img)) = (&input.media, &self.image) {
-            h = splice_rows(&h, &input.tokens, rows, &[img.image_token_id])?;
-        }
+        let stage = self.stage.as_ref();
+        let shape = [input.tokens.dim(0), input.tokens.dim(1), self.embed.width()];
+        let mut h = Stage::enter(stage, &shape, self.embed.dtype(), || {
+            let h = input.embed(&self.embed)?;
+            match (&input.media, &self.image) {
+                (Some(rows), Some(img)) => splice_rows(&h, &input.tokens, rows, &[img.image_token_id]),
+                _ => Ok(h),
+            }
+        })?;
         let rotary = self.rotary(input, caches, h.dtype())?;
+        let first = stage.map_or(0, |s| s.layers.start);
         for (i, l) in self.layers.iter().enumerate() {
-            h = l.forward(&h, caches, i, rotary.as_ref())?;
+            h = l.forward(&h, caches, first + i, rotary.as_ref())?;
         }
+        let used = input.want_hidden || input.logits != plugin_api::LogitsWanted::None;
+        let h = Stage::leave(stage, h, used)?;
         // The hidden state returned with `want_hidden` is taken after the
         // final norm: what the MTP head (mtp.rs) is defined on.
         let h = self.norm.forward(&h)?;

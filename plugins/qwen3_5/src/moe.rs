@@ -103,4 +103,13 @@ impl Weights for StackedExperts<'_> {
     fn quant(&self, prefix: &str) -> Option<QuantSpec> {
         self.quant.get(prefix).cloned().or_else(|| self.inner.quant(prefix))
     }
+    fn parallel(&self) -> Option<mlx::nn::Parallel> {
+        self.inner.parallel()
+    }
+    fn slice(&self, name: &str, axis: i32, start: i32, stop: i32) -> Result<Option<Array>> {
+        match self.extra.get(name) {
+            Some(t) => t.slice_axis(axis, start, stop).map(Some),
+            None => self.inner.slice(name, axis, start, stop),
+        }
+    }
 }

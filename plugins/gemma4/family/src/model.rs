@@ -10,7 +10,7 @@ use crate::media::{MediaTokens, Tower};
 use mlx::nn::{Embedding, Linear, OutputHead, RmsNorm, Weights};
 use mlx::{Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, Input, ModelForward, Output};
-use plugin_api::layers::{lm_output, splice_rows, SharedKv};
+use plugin_api::layers::{lm_output, splice_rows, SharedKv, Stage};
 use plugin_api::media::MediaInput;
 
 /// Per-layer input embeddings (E2B/E4B).
@@ -29,7 +29,12 @@ struct PerLayerInputs {
 pub struct Gemma4Text {
     embed: Embedding,
     embed_scale: f64,
+    /// Decoder layers (of a pipeline split: this rank's, model layers `stage.layers`).
     layers: Vec<Gemma4Layer>,
+    /// Layers in the whole model.
+    n_layers: usize,
+    /// This rank's stage of a pipeline split.
+    stage: Option<Stage>,
     norm: RmsNorm,
     head: OutputHead,
     softcap: Option<f32>,
@@ -49,7 +54,19 @@ impl Gemma4Text {
         let m = cfg.first_kv_shared() as usize;
         let n = cfg.num_hidden_layers as usize;
         let pl = cfg.hidden_size_per_layer_input;
+        let stage = Stage::of(w, n as i32)?;
+        // A KV-shared layer reads its source layer's K/V in the same
+        // forward: both must be on one rank.
+        for i in (m..n).filter(|&i| Stage::holds(stage.as_ref(), i)) {
+            if !Stage::holds(stage.as_ref(), sources[i]) {
+                return Err(Error(format!(
+                    "cannot split the layers over the ranks here: layer {i} reads layer {}'s K/V, held by another rank (use --parallel tensor)",
+                    sources[i]
+                )));
+            }
+        }
         let layers = (0..n)
+            .filter(|&i| Stage::holds(stage.as_ref(), i))
             .map(|i| {
                 let has_kv = i < m;
                 Gemma4Layer::load(cfg, w, &format!("{p}.layers.{i}"), i, has_kv, sources[i], sources[m..].contains(&i))
@@ -80,6 +97,8 @@ impl Gemma4Text {
             embed,
             embed_scale: (h as f64).sqrt(),
             layers,
+            n_layers: n,
+            stage,
             norm: RmsNorm::load(w, &format!("{p}.norm"), h, eps)?,
             softcap: cfg.final_logit_softcapping.filter(|c| *c > 0.0),
             per_layer,
@@ -145,7 +164,7 @@ impl Gemma4Text {
     /// The per-layer inputs `[B, L, layers, width]`, from the token ids and
     /// the scaled input embeddings.
     fn per_layer_inputs(&self, pl: &PerLayerInputs, tokens: &Array, h: &Array) -> Result<Array> {
-        let n = self.layers.len() as i32;
+        let n = self.n_layers as i32;
         let (b, l) = (h.dim(0), h.dim(1));
         let from_ids = pl.embed.forward(tokens)?.mul_s(pl.embed_scale)?.reshape(&[b, l, n, pl.width])?;
         let proj = pl.projection.forward(h)?.mul_s(pl.projection_scale)?.reshape(&[b, l, n, pl.width])?;
@@ -156,19 +175,32 @@ impl Gemma4Text {
 
 impl ModelForward for Gemma4Text {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
-        let e = input.embed(&self.embed)?;
-        let mut h = e.mul_s(self.embed_scale)?;
-        if let Some(rows) = &input.media {
-            // Tower rows go in as the tower gives them, not scaled.
-            h = splice_rows(&h, &input.tokens, rows, &self.media.placeholders())?;
-        }
-        let overlay = self.image_overlay(input)?;
-        let pli = match &self.per_layer {
-            Some(pl) => Some(self.per_layer_inputs(pl, &self.per_layer_ids(&input.tokens)?, &h)?),
-            None => None,
+        let stage = self.stage.as_ref();
+        let first_stage = stage.is_none_or(|s| s.rank == 0);
+        // The scaled input embeddings: the first stage's input, and what
+        // every stage's per-layer inputs are computed from.
+        let embedded = || -> Result<Array> {
+            let h = input.embed(&self.embed)?.mul_s(self.embed_scale)?;
+            match &input.media {
+                // Tower rows go in as the tower gives them, not scaled.
+                Some(rows) => splice_rows(&h, &input.tokens, rows, &self.media.placeholders()),
+                None => Ok(h),
+            }
         };
-        let mut kept: Vec<Option<SharedKv>> = vec![None; self.layers.len()];
-        for (i, layer) in self.layers.iter().enumerate() {
+        let h0 = if first_stage || self.per_layer.is_some() { Some(embedded()?) } else { None };
+        let overlay = self.image_overlay(input)?;
+        let pli = match (&self.per_layer, &h0) {
+            (Some(pl), Some(h0)) => Some(self.per_layer_inputs(pl, &self.per_layer_ids(&input.tokens)?, h0)?),
+            _ => None,
+        };
+        let shape = [input.tokens.dim(0), input.tokens.dim(1), self.embed.width()];
+        let mut h = Stage::enter(stage, &shape, self.embed.dtype(), || {
+            h0.clone().ok_or_else(|| Error::msg("gemma4: no input embeddings"))
+        })?;
+        let first = stage.map_or(0, |s| s.layers.start);
+        let mut kept: Vec<Option<SharedKv>> = vec![None; self.n_layers];
+        for (j, layer) in self.layers.iter().enumerate() {
+            let i = first + j;
             let shared =
                 match layer.slot {
                     Some(_) => None,
@@ -183,7 +215,8 @@ impl ModelForward for Gemma4Text {
                 kept[i] = k;
             }
         }
-        let h = self.norm.forward(&h)?;
+        let used = input.want_hidden || input.logits != plugin_api::LogitsWanted::None;
+        let h = self.norm.forward(&Stage::leave(stage, h, used)?)?;
         lm_output(h, input.logits, input.want_hidden, |x| {
             let logits = self.head.forward(x)?;
             match self.softcap {

@@ -1,0 +1,116 @@
+//! Running as one rank of a model split over several processes (MLX's
+//! distributed layer): joining the group the launcher set up, and how this
+//! process's part of the model is split. Every rank runs the same command
+//! in lockstep (the collectives keep their logits equal, so their samplers
+//! agree); rank 0 alone writes output. [`launch`] starts the ranks.
+
+pub mod launch;
+
+use anyhow::{anyhow, bail, Result};
+use mlx::nn::{Parallel, ParallelMode};
+use std::sync::mpsc;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+static PARALLEL: OnceLock<Option<Parallel>> = OnceLock::new();
+
+/// How this process's model is split (`None`: it runs alone, or
+/// [`join`] was not called).
+pub fn parallel() -> Option<Parallel> {
+    PARALLEL.get().copied().flatten()
+}
+
+/// This process's rank (0 when alone).
+pub fn rank() -> i32 {
+    parallel().map_or(0, |p| p.rank)
+}
+
+/// Whether the environment says this process is one rank of a group:
+/// `MLX_RANK`, which `famlx launch` and `mlx.launch` set for every backend.
+pub fn launched() -> bool {
+    std::env::var_os("MLX_RANK").is_some()
+}
+
+/// The backend the environment configures: `FAMLX_BACKEND` when set, else
+/// NCCL's or the ring's variables, else `any`.
+fn backend() -> String {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    if let Some(b) = env("FAMLX_BACKEND") {
+        return b;
+    }
+    if env("NCCL_HOST_IP").is_some() {
+        "nccl".into()
+    } else if env("MLX_HOSTFILE").is_some() {
+        "ring".into()
+    } else {
+        "any".into()
+    }
+}
+
+/// How long a rank waits for every other rank to join
+/// (`FAMLX_DIST_TIMEOUT` seconds, default 60).
+fn join_timeout() -> Duration {
+    let s = std::env::var("FAMLX_DIST_TIMEOUT").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(60.0);
+    Duration::from_secs_f64(s.max(0.1))
+}
+
+/// Joins the group the environment describes (see [`launched`]), splitting
+/// the model by `mode`; nothing when the process runs alone. A peer that
+/// does not join within the timeout is an error naming this rank, not a
+/// hang. Later calls return the first call's result.
+pub fn join(mode: ParallelMode) -> Result<Option<Parallel>> {
+    if let Some(p) = PARALLEL.get() {
+        return Ok(*p);
+    }
+    if !launched() {
+        let _ = PARALLEL.set(None);
+        return Ok(None);
+    }
+    let rank = std::env::var("MLX_RANK").unwrap_or_default();
+    let backend = backend();
+    if !mlx::distributed::is_available(&backend)? {
+        bail!("rank {rank}: MLX has no `{backend}` distributed backend in this build");
+    }
+    // MLX's backends connect with retries and no deadline of their own.
+    let (tx, rx) = mpsc::channel();
+    let b = backend.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(mlx::distributed::init(&b, true));
+    });
+    let wait = join_timeout();
+    let g = match rx.recv_timeout(wait) {
+        Ok(r) => r.map_err(|e| anyhow!("rank {rank}: joining the {backend} group failed: {}", e.0))?,
+        Err(_) => bail!(
+            "rank {rank}: the other ranks of the {backend} group could not be reached within {} s",
+            wait.as_secs_f64()
+        ),
+    };
+    let p = (g.size > 1).then_some(Parallel { mode, rank: g.rank, size: g.size });
+    let _ = PARALLEL.set(p);
+    if g.rank > 0 {
+        quiet_stdout()?;
+    }
+    Ok(p)
+}
+
+/// An error for a subcommand that cannot run as ranks yet (every rank
+/// must make the same calls in the same order: a REPL's or a server's
+/// input reaches rank 0 only).
+pub fn refuse(command: &str) -> Result<()> {
+    if launched() {
+        bail!("`famlx {command}` does not run as ranks yet: run `generate` or `bench` across ranks");
+    }
+    Ok(())
+}
+
+/// Points this process's stdout at /dev/null: ranks other than 0 compute
+/// the same tokens, and only rank 0 prints them (errors still go to stderr).
+fn quiet_stdout() -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+    // SAFETY: dup2 onto fd 1 replaces stdout; both descriptors are valid.
+    if unsafe { libc::dup2(null.as_raw_fd(), 1) } < 0 {
+        bail!("cannot silence stdout: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! Distributed runs: `famlx launch` starting 2 and 3 real rank processes
+//! over MLX's ring backend on 127.0.0.1, tensor and pipeline parallel, give
+//! exactly the greedy tokens of one process; the ranks really hold only
+//! their share; `mlx.launch` (the reference launcher) starts famlx ranks
+//! too; and a killed rank ends the run with one error naming it.
+
+mod common;
+
+use common::{famlx, fixture, json_of, texts, Scratch};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PROMPT: &str = "The river ran past the old mill, and the mill wheel turned";
+
+fn generate_args(model: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> =
+        ["generate", "--prompt", PROMPT, "-m", "12", "--json", "--model"].iter().map(|s| s.to_string()).collect();
+    a.push(model.display().to_string());
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn tokens(v: &Value) -> Vec<u64> {
+    v["tokens"].as_array().expect("tokens").iter().map(|t| t.as_u64().unwrap()).collect()
+}
+
+/// One process's `generate --json`.
+fn alone(model: &Path) -> Value {
+    json_of(&famlx().args(generate_args(model, &[])).output().unwrap())
+}
+
+/// `famlx launch -n ranks -- generate … --parallel mode`: rank 0's JSON.
+fn launched(model: &Path, ranks: usize, mode: &str) -> Value {
+    let o = famlx()
+        .args(["launch", "-n", &ranks.to_string(), "--"])
+        .args(generate_args(model, &["--parallel", mode]))
+        .output()
+        .unwrap();
+    let (out, _) = texts(&o);
+    // Only rank 0 prints.
+    assert_eq!(out.lines().filter(|l| l.starts_with('{')).count(), 1, "{ranks} ranks, {mode}: {out}");
+    json_of(&o)
+}
+
+/// Every split of `model` over 2 and 3 ranks gives the tokens of one
+/// process; with `smaller`, rank 0 also peaks at less memory than one
+/// process holding the whole model.
+fn check_splits(model: &Path, smaller: bool) {
+    let want = alone(model);
+    for ranks in [2, 3] {
+        for mode in ["tensor", "pipeline"] {
+            let got = launched(model, ranks, mode);
+            assert_eq!(tokens(&got), tokens(&want), "{}: {ranks} ranks, {mode}", model.display());
+            if smaller {
+                let (one, part) =
+                    (want["peak_memory_bytes"].as_f64().unwrap(), got["peak_memory_bytes"].as_f64().unwrap());
+                assert!(
+                    part < 0.85 * one,
+                    "{}: {ranks} ranks, {mode}: rank 0 peaked at {part} bytes, alone {one}",
+                    model.display()
+                );
+            }
+        }
+    }
+}
+
+/// `famlx convert` of a fixture: q4 (groups of 32) with f32 activations, or
+/// only cast to f32. Splits sum partial products in the activations' type,
+/// so f32 activations make them exact.
+fn converted(scratch: &Scratch, variant: &str, q4: bool) -> PathBuf {
+    let out = scratch.path().join(format!("{variant}-{}", if q4 { "q4" } else { "f32" }));
+    let mut c = famlx();
+    c.args(["convert", "--hf-path"]).arg(fixture(variant)).arg("--mlx-path").arg(&out);
+    c.args(["--dtype", "float32"]);
+    if q4 {
+        c.args(["-q", "--q-bits", "4", "--q-group-size", "32"]);
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "convert {variant}: {}", texts(&o).1);
+    out
+}
+
+#[test]
+fn llama_splits_give_the_tokens_of_one_process() {
+    let s = Scratch::new("dist-llama");
+    check_splits(&fixture("llama-deep-f32"), true);
+    check_splits(&converted(&s, "llama-deep-f32", true), false);
+}
+
+#[test]
+fn qwen3_5_splits_give_the_tokens_of_one_process() {
+    let s = Scratch::new("dist-qwen3_5");
+    check_splits(&converted(&s, "qwen3_5-bf16", false), false);
+    check_splits(&fixture("qwen3_5_moe-f32"), false);
+    check_splits(&converted(&s, "qwen3_5_moe-f32", true), false);
+}
+
+#[test]
+fn gemma4_splits_give_the_tokens_of_one_process() {
+    let s = Scratch::new("dist-gemma4");
+    check_splits(&fixture("gemma4-vision-f32"), false);
+    check_splits(&converted(&s, "gemma4-vision-f32", true), false);
+    // Routed experts beside the dense MLP (the 26B-A4B layout).
+    check_splits(&fixture("gemma4-moe-hf-f32"), false);
+}
+
+#[test]
+fn ranks_started_by_mlx_launch_work_too() {
+    let model = fixture("llama-deep-f32");
+    let want = alone(&model);
+    // mlx.launch with the reference environment's mlx, running famlx ranks.
+    let py = common::reference::python();
+    let launcher = py.parent().unwrap().join("mlx.launch");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut c = Command::new(&launcher);
+    c.args(["-n", "2", "--backend", "ring", "--starting-port", &port.to_string(), "--"]);
+    c.arg(env!("CARGO_BIN_EXE_famlx"));
+    c.args(generate_args(&model, &["--parallel", "tensor"]));
+    c.env("FAMLX_PLUGIN_PATH", common::deps_dir());
+    let o = c.output().unwrap();
+    assert_eq!(tokens(&json_of(&o)), tokens(&want));
+}
+
+fn wait_for(child: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// The pids of `parent`'s children.
+fn children(parent: u32) -> Vec<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).unwrap_or_default();
+    text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
+#[test]
+fn a_killed_rank_ends_the_run_with_one_error_naming_it() {
+    let model = fixture("llama-deep-f32");
+    let mut launcher = famlx()
+        .args([
+            "launch",
+            "-n",
+            "3",
+            "--",
+            "bench",
+            "-p",
+            "32",
+            "-g",
+            "1000000",
+            "-n",
+            "1",
+            "--max-kv-size",
+            "64",
+            "--model",
+        ])
+        .arg(&model)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the three ranks run, then let them get going.
+    let start = Instant::now();
+    let ranks = loop {
+        let kids = children(launcher.id());
+        if kids.len() == 3 {
+            break kids;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "ranks did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: killing a process this test started (through the launcher).
+    unsafe { libc::kill(ranks[1] as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    let status = wait_for(&mut launcher, Duration::from_secs(30));
+    let Some(status) = status else {
+        let _ = launcher.kill();
+        panic!("the launcher did not end within 30 s of a rank being killed");
+    };
+    let o = Output { status, stdout: Vec::new(), stderr: launcher.stderr.take().map(read_all).unwrap_or_default() };
+    let (_, err) = texts(&o);
+    assert!(!status.success());
+    assert!(killed.elapsed() < Duration::from_secs(30));
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("famlx: error:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("rank 1 failed (signal 9)"), "{err}");
+    for r in &ranks {
+        assert!(!Path::new(&format!("/proc/{r}/cmdline")).exists() || zombie_or_gone(*r), "rank pid {r} still runs");
+    }
+}
+
+fn read_all(mut r: impl std::io::Read) -> Vec<u8> {
+    let mut v = Vec::new();
+    let _ = r.read_to_end(&mut v);
+    v
+}
+
+fn zombie_or_gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+}
+
+#[test]
+fn bad_launches_are_one_line_errors() {
+    common::expect_error(&["launch", "-n", "2", "--backend", "tcp", "--", "plugins"], &["--backend tcp"]);
+    common::expect_error(
+        &["launch", "--hostfile", "/nonexistent/hosts.json", "--", "plugins"],
+        &["/nonexistent/hosts.json"],
+    );
+    // A rank that fails: one line, naming it and saying why.
+    common::expect_error(
+        &["launch", "-n", "2", "--", "generate", "--model", "/nonexistent/model", "--prompt", "x"],
+        &["/nonexistent/model", "the other ranks were stopped"],
+    );
+    // Chat and serve do not run as ranks yet: a clear error, not a hang.
+    let o = famlx()
+        .args(["launch", "-n", "2", "--", "chat", "--model"])
+        .arg(fixture("llama-deep-f32"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(texts(&o).1.contains("`famlx chat` does not run as ranks yet"), "{}", texts(&o).1);
+}

@@ -89,3 +89,38 @@ impl OnDisk {
         Ok(Array::from_bytes(&bytes, &shape, self.dtype)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_read_alone_equals_the_slice_of_the_whole() {
+        let dir = std::env::temp_dir().join(format!("famlx-on-disk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("t.safetensors");
+        let vals: Vec<f32> = (0..48).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let a = Array::from_slice(&vals[..24], &[4, 6]).unwrap();
+        let b = Array::from_slice(&vals, &[2, 3, 8]).unwrap().astype(Dtype::BF16).unwrap();
+        mlx::io::save_safetensors(&f, &[("a", &a), ("b", &b)], &[("format", "mlx")]).unwrap();
+        let header = famlx_formats::safetensors::check_file(&f).unwrap();
+        let idx = index(&f, &header).unwrap();
+        let same = |name: &str, whole: &Array, axis: i32, s: i32, e: i32| {
+            let part = idx[name].read_slice(axis, s, e).unwrap();
+            let want = whole.slice_axis(axis, s, e).unwrap();
+            assert_eq!(part.shape(), want.shape(), "{name} axis {axis} [{s}, {e})");
+            assert_eq!(part.dtype(), want.dtype());
+            let (p, w) = (part.astype(Dtype::F32).unwrap(), want.astype(Dtype::F32).unwrap());
+            assert_eq!(p.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap(), "{name} axis {axis} [{s}, {e})");
+        };
+        same("a", &a, 0, 1, 3);
+        same("a", &a, 1, 2, 6);
+        same("a", &a, -1, 0, 1);
+        same("b", &b, 1, 1, 3);
+        same("b", &b, 2, 4, 8);
+        same("b", &b, 0, 1, 2);
+        let e = idx["a"].read_slice(1, 3, 9).unwrap_err().to_string();
+        assert!(e.contains("cannot take [3, 9) of axis 1"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

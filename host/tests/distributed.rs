@@ -1,8 +1,9 @@
 //! Distributed runs: `famlx launch` starting 2 and 3 real rank processes
 //! over MLX's ring backend on 127.0.0.1, tensor and pipeline parallel, give
 //! exactly the greedy tokens of one process; the ranks really hold only
-//! their share; `mlx.launch` (the reference launcher) starts famlx ranks
-//! too; and a killed rank ends the run with one error naming it.
+//! their share; chat answers as one process; `mlx.launch` (the reference
+//! launcher) starts famlx ranks too; and a killed rank ends the run with
+//! one error naming it. (A server split over ranks: tests/serve.rs.)
 
 mod common;
 
@@ -221,12 +222,33 @@ fn bad_launches_are_one_line_errors() {
         &["launch", "-n", "2", "--", "generate", "--model", "/nonexistent/model", "--prompt", "x"],
         &["/nonexistent/model", "the other ranks were stopped"],
     );
-    // Chat and serve do not run as ranks yet: a clear error, not a hang.
-    let o = famlx()
-        .args(["launch", "-n", "2", "--", "chat", "--model"])
-        .arg(fixture("llama-deep-f32"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(texts(&o).1.contains("`famlx chat` does not run as ranks yet"), "{}", texts(&o).1);
+}
+
+#[test]
+fn chat_as_ranks_answers_as_one_process() {
+    use std::io::Write;
+    let model = fixture("llama-deep-f32");
+    let lines = "The mill wheel turned\nAnd the river?\n/exit\n";
+    let chat = |launch: bool| -> String {
+        let mut c = famlx();
+        if launch {
+            c.args(["launch", "-n", "2", "--"]);
+        }
+        let mut child = c
+            .args(["chat", "-m", "10", "--model"])
+            .arg(&model)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
+        let o = child.wait_with_output().unwrap();
+        let (out, err) = texts(&o);
+        assert!(o.status.success(), "{err}");
+        out
+    };
+    let alone = chat(false);
+    assert!(alone.lines().count() >= 2, "{alone}");
+    assert_eq!(chat(true), alone);
 }

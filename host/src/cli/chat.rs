@@ -105,9 +105,29 @@ fn spawn_reader(tx: std::sync::mpsc::Sender<Event>) {
     });
 }
 
+/// The next line for every rank of a distributed chat: read by rank 0
+/// (lines that are not text are reported there and skipped), sent to all.
+fn shared_event(rx: &std::sync::mpsc::Receiver<Event>, pending: &mut VecDeque<Event>) -> Result<Option<Event>> {
+    let line = if crate::distributed::rank() == 0 {
+        loop {
+            match pending.pop_front().or_else(|| rx.recv().ok()) {
+                Some(Event::Line(l)) => break Some(l),
+                Some(Event::NotText) => eprintln!("famlx: warning: that line is not UTF-8 text; skipped"),
+                Some(Event::Interrupt) => continue,
+                Some(Event::Eof) | None => break None,
+            }
+        }
+    } else {
+        None
+    };
+    Ok(crate::distributed::broadcast_text(line.as_deref())?.map(Event::Line))
+}
+
 /// Runs `famlx chat`.
 pub fn run(a: ChatArgs) -> Result<()> {
-    crate::distributed::refuse("chat")?;
+    if a.watch {
+        crate::distributed::refuse("chat --watch")?;
+    }
     let mut s = load(&a.model, &a.cache, Some(&a.spec), a.watch)?;
     let mut p = params(&a.sampling, &a.cache, &s.model)?;
     let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };
@@ -115,7 +135,11 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let cancel = Arc::new(AtomicBool::new(false));
     p.cancel = Some(cancel.clone());
     let (tx, rx) = channel::<Event>();
-    {
+    // As ranks, rank 0 reads the lines and every rank runs them; Ctrl-C
+    // ends the run (a generation stopped on one rank alone would leave the
+    // others waiting for it).
+    let ranks = crate::distributed::parallel().is_some();
+    if !ranks {
         // Ctrl-C stops what runs (generation checks `cancel`) and tells the
         // REPL, which quits on a second one at the prompt.
         let (c, tx) = (cancel.clone(), tx.clone());
@@ -124,7 +148,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
             let _ = tx.send(Event::Interrupt);
         });
     }
-    spawn_reader(tx);
+    if crate::distributed::rank() == 0 {
+        spawn_reader(tx);
+    }
     let name = a.model.model.clone().unwrap_or_else(|| crate::default_model::NAME.to_string());
     eprintln!("famlx chat: {name} ({} family). /help for commands, Ctrl-D to quit.", s.model.family.name);
 
@@ -142,12 +168,19 @@ pub fn run(a: ChatArgs) -> Result<()> {
             print!(">> ");
             let _ = std::io::stdout().flush();
         }
-        let ev = match pending.pop_front() {
-            Some(ev) => ev,
-            None => match next_event(&rx, &watcher, &mut s) {
+        let ev = if ranks {
+            match shared_event(&rx, &mut pending)? {
                 Some(ev) => ev,
                 None => break,
-            },
+            }
+        } else {
+            match pending.pop_front() {
+                Some(ev) => ev,
+                None => match next_event(&rx, &watcher, &mut s) {
+                    Some(ev) => ev,
+                    None => break,
+                },
+            }
         };
         let line = match ev {
             Event::Eof => break,

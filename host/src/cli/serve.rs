@@ -47,7 +47,6 @@ pub struct ServeArgs {
 
 /// Runs `famlx serve`.
 pub(crate) fn run(a: ServeArgs) -> Result<()> {
-    crate::distributed::refuse("serve")?;
     let o = ServerOptions {
         host: a.host.clone(),
         port: a.port,

@@ -237,10 +237,11 @@ fn describe(s: ExitStatus) -> String {
     }
 }
 
-/// What the ranks wrote to stderr: lines passed on as they come, except
-/// each rank's `famlx: error:` lines, kept for the one line that ends a
-/// failed run; once a rank has failed, the others' lines (the echoes of
-/// its failure) are dropped.
+/// What the ranks wrote to stderr: rank 0's lines passed on as they come
+/// (the others run the same command and say the same), except each rank's
+/// `famlx: error:` lines, kept for the one line that ends a failed run;
+/// once a rank has failed, the others' lines (the echoes of its failure)
+/// are dropped.
 #[derive(Default)]
 struct Stderr {
     errors: Vec<Vec<String>>,
@@ -260,7 +261,8 @@ fn forward(rank: usize, from: std::process::ChildStderr, to: Shared) -> std::thr
             } else if line.starts_with("[ring]") && std::env::var_os("MLX_RING_VERBOSE").is_none() {
                 // MLX's ring backend narrating a lost peer: the echo of a
                 // failure the launcher reports in one line.
-            } else if !s.muted[rank] {
+            } else if rank == 0 && !s.muted[rank] {
+                // The other ranks say the same (they run the same command).
                 eprintln!("{line}");
             }
         }
@@ -315,7 +317,19 @@ pub fn launch(o: &LaunchOptions) -> Result<()> {
 /// other, one that died of a signal (the others then lost their peer),
 /// else the lowest.
 fn watch(kids: &mut [Option<Child>], shared: &Shared) -> Result<Option<(usize, ExitStatus)>> {
+    forward_signals();
+    let mut forwarded = false;
     loop {
+        if !forwarded && STOP.load(std::sync::atomic::Ordering::SeqCst) {
+            // SIGTERM or SIGINT here: the ranks get SIGTERM (a server's rank
+            // 0 then finishes what it holds and closes the others) and the
+            // launcher waits for them.
+            forwarded = true;
+            for c in kids.iter().flatten() {
+                // SAFETY: signalling a child we started and have not reaped.
+                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            }
+        }
         let mut running = 0;
         let mut failed = false;
         for c in kids.iter_mut() {
@@ -325,6 +339,10 @@ fn watch(kids: &mut [Option<Child>], shared: &Shared) -> Result<Option<(usize, E
                 Some(s) if s.success() => *c = None,
                 Some(_) => failed = true,
             }
+        }
+        if failed && forwarded {
+            stop(kids);
+            bail!("stopped by a signal");
         }
         if failed {
             // The others' lines from here on are echoes of this failure.
@@ -350,6 +368,21 @@ fn watch(kids: &mut [Option<Child>], shared: &Shared) -> Result<Option<(usize, E
             return Ok(None);
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// SIGTERM and SIGINT set [`STOP`] instead of ending the launcher.
+fn forward_signals() {
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe {
+        libc::signal(libc::SIGTERM, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
     }
 }
 

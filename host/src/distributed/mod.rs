@@ -25,6 +25,12 @@ pub fn rank() -> i32 {
     parallel().map_or(0, |p| p.rank)
 }
 
+/// This process's rank as the environment gives it (`MLX_RANK`), before
+/// (or without) joining: 0 when absent.
+pub fn rank_from_env() -> i32 {
+    std::env::var("MLX_RANK").ok().and_then(|r| r.parse().ok()).unwrap_or(0)
+}
+
 /// Whether the environment says this process is one rank of a group:
 /// `MLX_RANK`, which `famlx launch` and `mlx.launch` set for every backend.
 pub fn launched() -> bool {
@@ -91,6 +97,31 @@ pub fn join(mode: ParallelMode) -> Result<Option<Parallel>> {
         quiet_stdout()?;
     }
     Ok(p)
+}
+
+/// Rank 0's `text` on every rank (`None`: rank 0 has no more), for input
+/// only rank 0 reads (a REPL's lines): every rank must run the same turns.
+/// Other ranks' `text` is ignored. Without a group, `text` itself.
+pub fn broadcast_text(text: Option<&str>) -> Result<Option<String>> {
+    let Some(p) = parallel() else { return Ok(text.map(String::from)) };
+    let mine = if p.rank == 0 { text } else { None };
+    // Each rank adds zeros to rank 0's values: the sum is rank 0's.
+    let len = mine.map_or(-1, |t| t.len() as i32);
+    let len = mlx::distributed::all_sum(&mlx::Array::from_slice(&[if p.rank == 0 { len } else { 0 }], &[1])?)?
+        .to_vec::<i32>()?[0];
+    if len < 0 {
+        return Ok(None);
+    }
+    let bytes: Vec<i32> = match mine {
+        Some(t) if p.rank == 0 => t.bytes().map(i32::from).collect(),
+        _ => vec![0; len as usize],
+    };
+    if bytes.is_empty() {
+        return Ok(Some(String::new()));
+    }
+    let got = mlx::distributed::all_sum(&mlx::Array::from_slice(&bytes, &[len])?)?.to_vec::<i32>()?;
+    let got: Vec<u8> = got.into_iter().map(|b| b as u8).collect();
+    Ok(Some(String::from_utf8(got).map_err(|_| anyhow!("rank 0's input did not arrive intact"))?))
 }
 
 /// An error for a subcommand that cannot run as ranks yet (every rank

@@ -7,6 +7,7 @@
 
 use super::api::{ApiError, JobSpec, PromptSource};
 pub use super::job::{Event, Job, LogprobEntry, Usage};
+use super::lockstep;
 use super::metrics::Metrics;
 use super::output::{Delta, ReplyText, THINK};
 use super::row::{Row, Vocab};
@@ -85,40 +86,96 @@ impl Engine {
         }
     }
 
-    /// Runs jobs until the queue closes and the batch is empty.
-    pub fn serve(mut self, jobs: Receiver<Job>) {
+    /// Runs jobs until the queue closes and the batch is empty. On rank 0
+    /// of a distributed server, each turn's arrivals and endings also go to
+    /// the other ranks ([`lockstep`]).
+    pub fn serve(self, jobs: Receiver<Job>) {
+        let role = if crate::distributed::parallel().is_some() { Role::Lead } else { Role::Alone };
+        self.run(Some(jobs), role)
+    }
+
+    /// A rank other than 0 of a distributed server: runs the turns rank 0
+    /// sends until it closes.
+    pub fn follow(self) {
+        self.run(None, Role::Follow)
+    }
+
+    fn run(mut self, jobs: Option<Receiver<Job>>, role: Role) {
         let mut prefilling: VecDeque<Row> = VecDeque::new();
         let mut decoding: Vec<Row> = Vec::new();
-        let mut open = true;
+        let mut open = jobs.is_some();
         loop {
-            while open && prefilling.len() + decoding.len() < self.settings.max_concurrency.max(1) {
-                let idle = prefilling.is_empty() && decoding.is_empty();
-                let job = if idle { jobs.recv().map_err(|_| TryRecvError::Disconnected) } else { jobs.try_recv() };
-                let job = match job {
-                    Ok(j) => j,
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        open = false;
-                        break;
+            let live = prefilling.len() + decoding.len();
+            let mut arrived: Vec<Job> = Vec::new();
+            let mut halts: Vec<(u64, String)> = Vec::new();
+            let closed;
+            match (&jobs, role) {
+                (_, Role::Follow) => {
+                    let turn = lockstep::follow().unwrap_or_else(|e| lost(e));
+                    for a in &turn.arrivals {
+                        arrived.push(lockstep::job_of(a).unwrap_or_else(|e| lost(anyhow::anyhow!("{}", e.message))));
                     }
-                };
-                self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-                if job.cancel.load(Ordering::SeqCst) {
-                    continue;
+                    halts = turn.halts;
+                    closed = turn.closed;
                 }
+                (Some(jobs), _) => {
+                    while open && live + arrived.len() < self.settings.max_concurrency.max(1) {
+                        let idle = live == 0 && arrived.is_empty();
+                        let job =
+                            if idle { jobs.recv().map_err(|_| TryRecvError::Disconnected) } else { jobs.try_recv() };
+                        match job {
+                            Ok(j) => {
+                                self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+                                if !j.cancel.load(Ordering::SeqCst) {
+                                    arrived.push(j);
+                                }
+                            }
+                            Err(TryRecvError::Empty) => break,
+                            Err(TryRecvError::Disconnected) => open = false,
+                        }
+                    }
+                    closed = !open && live == 0 && arrived.is_empty();
+                    if role == Role::Lead {
+                        let now = Instant::now();
+                        for r in prefilling.iter().chain(decoding.iter()) {
+                            if r.job.cancel.load(Ordering::SeqCst) {
+                                halts.push((r.serial, "cancelled".into()));
+                            } else if r.deadline.is_some_and(|d| now > d) {
+                                halts.push((r.serial, "length".into()));
+                            }
+                        }
+                        let mut turn = lockstep::Turn { halts: halts.clone(), closed, ..Default::default() };
+                        for (i, j) in arrived.iter_mut().enumerate() {
+                            let seed = *j.spec.seed.get_or_insert_with(|| lockstep::fresh_seed(self.serial + i as u64));
+                            let (chat, body) = j.origin.clone();
+                            turn.arrivals.push(lockstep::Arrival { chat, body, id: j.id.clone(), seed });
+                        }
+                        lockstep::lead(&turn).unwrap_or_else(|e| lost(e));
+                    }
+                }
+                (None, _) => closed = true,
+            }
+            for r in prefilling.iter_mut().chain(decoding.iter_mut()) {
+                if let Some((_, why)) = halts.iter().find(|(s, _)| *s == r.serial) {
+                    r.halt = Some(if why == "cancelled" { "cancelled" } else { "length" });
+                }
+            }
+            for job in arrived {
                 match self.admit_inner(&job) {
                     Ok(parts) => {
                         self.serial += 1;
-                        prefilling.push_back(parts.into_row(job, self.serial));
+                        let mut row = parts.into_row(job, self.serial);
+                        row.lockstep = role != Role::Alone;
+                        prefilling.push_back(row);
                     }
                     Err(e) => self.fail(&job, e),
                 }
             }
             if prefilling.is_empty() && decoding.is_empty() {
-                if open {
-                    continue;
+                if closed {
+                    break;
                 }
-                break;
+                continue;
             }
             self.prefill(&mut prefilling, &mut decoding);
             if !decoding.is_empty() {
@@ -163,8 +220,9 @@ impl Engine {
         let step = self.base.prefill_step;
         let mut kept = VecDeque::new();
         for mut r in waiting.drain(..n).collect::<Vec<_>>() {
-            if r.job.cancel.load(Ordering::SeqCst) {
-                r.finish = Some("cancelled");
+            let stop = r.halt.or_else(|| (!r.lockstep && r.job.cancel.load(Ordering::SeqCst)).then_some("cancelled"));
+            if let Some(why) = stop {
+                r.finish = Some(why);
                 self.finish(r);
                 continue;
             }
@@ -446,6 +504,23 @@ impl Engine {
     }
 }
 
+/// Where an engine stands among the ranks of a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// One process.
+    Alone,
+    /// Rank 0 of several: takes the requests, sends each turn's news.
+    Lead,
+    /// Another rank: runs the turns rank 0 sends.
+    Follow,
+}
+
+/// The ranks no longer agree (a peer died): this rank ends, with one line.
+fn lost(e: anyhow::Error) -> ! {
+    eprintln!("famlx: error: rank {}: the ranks lost each other: {e:#}", crate::distributed::rank());
+    std::process::exit(1)
+}
+
 /// A decode step on the device: each row's drawn token, not read yet.
 struct InFlight {
     ys: Array,
@@ -493,6 +568,8 @@ impl RowParts {
             first_at: None,
             fed_last: false,
             started: Instant::now(),
+            halt: None,
+            lockstep: false,
             job,
         }
     }

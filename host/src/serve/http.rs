@@ -1,7 +1,7 @@
 //! The HTTP side: routes, the API key, the queue in front of the engine,
 //! and the reply in OpenAI's shapes, whole or as server-sent events.
 
-use super::api::{self, ApiError, JobSpec};
+use super::api::{self, ApiError};
 use super::job::{Event, Job, LogprobEntry, Usage};
 use super::metrics::Metrics;
 use super::output::Delta;
@@ -89,11 +89,11 @@ async fn models(State(st): State<Shared>) -> Json<Value> {
 }
 
 async fn chat(State(st): State<Shared>, body: Bytes) -> Response {
-    handle(st, &body, api::chat, "chatcmpl").await
+    handle(st, &body, true, "chatcmpl").await
 }
 
 async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
-    handle(st, &body, api::completion, "cmpl").await
+    handle(st, &body, false, "cmpl").await
 }
 
 fn new_id(prefix: &str) -> String {
@@ -115,7 +115,8 @@ impl Drop for CancelOnDrop {
     }
 }
 
-async fn handle(st: Shared, body: &[u8], check: fn(&[u8]) -> Result<JobSpec, ApiError>, kind: &str) -> Response {
+async fn handle(st: Shared, body: &[u8], chat: bool, kind: &str) -> Response {
+    let check = if chat { api::chat } else { api::completion };
     let refuse = |e: ApiError| {
         st.metrics.rejected.fetch_add(1, Ordering::SeqCst);
         e.into_response()
@@ -138,7 +139,8 @@ async fn handle(st: Shared, body: &[u8], check: fn(&[u8]) -> Result<JobSpec, Api
     let guard = CancelOnDrop(cancel.clone());
     let id = new_id(kind);
     let stream = spec.stream;
-    let job = Job { spec: spec.clone(), id: id.clone(), cancel, events: tx, received: Instant::now() };
+    let origin = (chat, String::from_utf8_lossy(body).into_owned());
+    let job = Job { spec: spec.clone(), id: id.clone(), cancel, events: tx, received: Instant::now(), origin };
     st.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
     match st.queue.try_send(job) {
         Ok(()) => {}

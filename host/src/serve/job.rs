@@ -65,4 +65,7 @@ pub struct Job {
     pub events: UnboundedSender<Event>,
     /// When the handler received it.
     pub received: Instant,
+    /// The request as it came (`true`: a chat completion), which ranks of
+    /// a distributed server check again into the same job.
+    pub origin: (bool, String),
 }

@@ -10,6 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod http;
 pub mod job;
+pub mod lockstep;
 pub mod metrics;
 pub mod output;
 pub mod row;
@@ -49,6 +50,9 @@ pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<(LoadedModel, GenPara
         anyhow::bail!("--max-queue must be at least 1");
     }
     let metrics = Arc::new(Metrics::default());
+    if crate::distributed::launched() && crate::distributed::rank_from_env() > 0 {
+        return follow(o, load, metrics);
+    }
     let (queue, jobs) = std::sync::mpsc::sync_channel(o.max_queue);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let settings = o.engine.clone();
@@ -101,6 +105,24 @@ pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<(LoadedModel, GenPara
     rt.shutdown_timeout(Duration::from_secs(1));
     let _ = engine.join();
     eprintln!("famlx: server stopped");
+    Ok(())
+}
+
+/// A rank other than 0 of a distributed server: no HTTP, the engine runs
+/// the turns rank 0 sends until rank 0 closes. SIGINT and SIGTERM are left
+/// to rank 0, which finishes what it holds and then closes every rank.
+fn follow(
+    o: ServerOptions,
+    load: impl FnOnce() -> Result<(LoadedModel, GenParams)>,
+    metrics: Arc<Metrics>,
+) -> Result<()> {
+    // SAFETY: setting the disposition of two signals to ignored.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+    }
+    let (model, base) = load()?;
+    Engine::new(model, base, o.engine.clone(), metrics).follow();
     Ok(())
 }
 

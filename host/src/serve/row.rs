@@ -62,6 +62,13 @@ pub struct Row {
     pub fed_last: bool,
     /// When the engine took it.
     pub started: Instant,
+    /// Why the engine ends it at its next token, decided at the start of a
+    /// turn (cancelled, or past its deadline).
+    pub halt: Option<&'static str>,
+    /// Ranks of a distributed server run this row in lockstep: it ends
+    /// only by its tokens or by `halt`, never by a clock or flag read
+    /// mid-turn, which the ranks would read differently.
+    pub lockstep: bool,
 }
 
 /// What a row needs from the engine to turn a token into text.
@@ -150,11 +157,14 @@ impl Row {
         {
             self.job.cancel.store(true, Ordering::SeqCst);
         }
-        self.finish = if self.job.cancel.load(Ordering::SeqCst) {
+        let live = !self.lockstep;
+        self.finish = if let Some(h) = self.halt {
+            Some(h)
+        } else if live && self.job.cancel.load(Ordering::SeqCst) {
             Some("cancelled")
         } else if self.reply.stopped || self.constraint.as_mut().is_some_and(|c| c.is_done()) {
             Some("stop")
-        } else if self.tokens.len() >= self.max_tokens || self.deadline.is_some_and(|d| Instant::now() > d) {
+        } else if self.tokens.len() >= self.max_tokens || (live && self.deadline.is_some_and(|d| Instant::now() > d)) {
             Some("length")
         } else {
             None

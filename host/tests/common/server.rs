@@ -17,7 +17,20 @@ pub struct Server {
 impl Server {
     /// `famlx serve --port 0 ARGS`, once it says where it listens.
     pub fn start(args: &[&str]) -> Server {
+        Self::start_after(&[], args)
+    }
+
+    /// `famlx launch -n RANKS -- serve --port 0 ARGS`: a server split over
+    /// ranks, once rank 0 says where it listens.
+    #[allow(dead_code)]
+    pub fn start_ranks(ranks: usize, args: &[&str]) -> Server {
+        let n = ranks.to_string();
+        Self::start_after(&["launch", "-n", &n, "--"], args)
+    }
+
+    fn start_after(before: &[&str], args: &[&str]) -> Server {
         let mut child = super::famlx()
+            .args(before)
             .args(["serve", "--port", "0"])
             .args(args)
             .stdout(Stdio::null())

@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf gpu-bin && mkdir gpu-bin
-cp target/release/famlx target/release/examples/gpu_smoke gpu-bin/
+cp target/release/famlx gpu-bin/
+[ -x target/release/examples/gpu_smoke ] && cp target/release/examples/gpu_smoke gpu-bin/
 cp target/release/libfamlx_plugin_*.so gpu-bin/
 # The qwen3_5 scan-kernel check, when built (cargo build --release -p famlx-plugin-qwen3_5 --example gdn_kernel_check).
 [ -x target/release/examples/gdn_kernel_check ] && cp target/release/examples/gdn_kernel_check gpu-bin/

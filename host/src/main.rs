@@ -18,9 +18,10 @@ fn main() {
     if let Err(e) = r {
         // A rank's error says which rank it is (several print to one terminal).
         let msg = format!("{e:#}");
-        match std::env::var("MLX_RANK") {
-            Ok(r) if !msg.starts_with("rank ") => eprintln!("famlx: error: rank {r}: {msg}"),
-            _ => eprintln!("famlx: error: {msg}"),
+        if famlx::distributed::launched() && !msg.starts_with("rank ") {
+            eprintln!("famlx: error: rank {}: {msg}", famlx::distributed::rank_from_env());
+        } else {
+            eprintln!("famlx: error: {msg}");
         }
         std::process::exit(1);
     }

@@ -217,6 +217,28 @@ fn bad_launches_are_one_line_errors() {
         &["launch", "--hostfile", "/nonexistent/hosts.json", "--", "plugins"],
         &["/nonexistent/hosts.json"],
     );
+    // A peer that never comes: the rank gives up within the deadline.
+    let hosts = Scratch::new("dist-unreachable");
+    let file = hosts.path().join("ring.json");
+    let ports: Vec<u16> =
+        (0..2).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
+    std::fs::write(&file, format!(r#"[["127.0.0.1:{}"],["127.0.0.1:{}"]]"#, ports[0], ports[1])).unwrap();
+    let t0 = Instant::now();
+    let o = famlx()
+        .args(["generate", "--prompt", "x", "--model"])
+        .arg(fixture("llama-deep-f32"))
+        .env("MLX_RANK", "0")
+        .env("MLX_HOSTFILE", &file)
+        .env("FAMLX_DIST_TIMEOUT", "3")
+        .output()
+        .unwrap();
+    let err = texts(&o).1;
+    assert!(!o.status.success());
+    assert!(t0.elapsed() < Duration::from_secs(30), "took {:?}", t0.elapsed());
+    assert!(
+        err.contains("famlx: error: rank 0: the other ranks of the ring group could not be reached within 3 s"),
+        "{err}"
+    );
     // A rank that fails: one line, naming it and saying why.
     common::expect_error(
         &["launch", "-n", "2", "--", "generate", "--model", "/nonexistent/model", "--prompt", "x"],

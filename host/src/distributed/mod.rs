@@ -28,13 +28,17 @@ pub fn rank() -> i32 {
 /// This process's rank as the environment gives it (`MLX_RANK`), before
 /// (or without) joining: 0 when absent.
 pub fn rank_from_env() -> i32 {
-    std::env::var("MLX_RANK").ok().and_then(|r| r.parse().ok()).unwrap_or(0)
+    RANK_VARS.iter().find_map(|v| std::env::var(v).ok()).and_then(|r| r.parse().ok()).unwrap_or(0)
 }
 
-/// Whether the environment says this process is one rank of a group:
-/// `MLX_RANK`, which `famlx launch` and `mlx.launch` set for every backend.
+/// Where launchers put a process's rank: `mlx.launch` and `famlx launch`
+/// (every backend), Open MPI's and MPICH's `mpirun`.
+const RANK_VARS: [&str; 3] = ["MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"];
+
+/// Whether the environment says this process is one rank of a group (see
+/// [`RANK_VARS`]).
 pub fn launched() -> bool {
-    std::env::var_os("MLX_RANK").is_some()
+    RANK_VARS.iter().any(|v| std::env::var_os(v).is_some())
 }
 
 /// The backend the environment configures: `FAMLX_BACKEND` when set, else
@@ -48,6 +52,8 @@ fn backend() -> String {
         "nccl".into()
     } else if env("MLX_HOSTFILE").is_some() {
         "ring".into()
+    } else if env("OMPI_COMM_WORLD_RANK").is_some() || env("PMI_RANK").is_some() {
+        "mpi".into()
     } else {
         "any".into()
     }
@@ -72,7 +78,7 @@ pub fn join(mode: ParallelMode) -> Result<Option<Parallel>> {
         let _ = PARALLEL.set(None);
         return Ok(None);
     }
-    let rank = std::env::var("MLX_RANK").unwrap_or_default();
+    let rank = rank_from_env();
     let backend = backend();
     if !mlx::distributed::is_available(&backend)? {
         bail!("rank {rank}: MLX has no `{backend}` distributed backend in this build");

@@ -105,6 +105,37 @@ fn gemma4_splits_give_the_tokens_of_one_process() {
     check_splits(&converted(&s, "gemma4-vision-f32", true), false);
     // Routed experts beside the dense MLP (the 26B-A4B layout).
     check_splits(&fixture("gemma4-moe-hf-f32"), false);
+    // KV-shared layers stay on the rank of the layers they read.
+    pipeline_logits_are_exact(&fixture("gemma4-e2b-bf16"), &s);
+}
+
+/// A pipeline split passes whole hidden states: every prompt position's
+/// logits equal one process's bit for bit, in any dtype (here bf16).
+fn pipeline_logits_are_exact(model: &Path, scratch: &Scratch) {
+    let logits = |ranks: usize| -> Vec<Vec<f64>> {
+        let file = scratch.path().join(format!("logits-{ranks}.json"));
+        let mut c = famlx();
+        if ranks > 1 {
+            c.args(["launch", "-n", &ranks.to_string(), "--"]);
+        }
+        c.args(["generate", "--prompt", PROMPT, "-m", "1", "--model"]).arg(model);
+        if ranks > 1 {
+            c.args(["--parallel", "pipeline"]);
+        }
+        let o = c.arg("--dump-logits").arg(&file).output().unwrap();
+        assert!(o.status.success(), "{}", texts(&o).1);
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        v["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+            .collect()
+    };
+    let one = logits(1);
+    for ranks in [2, 3] {
+        assert!(one == logits(ranks), "{}: {ranks} pipeline ranks changed the logits", model.display());
+    }
 }
 
 #[test]

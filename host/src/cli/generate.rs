@@ -117,10 +117,13 @@ fn dump_logits(s: &mut Session, prompt: &crate::prompt::Prompt, path: &std::path
     let v = logits.dim(-1) as usize;
     let flat = logits.to_vec::<f32>()?;
     let rows: Vec<&[f32]> = flat.chunks(v.max(1)).collect();
-    let j = json!({ "model_type": m.plan.model_type.as_str(), "ids": ids, "logits": rows });
-    std::fs::write(path, j.to_string()).with_context(|| format!("--dump-logits {}", path.display()))?;
+    // Every rank of a split computed them; rank 0 writes them.
+    if crate::distributed::rank() == 0 {
+        let j = json!({ "model_type": m.plan.model_type.as_str(), "ids": ids, "logits": rows });
+        std::fs::write(path, j.to_string()).with_context(|| format!("--dump-logits {}", path.display()))?;
+        eprintln!("wrote the logits of {} prompt positions to {}", ids.len(), path.display());
+    }
     s.reset()?;
-    eprintln!("wrote the logits of {} prompt positions to {}", ids.len(), path.display());
     Ok(())
 }
 

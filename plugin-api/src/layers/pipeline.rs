@@ -29,6 +29,27 @@ impl Stage {
         Ok(Some(Stage { rank: p.rank, size: p.size, layers: a as usize..b as usize }))
     }
 
+    /// [`Stage::of`] with layers `together..` all on the last rank (layers
+    /// that read each other's K/V in one forward, e.g. Gemma's KV-shared
+    /// ones and their sources): when the even split would cut that run, the
+    /// last rank takes all of it and the ranks before share the rest.
+    pub fn of_keeping(w: &dyn Weights, layers: i32, together: Option<i32>) -> Result<Option<Stage>> {
+        let Some(p) = Parallel::pipeline(w.parallel()) else { return Ok(None) };
+        let last_start = |n: i32| mlx::nn::share(n, p.size - 1, p.size, "layers").map(|s| s.0);
+        let (a, b) = match together {
+            Some(t) if t < layers && last_start(layers)? > t => {
+                if p.rank + 1 == p.size {
+                    (t, layers)
+                } else {
+                    // The other ranks share the layers before the run.
+                    mlx::nn::share(t, p.rank, p.size - 1, "layers before the KV-shared run")?
+                }
+            }
+            _ => p.share(layers, "layers")?,
+        };
+        Ok(Some(Stage { rank: p.rank, size: p.size, layers: a as usize..b as usize }))
+    }
+
     /// Whether this rank holds layer `i` (always, without a split).
     pub fn holds(stage: Option<&Stage>, i: usize) -> bool {
         stage.is_none_or(|s| s.layers.contains(&i))

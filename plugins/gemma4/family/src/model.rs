@@ -54,7 +54,9 @@ impl Gemma4Text {
         let m = cfg.first_kv_shared() as usize;
         let n = cfg.num_hidden_layers as usize;
         let pl = cfg.hidden_size_per_layer_input;
-        let stage = Stage::of(w, n as i32)?;
+        // KV-shared layers and the layers they read stay on one rank.
+        let together = (m < n).then(|| sources[m..].iter().copied().min().unwrap_or(m).min(m) as i32);
+        let stage = Stage::of_keeping(w, n as i32, together)?;
         // A KV-shared layer reads its source layer's K/V in the same
         // forward: both must be on one rank.
         for i in (m..n).filter(|&i| Stage::holds(stage.as_ref(), i)) {

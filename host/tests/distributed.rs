@@ -96,6 +96,30 @@ fn qwen3_5_splits_give_the_tokens_of_one_process() {
     check_splits(&converted(&s, "qwen3_5-bf16", false), false);
     check_splits(&fixture("qwen3_5_moe-f32"), false);
     check_splits(&converted(&s, "qwen3_5_moe-f32", true), false);
+    // Speculative decoding with the checkpoint's MTP head, tensor parallel.
+    let mtp = fixture("qwen3_5_moe-mtp-hf-f32");
+    let spec = |launch: Option<usize>| -> Value {
+        let mut c = famlx();
+        if let Some(n) = launch {
+            c.args(["launch", "-n", &n.to_string(), "--"]);
+        }
+        json_of(&c.args(generate_args(&mtp, &["--mtp-depth", "2"])).output().unwrap())
+    };
+    let want = spec(None);
+    assert!(want["draft"]["rounds"].as_u64().unwrap() > 0, "{want}");
+    for n in [2, 3] {
+        let got = spec(Some(n));
+        assert_eq!(tokens(&got), tokens(&want), "MTP over {n} tensor-parallel ranks");
+        assert_eq!(got["draft"], want["draft"], "MTP over {n} ranks drafts alike");
+    }
+    // Pipeline ranks would take different rollback paths: refused when asked for.
+    let args: Vec<String> = ["launch", "-n", "2", "--"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(generate_args(&mtp, &["--mtp-depth", "2", "--parallel", "pipeline"]))
+        .collect();
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    common::expect_error(&args, &["speculative decoding does not run with --parallel pipeline"]);
 }
 
 #[test]

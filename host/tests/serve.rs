@@ -116,25 +116,27 @@ fn concurrent_requests_give_each_its_alone_tokens() {
 
 #[test]
 fn a_server_split_over_ranks_answers_as_one_process() {
-    // The same 16 concurrent greedy requests, and a seeded sampled one,
-    // against one process and against 2 ranks (tensor, then pipeline).
+    // The same 16 concurrent greedy requests against one process and
+    // against 2 ranks (tensor, then pipeline); a dense and a hybrid model.
     let prompts: Vec<String> = (0..16).map(|i| format!("{} {}", "word ".repeat(i * 3 + 1), i)).collect();
     let n: Vec<usize> = (0..16).map(|i| 4 + (i * 7) % 13).collect();
-    let model = fixture("llama-deep-f32");
-    let m = model.to_str().unwrap();
-    let alone = {
-        let mut s = Server::start(&["--model", m]);
-        let r = client(&s, "together", json!({"model": m, "prompts": prompts, "n": n}));
-        s.stop(Duration::from_secs(30));
-        r
-    };
-    for mode in ["tensor", "pipeline"] {
-        let mut s = Server::start_ranks(2, &["--model", m, "--parallel", mode]);
-        let r = client(&s, "together", json!({"model": m, "prompts": prompts, "n": n}));
-        assert_eq!(r["together"], alone["alone"], "{mode}: concurrent requests");
-        assert_eq!(r["alone"], alone["alone"], "{mode}: one by one");
-        let status = s.stop(Duration::from_secs(30));
-        assert!(status.success(), "{mode}: SIGTERM ends every rank cleanly: {status}\n{}", s.log());
+    for name in ["llama-deep-f32", "qwen3_5_moe-f32"] {
+        let model = fixture(name);
+        let m = model.to_str().unwrap();
+        let alone = {
+            let mut s = Server::start(&["--model", m]);
+            let r = client(&s, "together", json!({"model": m, "prompts": prompts, "n": n}));
+            s.stop(Duration::from_secs(30));
+            r
+        };
+        for mode in ["tensor", "pipeline"] {
+            let mut s = Server::start_ranks(2, &["--model", m, "--parallel", mode]);
+            let r = client(&s, "together", json!({"model": m, "prompts": prompts, "n": n}));
+            assert_eq!(r["together"], alone["alone"], "{name} {mode}: concurrent requests");
+            assert_eq!(r["alone"], alone["alone"], "{name} {mode}: one by one");
+            let status = s.stop(Duration::from_secs(30));
+            assert!(status.success(), "{name} {mode}: SIGTERM ends every rank cleanly: {status}\n{}", s.log());
+        }
     }
 }
 

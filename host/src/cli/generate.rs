@@ -13,6 +13,13 @@ use std::time::Duration;
 
 /// Runs `famlx generate`.
 pub(crate) fn run(a: GenerateArgs) -> Result<()> {
+    if a.prompt_cache_file.is_some() {
+        // A split model's caches are per rank: one file cannot hold them.
+        crate::distributed::refuse("generate --prompt-cache-file")?;
+    }
+    if a.watch {
+        crate::distributed::refuse("generate --watch")?;
+    }
     let mut s = load(&a.model, &a.cache, Some(&a.spec), a.watch)?;
     let watcher = if a.watch { Some(PluginWatcher::new(&search_dirs(&a.model.plugin_dirs))?) } else { None };
     generate_once(&a, &mut s)?;
@@ -33,6 +40,7 @@ pub(crate) fn run(a: GenerateArgs) -> Result<()> {
 
 /// Runs `famlx cache-prompt`.
 pub(crate) fn run_cache_prompt(a: CachePromptArgs) -> Result<()> {
+    crate::distributed::refuse("cache-prompt")?;
     let mut model = load(&a.model, &a.cache, None, false)?.model;
     let ids = encode_prompt(&model, &a.prompt)?;
     // As mlx-lm's cache_prompt: the whole prompt goes into the caches (its last token alone).

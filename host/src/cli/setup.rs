@@ -68,6 +68,17 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
     }
     let mut s = Session::new(model);
     s.spec = params;
+    // The speculative loop chooses between trimming and restoring snapshots
+    // by the caches it holds, which differ between the ranks of a pipeline
+    // split: they would take different paths.
+    let pipeline = mlx::nn::Parallel::pipeline(crate::distributed::parallel()).is_some();
+    let spec = match spec {
+        Some(sp) if pipeline && (sp.draft_model.is_some() || sp.depth.is_some()) => {
+            bail!("speculative decoding does not run with --parallel pipeline; use --parallel tensor or --no-mtp")
+        }
+        Some(_) if pipeline => None,
+        other => other,
+    };
     s.drafter = match spec {
         Some(SpecArgs { draft_model: Some(dir), .. }) => {
             Some(Drafter::load(dir, &reg, None, &s.model).map_err(crate::memory::explain)?)

@@ -130,12 +130,11 @@ pub fn broadcast_text(text: Option<&str>) -> Result<Option<String>> {
     Ok(Some(String::from_utf8(got).map_err(|_| anyhow!("rank 0's input did not arrive intact"))?))
 }
 
-/// An error for a subcommand that cannot run as ranks yet (every rank
-/// must make the same calls in the same order: a REPL's or a server's
-/// input reaches rank 0 only).
+/// An error for what does not run as ranks (yet): prompt-cache files
+/// (a split model's caches are per rank) and hot reload.
 pub fn refuse(command: &str) -> Result<()> {
     if launched() {
-        bail!("`famlx {command}` does not run as ranks yet: run `generate` or `bench` across ranks");
+        bail!("`famlx {command}` does not run as ranks: run it in one process");
     }
     Ok(())
 }

@@ -112,16 +112,11 @@ impl Linear {
                 Ok(Linear::Dense { w, wt, wt1, b: b.clone(), sum: true })
             }
             (&Split::Cols(a, c), Linear::Quant { q, spec, b, .. }) => {
-                let (gs, bits) = (spec.group_size, spec.bits);
-                if a % gs != 0 || c % gs != 0 || (a * bits) % 32 != 0 || (c * bits) % 32 != 0 {
-                    return Err(Error(format!(
-                        "{prefix}: cannot split its inputs at {a}..{c}: not on its quantization groups of {gs}"
-                    )));
-                }
-                let groups = [(a / gs, c / gs)];
+                let (words, groups) = quantized_inputs(prefix, spec, a, c)?;
+                let groups = [groups];
                 Ok(Linear::Quant {
                     q: Quantized {
-                        w: part("weight", 1, &[(a * bits / 32, c * bits / 32)])?,
+                        w: part("weight", 1, &[words])?,
                         scales: part("scales", 1, &groups)?,
                         biases: q.biases.as_ref().map(|_| part("biases", 1, &groups)).transpose()?,
                     },
@@ -225,6 +220,19 @@ impl Linear {
             Linear::Quant { q, .. } => q.w.dim(0),
         }
     }
+}
+
+/// Where input features `[a, b)` of a quantized matrix lie: its packed
+/// words and its groups (scales, biases). An error naming `prefix` unless
+/// both ends fall on whole groups.
+pub(crate) fn quantized_inputs(prefix: &str, spec: &QuantSpec, a: i32, b: i32) -> Result<((i32, i32), (i32, i32))> {
+    let (gs, bits) = (spec.group_size, spec.bits);
+    if gs <= 0 || a % gs != 0 || b % gs != 0 || (a * bits) % 32 != 0 || (b * bits) % 32 != 0 {
+        return Err(Error(format!(
+            "{prefix}: cannot split its inputs at {a}..{b}: not on its quantization groups of {gs}"
+        )));
+    }
+    Ok(((a * bits / 32, b * bits / 32), (a / gs, b / gs)))
 }
 
 /// The sum over the tensor-parallel group of each rank's share `y` of a

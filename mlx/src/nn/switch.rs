@@ -82,17 +82,12 @@ impl SwitchLinear {
             }
             (&Split::Cols(a, b), SwitchLinear::Dense(_)) => dense(part("weight", 2, a, b)?),
             (&Split::Cols(a, b), SwitchLinear::Quant(q, spec)) => {
-                let (gs, bits) = (spec.group_size, spec.bits);
-                if a % gs != 0 || b % gs != 0 || (a * bits) % 32 != 0 || (b * bits) % 32 != 0 {
-                    return Err(Error(format!(
-                        "{prefix}: cannot split its inputs at {a}..{b}: not on its quantization groups of {gs}"
-                    )));
-                }
+                let ((wa, wb), (ga, gb)) = super::linear::quantized_inputs(prefix, spec, a, b)?;
                 Ok(SwitchLinear::Quant(
                     Quantized {
-                        w: part("weight", 2, a * bits / 32, b * bits / 32)?,
-                        scales: part("scales", 2, a / gs, b / gs)?,
-                        biases: q.biases.as_ref().map(|_| part("biases", 2, a / gs, b / gs)).transpose()?,
+                        w: part("weight", 2, wa, wb)?,
+                        scales: part("scales", 2, ga, gb)?,
+                        biases: q.biases.as_ref().map(|_| part("biases", 2, ga, gb)).transpose()?,
                     },
                     spec.clone(),
                 ))

@@ -193,6 +193,21 @@ fn spawn(o: &LaunchOptions, host: &Host, env: &[(String, String)], scratch: &Pat
         die_with_parent(&mut c);
         return c.spawn().with_context(|| format!("cannot start {}", o.famlx.display()));
     }
+    let script = remote_script(o, env);
+    let mut c = Command::new("ssh");
+    c.arg(&host.ssh).arg(script);
+    if rank > 0 {
+        c.stdin(Stdio::null());
+    }
+    c.stderr(Stdio::piped());
+    die_with_parent(&mut c);
+    c.spawn().with_context(|| format!("cannot run ssh to {}", host.ssh))
+}
+
+/// The shell line a remote rank runs: into `--cwd`, its environment
+/// exported (the ring hostfile written to a temporary file), then famlx
+/// exec'd with the command; every value single-quoted.
+fn remote_script(o: &LaunchOptions, env: &[(String, String)]) -> String {
     let mut script = String::new();
     if let Some(d) = &o.cwd {
         script += &format!("cd {} || exit 1; ", shell_quote(&d.display().to_string()));
@@ -206,14 +221,7 @@ fn spawn(o: &LaunchOptions, host: &Host, env: &[(String, String)], scratch: &Pat
     }
     let cmd: Vec<String> = std::iter::once(o.famlx.display().to_string()).chain(o.command.iter().cloned()).collect();
     script += &format!("exec {}", cmd.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "));
-    let mut c = Command::new("ssh");
-    c.arg(&host.ssh).arg(script);
-    if rank > 0 {
-        c.stdin(Stdio::null());
-    }
-    c.stderr(Stdio::piped());
-    die_with_parent(&mut c);
-    c.spawn().with_context(|| format!("cannot run ssh to {}", host.ssh))
+    script
 }
 
 /// Local ranks end with the launcher, even when it is killed.
@@ -435,5 +443,43 @@ mod tests {
         assert!(read_hostfile(&obj).unwrap_err().to_string().contains("host 0: missing `ssh`"));
         assert_eq!(host_list("127.0.0.1", 3).unwrap().len(), 3);
         assert!(host_list("a,,b", 1).is_err());
+    }
+
+    #[test]
+    fn remote_ranks_get_mlx_launch_s_environment() {
+        let hosts = vec![
+            Host { ssh: "a".into(), ips: vec!["10.0.0.1".into()] },
+            Host { ssh: "b".into(), ips: vec!["10.0.0.2".into()] },
+        ];
+        let o = LaunchOptions {
+            hosts,
+            backend: "ring".into(),
+            env: vec!["X=it's".into()],
+            starting_port: None,
+            nccl_port: 12345,
+            cwd: Some("/w d".into()),
+            famlx: "/opt/famlx".into(),
+            command: vec!["generate".into(), "--prompt".into(), "hi there".into()],
+        };
+        let envs = rank_env(&o).unwrap();
+        let get = |r: usize, k: &str| envs[r].iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        // Remote hosts: mlx.launch's default ports, one per rank.
+        assert_eq!(get(1, "MLX_HOSTFILE_JSON").unwrap(), r#"[["10.0.0.1:32323"],["10.0.0.2:32324"]]"#);
+        assert_eq!(get(1, "MLX_RANK").as_deref(), Some("1"));
+        assert_eq!(get(0, "FAMLX_BACKEND").as_deref(), Some("ring"));
+        let script = remote_script(&o, &envs[1]);
+        assert!(script.starts_with("cd '/w d' || exit 1; "), "{script}");
+        assert!(script.contains("export MLX_RANK='1'; "), "{script}");
+        assert!(script.contains(r"export X='it'\''s'; "), "{script}");
+        assert!(script.contains("export MLX_HOSTFILE=$f; "), "{script}");
+        assert!(script.ends_with("exec '/opt/famlx' 'generate' '--prompt' 'hi there'"), "{script}");
+        // NCCL: the first host's address, world size, one GPU per rank of a host.
+        let nccl = LaunchOptions { backend: "nccl".into(), ..o };
+        let envs = rank_env(&nccl).unwrap();
+        let get = |r: usize, k: &str| envs[r].iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get(1, "NCCL_HOST_IP").as_deref(), Some("10.0.0.1"));
+        assert_eq!(get(1, "MLX_WORLD_SIZE").as_deref(), Some("2"));
+        assert_eq!(get(1, "CUDA_VISIBLE_DEVICES").as_deref(), Some("0"));
+        assert!(rank_env(&LaunchOptions { backend: "mpi".into(), ..nccl }).is_err());
     }
 }

@@ -329,3 +329,21 @@ fn chat_as_ranks_answers_as_one_process() {
     assert!(alone.lines().count() >= 2, "{alone}");
     assert_eq!(chat(true), alone);
 }
+
+#[test]
+fn images_across_ranks_give_the_tokens_of_one_process() {
+    // The towers run whole on every rank; the decoder splits.
+    let image = fixture("images").join("portrait.png");
+    for name in ["qwen3_5-vl-f32", "gemma4-vision-f32"] {
+        let model = fixture(name);
+        let extra = ["--image", image.to_str().unwrap()];
+        let want = json_of(&famlx().args(generate_args(&model, &extra)).output().unwrap());
+        assert!(want["image_tokens"].as_u64().unwrap() > 0, "{name}: {want}");
+        for mode in ["tensor", "pipeline"] {
+            let mut args = extra.to_vec();
+            args.extend(["--parallel", mode]);
+            let o = famlx().args(["launch", "-n", "2", "--"]).args(generate_args(&model, &args)).output().unwrap();
+            assert_eq!(tokens(&json_of(&o)), tokens(&want), "{name}: 2 ranks, {mode}, with an image");
+        }
+    }
+}

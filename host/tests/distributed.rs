@@ -331,19 +331,25 @@ fn chat_as_ranks_answers_as_one_process() {
 }
 
 #[test]
-fn images_across_ranks_give_the_tokens_of_one_process() {
+fn images_and_audio_across_ranks_give_the_tokens_of_one_process() {
     // The towers run whole on every rank; the decoder splits.
     let image = fixture("images").join("portrait.png");
-    for name in ["qwen3_5-vl-f32", "gemma4-vision-f32"] {
+    let audio = fixture("audio").join("chirp.wav");
+    let cases = [
+        ("qwen3_5-vl-f32", "--image", &image),
+        ("gemma4-vision-f32", "--image", &image),
+        ("gemma4-audio-f32", "--audio", &audio),
+    ];
+    for (name, flag, file) in cases {
         let model = fixture(name);
-        let extra = ["--image", image.to_str().unwrap()];
+        let extra = [flag, file.to_str().unwrap()];
         let want = json_of(&famlx().args(generate_args(&model, &extra)).output().unwrap());
-        assert!(want["image_tokens"].as_u64().unwrap() > 0, "{name}: {want}");
+        assert!(want["image_tokens"].as_u64().unwrap() + want["audio_tokens"].as_u64().unwrap() > 0, "{name}: {want}");
         for mode in ["tensor", "pipeline"] {
             let mut args = extra.to_vec();
             args.extend(["--parallel", mode]);
             let o = famlx().args(["launch", "-n", "2", "--"]).args(generate_args(&model, &args)).output().unwrap();
-            assert_eq!(tokens(&json_of(&o)), tokens(&want), "{name}: 2 ranks, {mode}, with an image");
+            assert_eq!(tokens(&json_of(&o)), tokens(&want), "{name}: 2 ranks, {mode}, with {flag}");
         }
     }
 }

@@ -15,6 +15,13 @@ use std::time::{Duration, Instant};
 
 const PROMPT: &str = "The river ran past the old mill, and the mill wheel turned";
 
+/// One distributed run at a time: each picks free ports for its ring just
+/// before its ranks bind them, which a run beside it could take meanwhile.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn generate_args(model: &Path, extra: &[&str]) -> Vec<String> {
     let mut a: Vec<String> =
         ["generate", "--prompt", PROMPT, "-m", "12", "--json", "--model"].iter().map(|s| s.to_string()).collect();
@@ -85,6 +92,7 @@ fn converted(scratch: &Scratch, variant: &str, q4: bool) -> PathBuf {
 
 #[test]
 fn llama_splits_give_the_tokens_of_one_process() {
+    let _one = one_at_a_time();
     let s = Scratch::new("dist-llama");
     check_splits(&fixture("llama-deep-f32"), true);
     check_splits(&converted(&s, "llama-deep-f32", true), false);
@@ -92,6 +100,7 @@ fn llama_splits_give_the_tokens_of_one_process() {
 
 #[test]
 fn qwen3_5_splits_give_the_tokens_of_one_process() {
+    let _one = one_at_a_time();
     let s = Scratch::new("dist-qwen3_5");
     check_splits(&converted(&s, "qwen3_5-bf16", false), false);
     check_splits(&fixture("qwen3_5_moe-f32"), false);
@@ -124,6 +133,7 @@ fn qwen3_5_splits_give_the_tokens_of_one_process() {
 
 #[test]
 fn gemma4_splits_give_the_tokens_of_one_process() {
+    let _one = one_at_a_time();
     let s = Scratch::new("dist-gemma4");
     check_splits(&fixture("gemma4-vision-f32"), false);
     check_splits(&converted(&s, "gemma4-vision-f32", true), false);
@@ -164,6 +174,7 @@ fn pipeline_logits_are_exact(model: &Path, scratch: &Scratch) {
 
 #[test]
 fn ranks_started_by_mlx_launch_work_too() {
+    let _one = one_at_a_time();
     let model = fixture("llama-deep-f32");
     let want = alone(&model);
     // mlx.launch with the reference environment's mlx, running famlx ranks.
@@ -201,6 +212,7 @@ fn children(parent: u32) -> Vec<u32> {
 
 #[test]
 fn a_killed_rank_ends_the_run_with_one_error_naming_it() {
+    let _one = one_at_a_time();
     let model = fixture("llama-deep-f32");
     let mut launcher = famlx()
         .args([
@@ -267,6 +279,7 @@ fn zombie_or_gone(pid: u32) -> bool {
 
 #[test]
 fn bad_launches_are_one_line_errors() {
+    let _one = one_at_a_time();
     common::expect_error(&["launch", "-n", "2", "--backend", "tcp", "--", "plugins"], &["--backend tcp"]);
     common::expect_error(
         &["launch", "--hostfile", "/nonexistent/hosts.json", "--", "plugins"],
@@ -303,6 +316,7 @@ fn bad_launches_are_one_line_errors() {
 
 #[test]
 fn chat_as_ranks_answers_as_one_process() {
+    let _one = one_at_a_time();
     use std::io::Write;
     let model = fixture("llama-deep-f32");
     let lines = "The mill wheel turned\nAnd the river?\n/exit\n";
@@ -332,6 +346,7 @@ fn chat_as_ranks_answers_as_one_process() {
 
 #[test]
 fn images_and_audio_across_ranks_give_the_tokens_of_one_process() {
+    let _one = one_at_a_time();
     // The towers run whole on every rank; the decoder splits.
     let image = fixture("images").join("portrait.png");
     let audio = fixture("audio").join("chirp.wav");

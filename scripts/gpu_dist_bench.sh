@@ -6,6 +6,9 @@
 #
 # Here, first:   cargo build --release --workspace && scripts/stage_gpu_bin.sh
 #                mkdir -p gpu-bin-xz && tar -C gpu-bin -cJf gpu-bin-xz/bin.tar.xz famlx libfamlx_plugin_llama.so libfamlx_plugin_qwen3_5.so
+# The tree, .mlx-cuda and the tarball come to just over the 64 MiB a run may
+# carry: move fixtures/gemma4-vision-hf-f32/processor_outputs.safetensors
+# (5 MB, not needed there) out of the tree for the call, and back after.
 # Then run this there with .mlx-cuda and gpu-bin-xz carried. Results go to $OUT.
 set -uo pipefail
 [ -f gpu-bin-xz/bin.tar.xz ] && mkdir -p gpu-bin && tar -C gpu-bin -xJf gpu-bin-xz/bin.tar.xz

@@ -35,6 +35,9 @@ pub struct Header {
     pub tensors: Vec<TensorEntry>,
     /// `__metadata__` (string keys and values).
     pub metadata: HashMap<String, String>,
+    /// Where the data section starts, from the start of the file (the
+    /// tensors' offsets count from here).
+    pub data_start: u64,
 }
 
 /// The dtypes MLX's safetensors reader accepts, with their element sizes in bits.
@@ -122,7 +125,7 @@ pub fn check_header(head: &[u8], file_len: u64) -> Result<Header> {
         }
         tensors.push(TensorEntry { name, dtype, shape, offsets: (begin, end) });
     }
-    Ok(Header { tensors, metadata })
+    Ok(Header { tensors, metadata, data_start: 8 + n })
 }
 
 /// The shard files a `model.safetensors.index.json` lists in its

@@ -80,17 +80,7 @@ impl Linear {
         split: &Split,
     ) -> Result<Linear> {
         let whole = Linear::load(w, prefix, in_features, out_features)?;
-        let part = |suffix: &str, axis: i32, ranges: &[(i32, i32)]| -> Result<Array> {
-            let name = format!("{prefix}.{suffix}");
-            let parts = ranges
-                .iter()
-                .map(|&(a, b)| w.slice(&name, axis, a, b)?.ok_or_else(|| Error(format!("missing weight {name}"))))
-                .collect::<Result<Vec<_>>>()?;
-            match parts.as_slice() {
-                [one] => Ok(one.clone()),
-                _ => crate::concatenate(&parts.iter().collect::<Vec<_>>(), axis),
-            }
-        };
+        let part = |suffix: &str, axis: i32, ranges: &[(i32, i32)]| w.runs(&format!("{prefix}.{suffix}"), axis, ranges);
         match (split, &whole) {
             (Split::Whole, _) => Ok(whole),
             (Split::Rows(r), Linear::Dense { b, .. }) => {

@@ -6,6 +6,21 @@ use super::parallel::Parallel;
 use super::weights::Weights;
 use crate::{Array, Result};
 
+/// This rank's run `[start, stop)` of the `intermediate` columns of a
+/// gated MLP (dense, or each routed expert) under a tensor-parallel split:
+/// whole quantization groups of `down` (the projection they feed), as even
+/// as groups allow. `None` without a split, or when there are too few groups
+/// to give every rank some: the columns then stay whole on every rank.
+pub(crate) fn column_share(w: &dyn Weights, down: &str, intermediate: i32) -> Result<Option<(i32, i32)>> {
+    let Some(p) = Parallel::tensor(w.parallel()) else { return Ok(None) };
+    let unit = w.quant(down).map_or(1, |q| q.group_size.max(1));
+    if intermediate % unit != 0 || intermediate / unit < p.size {
+        return Ok(None);
+    }
+    let (a, b) = p.share(intermediate / unit, "column groups")?;
+    Ok(Some((a * unit, b * unit)))
+}
+
 /// The gated MLP of Llama-style models: `down(act(gate(x)) * up(x))`, with
 /// SwiGLU (Llama, Qwen) or GeGLU (Gemma).
 #[derive(Debug, Clone)]
@@ -82,12 +97,8 @@ impl GatedMlp {
         intermediate: i32,
         act: GluActivation,
     ) -> Result<Self> {
-        if let Some(p) = Parallel::tensor(w.parallel()) {
-            let unit = w.quant(&format!("{prefix}.down_proj")).map_or(1, |q| q.group_size.max(1));
-            // Columns too few to give every rank a share stay whole on every rank.
-            if intermediate % unit == 0 && intermediate / unit >= p.size {
-                return Self::load_share(w, prefix, hidden, intermediate, act, &p, unit);
-            }
+        if let Some(share) = column_share(w, &format!("{prefix}.down_proj"), intermediate)? {
+            return Self::load_share(w, prefix, hidden, intermediate, act, share);
         }
         Ok(GatedMlp {
             proj: GateUp::load(w, prefix, hidden, intermediate)?,
@@ -96,22 +107,18 @@ impl GatedMlp {
         })
     }
 
-    /// This rank's share of a tensor-parallel split: a run of the
-    /// intermediate columns (whole quantization groups of `down_proj`), so
-    /// gate/up split their outputs and down its inputs, summed over the
-    /// group.
+    /// This rank's share `[a, b)` of the intermediate columns of a
+    /// tensor-parallel split ([`column_share`]): gate/up split their
+    /// outputs and down its inputs, summed over the group.
     fn load_share(
         w: &dyn Weights,
         prefix: &str,
         hidden: i32,
         intermediate: i32,
         act: GluActivation,
-        p: &Parallel,
-        unit: i32,
+        (a, b): (i32, i32),
     ) -> Result<Self> {
         let down = format!("{prefix}.down_proj");
-        let (a, b) = p.share(intermediate / unit, "MLP column groups")?;
-        let (a, b) = (a * unit, b * unit);
         let fused = format!("{prefix}.gate_up_proj");
         let proj = if w.get(&format!("{fused}.weight")).is_some() {
             let rows = Split::Rows(vec![(a, b), (intermediate + a, intermediate + b)]);

@@ -5,7 +5,6 @@
 
 use super::activations::GluActivation;
 use super::linear::Split;
-use super::parallel::Parallel;
 use super::weights::{Kind, Weights};
 use crate::quant::{gather_mm, gather_qmm, QuantSpec, Quantized};
 use crate::{Array, Dtype, Error, Result};
@@ -56,10 +55,7 @@ impl SwitchLinear {
         split: &Split,
     ) -> Result<Self> {
         let whole = Self::load(w, prefix, experts, in_features, out_features)?;
-        let part = |suffix: &str, axis: i32, a: i32, b: i32| -> Result<Array> {
-            let name = format!("{prefix}.{suffix}");
-            w.slice(&name, axis, a, b)?.ok_or_else(|| Error(format!("missing weight {name}")))
-        };
+        let part = |suffix: &str, axis: i32, a: i32, b: i32| w.runs(&format!("{prefix}.{suffix}"), axis, &[(a, b)]);
         let dense = |t: Array| -> Result<SwitchLinear> {
             // As `load`: MLX's CPU gather_mm runs only in f32.
             let cpu = crate::device::backend() == crate::device::Backend::Cpu;
@@ -136,14 +132,9 @@ impl SwitchGlu {
     ) -> Result<Self> {
         // Tensor parallel: each rank holds a run of every expert's columns
         // (whole quantization groups of down_proj), as the dense MLP does.
-        let down = format!("{prefix}.down_proj");
-        let unit = w.quant(&down).map_or(1, |q| q.group_size.max(1));
-        let share = Parallel::tensor(w.parallel())
-            .filter(|p| intermediate % unit == 0 && intermediate / unit >= p.size)
-            .map(|p| p.share(intermediate / unit, "expert column groups"))
-            .transpose()?;
+        let share = super::mlp::column_share(w, &format!("{prefix}.down_proj"), intermediate)?;
         let (rows, cols) = match share {
-            Some((a, b)) => (Split::Rows(vec![(a * unit, b * unit)]), Split::Cols(a * unit, b * unit)),
+            Some((a, b)) => (Split::Rows(vec![(a, b)]), Split::Cols(a, b)),
             None => (Split::Whole, Split::Whole),
         };
         let l = |n: &str, i, o, s: &Split| SwitchLinear::load_split(w, &format!("{prefix}.{n}"), experts, i, o, s);

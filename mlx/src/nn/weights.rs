@@ -80,6 +80,22 @@ pub trait Weights {
     fn slice(&self, name: &str, axis: i32, start: i32, stop: i32) -> Result<Option<Array>> {
         self.get(name).map(|t| t.slice_axis(axis, start, stop)).transpose()
     }
+
+    /// The runs `ranges` along `axis` of tensor `name`, side by side, each
+    /// read through [`Weights::slice`]; an error naming the tensor when it
+    /// is absent.
+    fn runs(&self, name: &str, axis: i32, ranges: &[(i32, i32)]) -> Result<Array> {
+        let parts = ranges
+            .iter()
+            .map(|&(a, b)| {
+                self.slice(name, axis, a, b)?.ok_or_else(|| Error(Problem::Missing(name.into()).to_string()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        match parts.as_slice() {
+            [one] => Ok(one.clone()),
+            _ => crate::concatenate(&parts.iter().collect::<Vec<_>>(), axis),
+        }
+    }
 }
 
 /// Something wrong with a checkpoint's tensors.

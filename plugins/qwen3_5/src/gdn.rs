@@ -228,12 +228,7 @@ impl GatedDeltaNet {
         // Checked whole, then only the rows of this rank's heads read.
         let rows = |n: &str, shape: &[i32], ranges: &[(i32, i32)]| -> Result<Array> {
             t(n, shape)?;
-            let name = format!("{prefix}.{n}");
-            let parts = ranges
-                .iter()
-                .map(|&(a, b)| w.slice(&name, 0, a, b)?.ok_or_else(|| mlx::Error(format!("missing weight {name}"))))
-                .collect::<Result<Vec<_>>>()?;
-            mlx::concatenate(&parts.iter().collect::<Vec<_>>(), 0)
+            w.runs(&format!("{prefix}.{n}"), 0, ranges)
         };
         let (c, vh) = (d.conv_dim(), d.v_heads);
         let a_log = rows("A_log", &[vh], &[(va, vb)])?;

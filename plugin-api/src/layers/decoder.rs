@@ -124,8 +124,7 @@ impl crate::family::ModelForward for DecoderLm {
         for (i, b) in self.blocks.iter().enumerate() {
             h = b.forward(&h, caches, first + i)?;
         }
-        let used = input.want_hidden || input.logits != crate::LogitsWanted::None;
-        let h = self.norm.forward(&Stage::leave(stage, h, used)?)?;
+        let h = self.norm.forward(&Stage::leave(stage, h, input)?)?;
         lm_output(h, input.logits, input.want_hidden, |x| self.head.forward(x))
     }
 }

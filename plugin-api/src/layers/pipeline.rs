@@ -3,6 +3,8 @@
 //! after, and the last rank's output is then shared with every rank so all
 //! compute the same logits (and sample the same tokens).
 
+use crate::family::Input;
+use crate::LogitsWanted;
 use mlx::distributed as dist;
 use mlx::nn::{Parallel, Weights};
 use mlx::{Array, Dtype, Result};
@@ -24,9 +26,7 @@ impl Stage {
     /// pipeline split (the shares as even as whole layers allow), else
     /// `None`.
     pub fn of(w: &dyn Weights, layers: i32) -> Result<Option<Stage>> {
-        let Some(p) = Parallel::pipeline(w.parallel()) else { return Ok(None) };
-        let (a, b) = p.share(layers, "layers")?;
-        Ok(Some(Stage { rank: p.rank, size: p.size, layers: a as usize..b as usize }))
+        Self::of_keeping(w, layers, None)
     }
 
     /// [`Stage::of`] with layers `together..` all on the last rank (layers
@@ -72,14 +72,14 @@ impl Stage {
 
     /// The hidden state `h` leaving this rank's layers: sent on to the next
     /// rank, and the last rank's output gathered so every rank returns it.
-    /// When the caller will not use the output (`used` false: a prefill
+    /// When `input` wants neither logits nor the hidden state (a prefill
     /// chunk that only fills caches), the send is done here and now (no
     /// cache of this rank depends on it, so nothing else would run it) and
     /// `h` comes back as is.
-    pub fn leave(stage: Option<&Stage>, h: Array, used: bool) -> Result<Array> {
+    pub fn leave(stage: Option<&Stage>, h: Array, input: &Input) -> Result<Array> {
         let Some(s) = stage else { return Ok(h) };
         let h = if s.rank + 1 < s.size { dist::send(&h, s.rank + 1)? } else { h };
-        if !used {
+        if !input.want_hidden && input.logits == LogitsWanted::None {
             h.eval()?;
             return Ok(h);
         }

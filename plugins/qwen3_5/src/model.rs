@@ -122,8 +122,7 @@ impl ModelForward for Qwen3_5 {
         for (i, l) in self.layers.iter().enumerate() {
             h = l.forward(&h, caches, first + i, rotary.as_ref())?;
         }
-        let used = input.want_hidden || input.logits != plugin_api::LogitsWanted::None;
-        let h = Stage::leave(stage, h, used)?;
+        let h = Stage::leave(stage, h, input)?;
         // The hidden state returned with `want_hidden` is taken after the
         // final norm: what the MTP head (mtp.rs) is defined on.
         let h = self.norm.forward(&h)?;

@@ -54,19 +54,10 @@ impl Gemma4Text {
         let m = cfg.first_kv_shared() as usize;
         let n = cfg.num_hidden_layers as usize;
         let pl = cfg.hidden_size_per_layer_input;
-        // KV-shared layers and the layers they read stay on one rank.
-        let together = (m < n).then(|| sources[m..].iter().copied().min().unwrap_or(m).min(m) as i32);
+        // A KV-shared layer reads its source layer's K/V in the same forward:
+        // the shared layers and the first layer they read stay on one rank.
+        let together = sources[m..].iter().min().map(|&s| s as i32);
         let stage = Stage::of_keeping(w, n as i32, together)?;
-        // A KV-shared layer reads its source layer's K/V in the same
-        // forward: both must be on one rank.
-        for i in (m..n).filter(|&i| Stage::holds(stage.as_ref(), i)) {
-            if !Stage::holds(stage.as_ref(), sources[i]) {
-                return Err(Error(format!(
-                    "cannot split the layers over the ranks here: layer {i} reads layer {}'s K/V, held by another rank (use --parallel tensor)",
-                    sources[i]
-                )));
-            }
-        }
         let layers = (0..n)
             .filter(|&i| Stage::holds(stage.as_ref(), i))
             .map(|i| {
@@ -217,8 +208,7 @@ impl ModelForward for Gemma4Text {
                 kept[i] = k;
             }
         }
-        let used = input.want_hidden || input.logits != plugin_api::LogitsWanted::None;
-        let h = self.norm.forward(&Stage::leave(stage, h, used)?)?;
+        let h = self.norm.forward(&Stage::leave(stage, h, input)?)?;
         lm_output(h, input.logits, input.want_hidden, |x| {
             let logits = self.head.forward(x)?;
             match self.softcap {

@@ -34,21 +34,26 @@ fn tokens(v: &Value) -> Vec<u64> {
     v["tokens"].as_array().expect("tokens").iter().map(|t| t.as_u64().unwrap()).collect()
 }
 
+/// `famlx` as `n` ranks (`famlx launch -n n --`), or alone for 1.
+fn ranks(n: usize) -> Command {
+    let mut c = famlx();
+    if n > 1 {
+        c.args(["launch", "-n", &n.to_string(), "--"]);
+    }
+    c
+}
+
 /// One process's `generate --json`.
 fn alone(model: &Path) -> Value {
     json_of(&famlx().args(generate_args(model, &[])).output().unwrap())
 }
 
 /// `famlx launch -n ranks -- generate … --parallel mode`: rank 0's JSON.
-fn launched(model: &Path, ranks: usize, mode: &str) -> Value {
-    let o = famlx()
-        .args(["launch", "-n", &ranks.to_string(), "--"])
-        .args(generate_args(model, &["--parallel", mode]))
-        .output()
-        .unwrap();
+fn launched(model: &Path, n: usize, mode: &str) -> Value {
+    let o = self::ranks(n).args(generate_args(model, &["--parallel", mode])).output().unwrap();
     let (out, _) = texts(&o);
     // Only rank 0 prints.
-    assert_eq!(out.lines().filter(|l| l.starts_with('{')).count(), 1, "{ranks} ranks, {mode}: {out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with('{')).count(), 1, "{n} ranks, {mode}: {out}");
     json_of(&o)
 }
 
@@ -107,17 +112,11 @@ fn qwen3_5_splits_give_the_tokens_of_one_process() {
     check_splits(&converted(&s, "qwen3_5_moe-f32", true), false);
     // Speculative decoding with the checkpoint's MTP head, tensor parallel.
     let mtp = fixture("qwen3_5_moe-mtp-hf-f32");
-    let spec = |launch: Option<usize>| -> Value {
-        let mut c = famlx();
-        if let Some(n) = launch {
-            c.args(["launch", "-n", &n.to_string(), "--"]);
-        }
-        json_of(&c.args(generate_args(&mtp, &["--mtp-depth", "2"])).output().unwrap())
-    };
-    let want = spec(None);
+    let spec = |n: usize| json_of(&ranks(n).args(generate_args(&mtp, &["--mtp-depth", "2"])).output().unwrap());
+    let want = spec(1);
     assert!(want["draft"]["rounds"].as_u64().unwrap() > 0, "{want}");
     for n in [2, 3] {
-        let got = spec(Some(n));
+        let got = spec(n);
         assert_eq!(tokens(&got), tokens(&want), "MTP over {n} tensor-parallel ranks");
         assert_eq!(got["draft"], want["draft"], "MTP over {n} ranks drafts alike");
     }
@@ -146,14 +145,11 @@ fn gemma4_splits_give_the_tokens_of_one_process() {
 /// A pipeline split passes whole hidden states: every prompt position's
 /// logits equal one process's bit for bit, in any dtype (here bf16).
 fn pipeline_logits_are_exact(model: &Path, scratch: &Scratch) {
-    let logits = |ranks: usize| -> Vec<Vec<f64>> {
-        let file = scratch.path().join(format!("logits-{ranks}.json"));
-        let mut c = famlx();
-        if ranks > 1 {
-            c.args(["launch", "-n", &ranks.to_string(), "--"]);
-        }
+    let logits = |n: usize| -> Vec<Vec<f64>> {
+        let file = scratch.path().join(format!("logits-{n}.json"));
+        let mut c = ranks(n);
         c.args(["generate", "--prompt", PROMPT, "-m", "1", "--model"]).arg(model);
-        if ranks > 1 {
+        if n > 1 {
             c.args(["--parallel", "pipeline"]);
         }
         let o = c.arg("--dump-logits").arg(&file).output().unwrap();
@@ -167,8 +163,8 @@ fn pipeline_logits_are_exact(model: &Path, scratch: &Scratch) {
             .collect()
     };
     let one = logits(1);
-    for ranks in [2, 3] {
-        assert!(one == logits(ranks), "{}: {ranks} pipeline ranks changed the logits", model.display());
+    for n in [2, 3] {
+        assert!(one == logits(n), "{}: {n} pipeline ranks changed the logits", model.display());
     }
 }
 
@@ -320,12 +316,8 @@ fn chat_as_ranks_answers_as_one_process() {
     use std::io::Write;
     let model = fixture("llama-deep-f32");
     let lines = "The mill wheel turned\nAnd the river?\n/exit\n";
-    let chat = |launch: bool| -> String {
-        let mut c = famlx();
-        if launch {
-            c.args(["launch", "-n", "2", "--"]);
-        }
-        let mut child = c
+    let chat = |n: usize| -> String {
+        let mut child = ranks(n)
             .args(["chat", "-m", "10", "--model"])
             .arg(&model)
             .stdin(Stdio::piped())
@@ -339,9 +331,9 @@ fn chat_as_ranks_answers_as_one_process() {
         assert!(o.status.success(), "{err}");
         out
     };
-    let alone = chat(false);
+    let alone = chat(1);
     assert!(alone.lines().count() >= 2, "{alone}");
-    assert_eq!(chat(true), alone);
+    assert_eq!(chat(2), alone);
 }
 
 #[test]
@@ -363,7 +355,7 @@ fn images_and_audio_across_ranks_give_the_tokens_of_one_process() {
         for mode in ["tensor", "pipeline"] {
             let mut args = extra.to_vec();
             args.extend(["--parallel", mode]);
-            let o = famlx().args(["launch", "-n", "2", "--"]).args(generate_args(&model, &args)).output().unwrap();
+            let o = ranks(2).args(generate_args(&model, &args)).output().unwrap();
             assert_eq!(tokens(&json_of(&o)), tokens(&want), "{name}: 2 ranks, {mode}, with {flag}");
         }
     }

@@ -96,11 +96,7 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
         _ => None,
     };
     // A rank of a pipeline split leaves the other ranks' layers unread.
-    let unused = if mlx::nn::Parallel::pipeline(crate::distributed::parallel()).is_some() {
-        Vec::new()
-    } else {
-        s.unused_tensors()
-    };
+    let unused = if pipeline { Vec::new() } else { s.unused_tensors() };
     if !unused.is_empty() {
         let msg = format!(
             "{}: {} of the checkpoint {} not used by the {} plugin: {}",

@@ -333,10 +333,7 @@ fn watch(kids: &mut [Option<Child>], shared: &Shared) -> Result<Option<(usize, E
             // 0 then finishes what it holds and closes the others) and the
             // launcher waits for them.
             forwarded = true;
-            for c in kids.iter().flatten() {
-                // SAFETY: signalling a child we started and have not reaped.
-                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            }
+            terminate(kids);
         }
         let mut running = 0;
         let mut failed = false;
@@ -407,11 +404,17 @@ fn blame(done: &[(usize, ExitStatus)], errors: &[Vec<String>]) -> Option<(usize,
         .copied()
 }
 
-fn stop(kids: &mut [Option<Child>]) {
-    for c in kids.iter_mut().flatten() {
+/// SIGTERM to every rank still held.
+fn terminate(kids: &[Option<Child>]) {
+    for c in kids.iter().flatten() {
         // SAFETY: signalling a child we started and have not reaped.
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
     }
+}
+
+/// Stops every rank still held: SIGTERM, then SIGKILL 5 s later.
+fn stop(kids: &mut [Option<Child>]) {
+    terminate(kids);
     let deadline = Instant::now() + Duration::from_secs(5);
     for c in kids.iter_mut().flatten() {
         while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {

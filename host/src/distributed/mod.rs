@@ -25,8 +25,8 @@ pub fn rank() -> i32 {
     parallel().map_or(0, |p| p.rank)
 }
 
-/// This process's rank as the environment gives it (`MLX_RANK`), before
-/// (or without) joining: 0 when absent.
+/// This process's rank as the environment gives it ([`RANK_VARS`]),
+/// before (or without) joining: 0 when absent.
 pub fn rank_from_env() -> i32 {
     RANK_VARS.iter().find_map(|v| std::env::var(v).ok()).and_then(|r| r.parse().ok()).unwrap_or(0)
 }

@@ -28,12 +28,24 @@ pub struct RawAudio {
 /// Reads, mixes down and resamples the WAV file at `path`.
 pub fn load_audio(path: &Path) -> Result<RawAudio> {
     let name = path.display();
-    let mut r = hound::WavReader::open(path).map_err(|e| match e {
+    let r = hound::WavReader::open(path).map_err(|e| match e {
         hound::Error::IoError(e) if e.kind() == std::io::ErrorKind::NotFound => {
             anyhow!("audio {name}: no such file")
         }
         e => anyhow!("audio {name}: not a WAV file this reads ({e})"),
     })?;
+    read_wav(r, &name.to_string())
+}
+
+/// [`load_audio`] for a WAV file's bytes; `name` says where they came from
+/// in messages (a path, or a request field).
+pub fn decode_audio(data: &[u8], name: &str) -> Result<RawAudio> {
+    let r = hound::WavReader::new(std::io::Cursor::new(data))
+        .map_err(|e| anyhow!("audio {name}: not a WAV file this reads ({e})"))?;
+    read_wav(r, name)
+}
+
+fn read_wav<R: std::io::Read>(mut r: hound::WavReader<R>, name: &str) -> Result<RawAudio> {
     let spec = r.spec();
     if spec.channels == 0 || spec.sample_rate == 0 {
         bail!("audio {name}: the header gives {} channels at {} Hz", spec.channels, spec.sample_rate);

@@ -4,7 +4,7 @@
 //! whether to drop it or composite over white, as their reference
 //! processors do), every failure one line naming the file.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use image::{DynamicImage, ImageDecoder, ImageReader, Limits};
 use plugin_api::RawImage;
 use std::path::Path;
@@ -16,20 +16,27 @@ pub const MAX_PIXELS: u64 = 64 << 20;
 
 /// Reads and decodes the image at `path`.
 pub fn load_image(path: &Path) -> Result<RawImage> {
-    let shown = path.display();
-    let reader = ImageReader::open(path).with_context(|| format!("image {shown}"))?;
-    let mut reader = reader.with_guessed_format().with_context(|| format!("image {shown}"))?;
+    let shown = path.display().to_string();
+    let data = std::fs::read(path).with_context(|| format!("image {shown}"))?;
+    decode_image(&data, &shown)
+}
+
+/// Decodes an image file's bytes; `name` says where they came from in
+/// messages (a path, or a request field).
+pub fn decode_image(data: &[u8], name: &str) -> Result<RawImage> {
+    let shown = name;
     // The content decides, not the file name.
-    let mut head = [0u8; 64];
-    let n = std::io::Read::read(&mut std::fs::File::open(path).with_context(|| format!("image {shown}"))?, &mut head)
-        .with_context(|| format!("image {shown}"))?;
-    if reader.format().is_none() || image::guess_format(&head[..n]).is_err() {
-        bail!("image {shown}: not a PNG, JPEG, WebP or GIF file");
-    }
+    let head = &data[..data.len().min(64)];
+    use image::ImageFormat::{Gif, Jpeg, Png, WebP};
+    let format = image::guess_format(head)
+        .ok()
+        .filter(|f| matches!(f, Png | Jpeg | WebP | Gif))
+        .ok_or_else(|| anyhow!("image {shown}: not a PNG, JPEG, WebP or GIF file"))?;
+    let mut reader = ImageReader::with_format(std::io::Cursor::new(data), format);
     let mut limits = Limits::default();
     limits.max_alloc = Some(MAX_PIXELS * 8);
     reader.limits(limits);
-    let is_jpeg = reader.format() == Some(image::ImageFormat::Jpeg);
+    let is_jpeg = format == Jpeg;
     let mut decoder = reader.into_decoder().with_context(|| format!("image {shown}: cannot decode"))?;
     let (w, h) = decoder.dimensions();
     if w == 0 || h == 0 {
@@ -42,7 +49,7 @@ pub fn load_image(path: &Path) -> Result<RawImage> {
     let mut img = DynamicImage::from_decoder(decoder).with_context(|| format!("image {shown}: cannot decode"))?;
     if is_jpeg {
         // Decoded above to check the file; the pixels come from libjpeg-turbo.
-        if let Some(rgb) = decode_jpeg_rgb(path)? {
+        if let Some(rgb) = decode_jpeg_rgb(data, shown)? {
             img = DynamicImage::ImageRgb8(rgb);
         }
     }
@@ -54,13 +61,11 @@ pub fn load_image(path: &Path) -> Result<RawImage> {
 /// fancy chroma upsampling Pillow gets, so pixels match the reference
 /// processors' to the bit. `None` for color spaces it does not turn into RGB
 /// the way Pillow does (CMYK, YCCK): the `image` crate's pixels are used.
-fn decode_jpeg_rgb(path: &Path) -> Result<Option<image::RgbImage>> {
+fn decode_jpeg_rgb(data: &[u8], shown: &str) -> Result<Option<image::RgbImage>> {
     use mozjpeg::{ColorSpace, Decompress};
-    let shown = path.display();
-    let data = std::fs::read(path).with_context(|| format!("image {shown}"))?;
     // libjpeg reports errors by unwinding out of its C frames.
     let decoded = std::panic::catch_unwind(|| -> std::io::Result<Option<(u32, u32, Vec<u8>)>> {
-        let d = Decompress::new_mem(&data)?;
+        let d = Decompress::new_mem(data)?;
         if !matches!(d.color_space(), ColorSpace::JCS_YCbCr | ColorSpace::JCS_GRAYSCALE | ColorSpace::JCS_RGB) {
             return Ok(None);
         }

@@ -402,3 +402,108 @@ fn prompt_cache_reuses_prefixes_within_its_bound() {
         metrics.lines().find_map(|l| l.strip_prefix("famlx_prompt_cache_bytes ")).and_then(|v| v.parse().ok()).unwrap();
     assert!(held > 0 && held <= bound, "prompt cache holds {held} bytes, bound {bound}");
 }
+
+/// The tokens `famlx generate` gives for `text` after the files `files`
+/// (images and WAV clips), each as its own text, the stop token left out.
+fn generated_tokens(model: &Path, files: &[String], text: &str, n: usize) -> Vec<String> {
+    let m = model.to_str().unwrap();
+    let n = n.to_string();
+    let mut args = vec!["generate", "--model", m, "-p", text, "-m", &n, "--temp", "0", "--json"];
+    for f in files {
+        args.push(if f.ends_with(".wav") { "--audio" } else { "--image" });
+        args.push(f);
+    }
+    let j = json_of(&run(&args));
+    let mut ids: Vec<u32> = j["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    if j["finish_reason"] == "stop" {
+        ids.pop();
+    }
+    let tok = famlx_text::Tokenizer::from_dir(model).unwrap();
+    ids.iter().map(|&i| tok.decode(&[i], false).unwrap()).collect()
+}
+
+#[test]
+fn images_and_audio_in_messages() {
+    // Images and clips as data URLs give `famlx generate --image/--audio`'s
+    // greedy tokens: alone, again from the prompt cache, and decoded in one
+    // batch with each other and with text requests. gemma4 keeps an image's
+    // placeholders in one forward; qwen3_5 places images in 2-D (M-RoPE),
+    // so its rows decode from a shifted position.
+    let n = 12;
+    let img = |f: &str| fixture("images").join(f).display().to_string();
+    let wav = |f: &str| fixture("audio").join(f).display().to_string();
+    // The same picture mirrored: as many placeholders, other pixels. The
+    // prompt cache must not take one for the other.
+    let scratch = Scratch::new("serve-media");
+    let mirrored = scratch.path().join("tiny-mirrored.png");
+    image::open(img("tiny.png")).unwrap().fliph().save(&mirrored).unwrap();
+    let mirrored = mirrored.display().to_string();
+    let images = vec![
+        (vec![img("portrait.png")], "Describe it."),
+        (vec![img("tiny.png")], "Describe it."),
+        (vec![mirrored], "Describe it."),
+    ];
+    let cases = [
+        ("gemma4-vision-f32", images.clone(), Some("audio")),
+        ("qwen3_5-vl-f32", images, Some("audio")),
+        (
+            "gemma4-audio-f32",
+            vec![(vec![wav("sine440.wav")], "Hear."), (vec![img("tiny.png"), wav("chirp.wav")], "Both.")],
+            None,
+        ),
+    ];
+    for (name, items, not_taken) in cases {
+        let model = fixture(name);
+        let m = model.to_str().unwrap();
+        let asked: Vec<Value> = items.iter().map(|(f, t)| json!({"files": f, "text": t})).collect();
+        let args = json!({"model": m, "n": n, "items": asked, "image": img("tiny.png"), "clip": wav("sine440.wav"),
+                          "not_taken": not_taken, "errors": true});
+        let s = Server::start(&["--model", m]);
+        let r = client(&s, "media", args.clone());
+        // The same requests where nothing is reused.
+        let uncached = Server::start(&["--model", m, "--prompt-cache-bytes", "0"]);
+        let mut args0 = args.clone();
+        args0["errors"] = json!(false);
+        let r0 = client(&uncached, "media", args0);
+        for (i, (files, text)) in items.iter().enumerate() {
+            let want = generated_tokens(&model, files, text, n);
+            assert!(!want.is_empty(), "{name} item {i}: generate gave no tokens");
+            assert_eq!(r["alone"][i]["tokens"], json!(want), "{name} item {i}: served alone = famlx generate");
+            assert_eq!(r["together"][i]["tokens"], json!(want), "{name} item {i}: in a batch = alone");
+            let (first, cached) =
+                (r["alone"][i]["prompt"].as_u64().unwrap(), r["followup"][i]["cached"].as_u64().unwrap());
+            assert!(cached >= first && cached < r["followup"][i]["prompt"].as_u64().unwrap(),
+                "{name} item {i}: the follow-up reuses the first turn, media and all ({cached} cached, first turn {first})");
+            assert_eq!(r0["followup"][i]["cached"], 0, "{name} item {i}: nothing reused without a prompt cache");
+            assert_eq!(
+                r["followup"][i]["tokens"], r0["followup"][i]["tokens"],
+                "{name} item {i}: reuse changes nothing"
+            );
+        }
+        if items.len() == 3 {
+            let reused = |i: usize| r["alone"][i]["cached"].as_u64().unwrap();
+            assert!(reused(2) <= reused(1), "{name}: the mirrored image reuses no more than another image did");
+        }
+        assert_eq!(r["texts_together"], r["texts_alone"], "{name}: text rows beside media rows");
+        let e = &r["errors"];
+        let mut expect = vec!["remote", "not_base64", "not_an_image", "mp3", "not_wav"];
+        if not_taken.is_some() {
+            expect.push("not_taken");
+        }
+        for k in expect {
+            assert_eq!(e[k]["status"], 400, "{name} {k}: {}", e[k]);
+            assert!(
+                e[k]["body"]["param"].as_str().is_some_and(|p| p.starts_with("messages[0].content[1]")),
+                "{name} {k}: {}",
+                e[k]
+            );
+        }
+        assert!(e["not_an_image"]["body"]["message"].as_str().unwrap().contains("not a PNG"), "{}", e["not_an_image"]);
+        if not_taken.is_some() {
+            assert!(e["not_taken"]["body"]["message"].as_str().unwrap().contains("takes no"), "{}", e["not_taken"]);
+        }
+        let (status, body) = s.post("/v1/chat/completions", &"x".repeat(65 << 20), None);
+        assert_eq!(status, 413, "a body over the limit: {body}");
+        assert!(body.contains("MiB"), "{body}");
+    }
+}

@@ -270,6 +270,9 @@ impl Slot {
 pub struct BatchCaches {
     members: Vec<(u64, Vec<SharedCache>)>,
     slots: Vec<Arc<Mutex<Slot>>>,
+    /// What each row's rotary positions add to its offset (see
+    /// [`BatchCaches::set_shifts`]); empty: nothing.
+    shifts: Arc<Vec<i64>>,
 }
 
 impl BatchCaches {
@@ -338,6 +341,18 @@ impl BatchCaches {
         Ok(())
     }
 
+    /// What each row's rotary positions add to its cache offset, in batch
+    /// order: a row past images that a family places in 2-D (M-RoPE)
+    /// continues from its position delta, and its text tokens rope like
+    /// plain text at the shifted position.
+    pub fn set_shifts(&mut self, shifts: Vec<i64>) -> Result<()> {
+        if shifts.len() != self.members.len() {
+            return Err(Error(format!("set_shifts: {} shifts for {} rows", shifts.len(), self.members.len())));
+        }
+        self.shifts = Arc::new(if shifts.iter().all(|&s| s == 0) { Vec::new() } else { shifts });
+        Ok(())
+    }
+
     /// Writes row `id` back into its own caches and drops it from the batch.
     pub fn release(&mut self, id: u64) -> Result<()> {
         let Some(r) = self.members.iter().position(|m| m.0 == id) else { return Ok(()) };
@@ -358,7 +373,10 @@ impl BatchCaches {
 
     /// The plugin's view of the batch for one forward.
     pub fn boxes(&self) -> RVec<CacheBox> {
-        self.slots.iter().map(|s| LayerCache_TO::from_value(SlotBox(s.clone()), TD_Opaque)).collect()
+        self.slots
+            .iter()
+            .map(|s| LayerCache_TO::from_value(SlotBox(s.clone(), self.shifts.clone()), TD_Opaque))
+            .collect()
     }
 }
 
@@ -366,8 +384,9 @@ fn lock(s: &Arc<Mutex<Slot>>) -> MutexGuard<'_, Slot> {
     s.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One slot as a plugin sees it during a step.
-struct SlotBox(Arc<Mutex<Slot>>);
+/// One slot as a plugin sees it during a step, with the rows' position
+/// shifts.
+struct SlotBox(Arc<Mutex<Slot>>, Arc<Vec<i64>>);
 
 impl LayerCache for SlotBox {
     fn offset(&self) -> i64 {
@@ -438,7 +457,13 @@ impl LayerCache for SlotBox {
         }
     }
     fn row_offsets(&self) -> ROption<ArrayHandle> {
-        offsets_handle(lock(&self.0).offsets())
+        let offsets = lock(&self.0).offsets();
+        if self.1.len() != offsets.len() {
+            return offsets_handle(offsets);
+        }
+        // Shifted rows rope per row even when all offsets are alike.
+        let shifted: Vec<i32> = offsets.iter().zip(self.1.iter()).map(|(o, s)| (o + s) as i32).collect();
+        Array::from_slice(&shifted, &[shifted.len() as i32]).ok().map(ArrayHandle::from).into()
     }
     fn row_mask(&self) -> ROption<ArrayHandle> {
         match &*lock(&self.0) {

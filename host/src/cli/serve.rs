@@ -35,7 +35,7 @@ pub struct ServeArgs {
     #[arg(long = "prefill-concurrency", default_value_t = 8)]
     pub prefill_concurrency: usize,
     /// Bytes the prompt cache (reused prefixes across requests) may hold (e.g. 512M, 4G; 0: off).
-    #[arg(long = "prompt-cache-bytes", value_parser = crate::memory::parse_bytes, default_value = "2G")]
+    #[arg(long = "prompt-cache-bytes", value_parser = cache_bytes, default_value = "2G")]
     pub prompt_cache_bytes: usize,
     /// Model and plugins.
     #[command(flatten)]
@@ -73,4 +73,12 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         let base = params(&sampling, &cache, &s.model)?;
         Ok((s.model, base))
     })
+}
+
+/// `--prompt-cache-bytes`: a memory size, or 0 for no prompt cache.
+fn cache_bytes(s: &str) -> Result<usize, String> {
+    match s.trim() {
+        "0" => Ok(0),
+        _ => crate::memory::parse_bytes(s),
+    }
 }

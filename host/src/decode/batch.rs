@@ -4,9 +4,9 @@
 //! and leaves between steps is the caller's (the server's engine).
 
 use super::params::release_buffers;
-use super::prefill::{ids_array, prefill_last_alone_until};
+use super::prefill::{chunk_end, ids_array, prefill_last_alone_until};
 use crate::cache::{BatchCaches, SharedCache};
-use crate::model::LoadedModel;
+use crate::model::{LoadedModel, MediaState};
 use anyhow::{anyhow, Result};
 use mlx::{Array, Dtype};
 use plugin_api::LogitsWanted;
@@ -33,20 +33,24 @@ pub fn prefill_into(
 /// from `*fed` on: up to `step` tokens of all but the last; once only the
 /// last is left, it alone, returning its logits `[1, V]` (the split
 /// [`super::prefill_last_alone`] makes, so a batched sequence matches one
-/// run alone). Advances `*fed`.
+/// run alone). `media`: the sequence's images and clips, spliced in where
+/// the chunk covers them (an image kept whole in one chunk when the family
+/// asks). Advances `*fed`.
 pub fn prefill_step(
     m: &mut LoadedModel,
     caches: &[SharedCache],
     prompt: &[u32],
     fed: &mut usize,
     step: usize,
+    media: Option<&MediaState>,
 ) -> Result<Option<Array>> {
     let own = std::mem::take(&mut m.caches);
     m.set_caches(caches.to_vec());
+    m.media = media.cloned();
     let r = (|| {
         let head = prompt.len().saturating_sub(1);
         if *fed < head {
-            let end = (*fed + step.max(1)).min(head);
+            let end = chunk_end(m, *fed, head, step.max(1));
             m.forward(&ids_array(&prompt[*fed..end])?, LogitsWanted::None)?;
             m.eval_caches()?;
             release_buffers();
@@ -59,6 +63,7 @@ pub fn prefill_step(
         let v = l.dim(-1);
         Ok(Some(l.reshape(&[1, v])?))
     })();
+    m.media = None;
     m.set_caches(own);
     r
 }

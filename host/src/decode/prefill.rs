@@ -75,25 +75,34 @@ pub(crate) fn prefill_last_alone_until(
 /// except that a chunk grows to the end of an image whose placeholders must
 /// stay in one forward ([`plugin_api::MediaSpec::keep_images_whole`]).
 fn chunk_ends(m: &LoadedModel, len: usize, step: usize) -> Vec<usize> {
-    let whole = m.plan.media.as_ref().into_option().is_some_and(|s| s.keep_images_whole);
     let offset = m.cache_offset().max(0) as usize;
-    let spans: Vec<(usize, usize)> = match (&m.media, whole) {
-        (Some(media), true) => {
-            media.spans.iter().filter(|s| s.whole).map(|s| (s.start, s.start + s.rows.dim(0) as usize)).collect()
-        }
-        _ => Vec::new(),
-    };
     let mut ends = Vec::new();
     let mut at = 0;
     while at < len {
-        let mut end = (at + step).min(len);
-        if let Some(&(_, e)) = spans.iter().find(|&&(s, e)| s < offset + end && offset + end < e) {
-            end = (e - offset).min(len);
-        }
+        let end = chunk_end(m, offset + at, offset + len, step) - offset;
         ends.push(end);
         at = end;
     }
     ends
+}
+
+/// Where a chunk of the sequence starting at position `at` ends, at most
+/// `limit`: `step` tokens on, or further to the end of an image the model's
+/// media keeps whole when that step would cut it.
+pub(crate) fn chunk_end(m: &LoadedModel, at: usize, limit: usize, step: usize) -> usize {
+    let end = (at + step).min(limit);
+    let whole = m.plan.media.as_ref().into_option().is_some_and(|s| s.keep_images_whole);
+    let Some(media) = m.media.as_ref().filter(|_| whole) else { return end };
+    let cut = media
+        .spans
+        .iter()
+        .filter(|s| s.whole)
+        .map(|s| (s.start, s.start + s.rows.dim(0) as usize))
+        .find(|&(s, e)| s < end && end < e);
+    match cut {
+        Some((_, e)) => e.min(limit),
+        None => end,
+    }
 }
 
 /// [`prefill_last_alone`]'s forwards, calling `f(model, chunk, hidden,

@@ -143,36 +143,67 @@ fn load_media(model: &LoadedModel, kind: MediaKind, paths: &[PathBuf]) -> Result
     if paths.is_empty() {
         return Ok(Vec::new());
     }
-    if model.plan.media.as_ref().into_option().and_then(|s| kind.placeholders(s)).is_none() {
-        bail!(
-            "--{}: the {} model at hand takes no {} (inputs: {})",
-            kind.name(),
-            model.plan.model_type,
-            kind.plural(),
-            model.plan.modalities.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
-        );
+    if !takes(model, kind) {
+        bail!("--{}: {}", kind.name(), takes_none(model, kind));
     }
-    let family = &model.family.family;
     paths
         .iter()
         .map(|path| {
-            let (processed, hash) = match kind {
-                MediaKind::Image => {
-                    let raw = crate::media::load_image(path)?;
-                    (family.process_image(&model.plan, &raw), crate::media::pixel_hash(&raw))
-                }
-                MediaKind::Audio => {
-                    let clip = crate::audio::load_audio(path)?;
-                    let hash = crate::audio::sample_hash(&clip.samples);
-                    let raw =
-                        plugin_api::RawAudio { samples: clip.samples.into(), sample_rate: crate::audio::SAMPLE_RATE };
-                    (family.process_audio(&model.plan, &raw), hash)
-                }
+            let decoded = match kind {
+                MediaKind::Image => Decoded::Image(crate::media::load_image(path)?),
+                MediaKind::Audio => Decoded::Audio(crate::audio::load_audio(path)?),
             };
-            let processed = processed.into_result().map_err(|e| anyhow!("{} {}: {e}", kind.name(), path.display()))?;
-            Ok(Rc::new(PromptMedia { path: path.clone(), kind, hash, processed }))
+            process(model, path.clone(), decoded)
         })
         .collect()
+}
+
+/// An image or clip from an encoded file's bytes (a request's data URL),
+/// decoded and processed for `model`; `name` names it in errors.
+pub fn media_from_bytes(model: &LoadedModel, kind: MediaKind, data: &[u8], name: &str) -> Result<Rc<PromptMedia>> {
+    if !takes(model, kind) {
+        bail!("{}", takes_none(model, kind));
+    }
+    let decoded = match kind {
+        MediaKind::Image => Decoded::Image(crate::media::decode_image(data, name)?),
+        MediaKind::Audio => Decoded::Audio(crate::audio::decode_audio(data, name)?),
+    };
+    process(model, PathBuf::from(name), decoded)
+}
+
+fn takes(model: &LoadedModel, kind: MediaKind) -> bool {
+    model.plan.media.as_ref().into_option().and_then(|s| kind.placeholders(s)).is_some()
+}
+
+fn takes_none(model: &LoadedModel, kind: MediaKind) -> String {
+    format!(
+        "the {} model at hand takes no {} (inputs: {})",
+        model.plan.model_type,
+        kind.plural(),
+        model.plan.modalities.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// A decoded item, before the family's processor.
+enum Decoded {
+    Image(plugin_api::RawImage),
+    Audio(crate::audio::RawAudio),
+}
+
+fn process(model: &LoadedModel, path: PathBuf, decoded: Decoded) -> Result<Rc<PromptMedia>> {
+    let family = &model.family.family;
+    let (kind, processed, hash) = match decoded {
+        Decoded::Image(raw) => {
+            (MediaKind::Image, family.process_image(&model.plan, &raw), crate::media::pixel_hash(&raw))
+        }
+        Decoded::Audio(clip) => {
+            let hash = crate::audio::sample_hash(&clip.samples);
+            let raw = plugin_api::RawAudio { samples: clip.samples.into(), sample_rate: crate::audio::SAMPLE_RATE };
+            (MediaKind::Audio, family.process_audio(&model.plan, &raw), hash)
+        }
+    };
+    let processed = processed.into_result().map_err(|e| anyhow!("{} {}: {e}", kind.name(), path.display()))?;
+    Ok(Rc::new(PromptMedia { path, kind, hash, processed }))
 }
 
 /// Replaces the i-th marker of each kind in `ids` with the i-th item of

@@ -5,7 +5,9 @@ pub use super::error::ApiError;
 use super::tools::ToolChoice;
 use crate::decode::LogitsParams;
 use crate::grammar::Grammar;
+use crate::prompt::MediaKind;
 use crate::sample::SamplerParams;
+use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -25,6 +27,18 @@ pub enum PromptSource {
     Text(String),
     /// Token ids (`/v1/completions` with an array prompt).
     Ids(Vec<u32>),
+}
+
+/// An image or audio clip of a chat message, still encoded (the engine
+/// decodes it for the model at hand).
+#[derive(Debug, Clone)]
+pub struct MediaPart {
+    /// Image or audio.
+    pub kind: MediaKind,
+    /// The file's bytes (PNG, JPEG, WebP, GIF; WAV).
+    pub data: Vec<u8>,
+    /// Where it sits in the request (`messages[1].content[0]`), for errors.
+    pub param: String,
 }
 
 /// A checked request: what the engine needs to run it.
@@ -56,6 +70,8 @@ pub struct JobSpec {
     pub include_usage: bool,
     /// Echo the prompt before the completion (`/v1/completions`).
     pub echo: bool,
+    /// The images and clips of the messages, in prompt order.
+    pub media: Vec<MediaPart>,
 }
 
 /// Fields both endpoints take.
@@ -117,7 +133,9 @@ pub fn chat(body: &[u8]) -> Result<JobSpec, ApiError> {
     if b.messages.is_empty() {
         return Err(ApiError::bad("messages", "`messages` must hold at least one message"));
     }
-    let messages = b.messages.iter().enumerate().map(|(i, m)| message(i, m)).collect::<Result<Vec<_>, _>>()?;
+    let mut media = Vec::new();
+    let messages =
+        b.messages.iter().enumerate().map(|(i, m)| message(i, m, &mut media)).collect::<Result<Vec<_>, _>>()?;
     let tool_choice = ToolChoice::parse(b.tool_choice.as_ref(), b.tools.as_deref())?;
     let top = match (b.logprobs, b.top_logprobs) {
         (Some(true), k) => Some(check_range("top_logprobs", k.unwrap_or(0), 0, 20)? as usize),
@@ -126,7 +144,9 @@ pub fn chat(body: &[u8]) -> Result<JobSpec, ApiError> {
     };
     let tools = b.tools.filter(|t| !t.is_empty() && tool_choice != ToolChoice::None);
     let prompt = PromptSource::Chat { messages, tools, kwargs: b.chat_template_kwargs.unwrap_or_default() };
-    common(b.common, prompt, top, tool_choice, true, false)
+    let mut spec = common(b.common, prompt, top, tool_choice, true, false)?;
+    spec.media = media;
+    Ok(spec)
 }
 
 /// Checks a `/v1/completions` body.
@@ -160,8 +180,10 @@ fn check_range(param: &str, v: i64, lo: i64, hi: i64) -> Result<i64, ApiError> {
 }
 
 /// One chat message, checked: its role, and its content as the template
-/// takes it (text parts joined into a string).
-fn message(i: usize, m: &Value) -> Result<Value, ApiError> {
+/// takes it (text parts joined into a string; with images or clips, parts
+/// in their order, each item a `{"type": "image"}` or `{"type": "audio"}`
+/// part whose bytes go to `media`).
+fn message(i: usize, m: &Value, media: &mut Vec<MediaPart>) -> Result<Value, ApiError> {
     let param = format!("messages[{i}]");
     let Some(obj) = m.as_object() else {
         return Err(ApiError::bad(&param, format!("`{param}` must be an object")));
@@ -184,24 +206,43 @@ fn message(i: usize, m: &Value) -> Result<Value, ApiError> {
         Some(Value::String(_)) => {}
         Some(Value::Array(parts)) => {
             let mut text = String::new();
+            let mut shown = Vec::new();
+            let before = media.len();
             for (j, p) in parts.iter().enumerate() {
+                let at = format!("{param}.content[{j}]");
                 match p.get("type").and_then(Value::as_str) {
-                    Some("text") => text.push_str(p.get("text").and_then(Value::as_str).unwrap_or("")),
-                    Some(kind @ ("image_url" | "input_audio")) => {
-                        return Err(ApiError::bad(
-                            &format!("{param}.content[{j}]"),
-                            format!("`{kind}` parts are not served yet: send text"),
-                        ))
+                    Some("text") => {
+                        let t = p.get("text").and_then(Value::as_str).unwrap_or("");
+                        text.push_str(t);
+                        shown.push(serde_json::json!({"type": "text", "text": t}));
                     }
-                    other => {
-                        return Err(ApiError::bad(
-                            &format!("{param}.content[{j}]"),
-                            format!("unknown content part type {other:?}"),
-                        ))
+                    Some("image_url") => {
+                        let url = p.get("image_url").and_then(|u| u.get("url").or(Some(u))).and_then(Value::as_str);
+                        let data = data_url(url, &at)?;
+                        media.push(MediaPart { kind: MediaKind::Image, data, param: at });
+                        shown.push(serde_json::json!({"type": "image"}));
                     }
+                    Some("input_audio") => {
+                        let a = p.get("input_audio");
+                        let format = a.and_then(|a| a.get("format")).and_then(Value::as_str).unwrap_or("wav");
+                        if !format.eq_ignore_ascii_case("wav") {
+                            return Err(ApiError::bad(
+                                &format!("{at}.input_audio.format"),
+                                format!("audio format {format:?} is not read: send WAV"),
+                            ));
+                        }
+                        let b64 = a.and_then(|a| a.get("data")).and_then(Value::as_str).ok_or_else(|| {
+                            ApiError::bad(&format!("{at}.input_audio.data"), "`input_audio.data` must be base64 text")
+                        })?;
+                        let data = base64_bytes(b64, &format!("{at}.input_audio.data"))?;
+                        media.push(MediaPart { kind: MediaKind::Audio, data, param: at });
+                        shown.push(serde_json::json!({"type": "audio"}));
+                    }
+                    other => return Err(ApiError::bad(&at, format!("unknown content part type {other:?}"))),
                 }
             }
-            out.insert("content".into(), text.into());
+            let content = if media.len() > before { Value::Array(shown) } else { text.into() };
+            out.insert("content".into(), content);
         }
         _ => {
             return Err(ApiError::bad(
@@ -323,7 +364,33 @@ fn common(
         stream: c.stream.unwrap_or(false),
         include_usage,
         echo,
+        media: Vec::new(),
     })
+}
+
+/// The bytes of a `data:` URL (`data:image/png;base64,...`). Remote URLs
+/// are refused: the server fetches nothing on a client's behalf.
+fn data_url(url: Option<&str>, at: &str) -> Result<Vec<u8>, ApiError> {
+    let param = format!("{at}.image_url.url");
+    let url = url.ok_or_else(|| ApiError::bad(&param, "`image_url` needs a `url`"))?;
+    let Some(rest) = url.strip_prefix("data:") else {
+        let shown: String = url.chars().take(40).collect();
+        return Err(ApiError::bad(&param, format!("only data: URLs are taken (base64 image bytes), got {shown:?}")));
+    };
+    let (head, b64) =
+        rest.split_once(',').ok_or_else(|| ApiError::bad(&param, "the data: URL has no `,` before its data"))?;
+    if !head.ends_with(";base64") {
+        return Err(ApiError::bad(&param, "the data: URL must be base64 (`data:image/png;base64,...`)"));
+    }
+    base64_bytes(b64, &param)
+}
+
+fn base64_bytes(b64: &str, param: &str) -> Result<Vec<u8>, ApiError> {
+    let clean: String = b64.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    // Padding or none: both are seen in the wild.
+    base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(clean.trim_end_matches('='))
+        .map_err(|e| ApiError::bad(param, format!("not base64: {e}")))
 }
 
 /// `response_format`: text, json_object, json_schema, and famlx's `regex`

@@ -8,6 +8,7 @@
 use super::api::{ApiError, JobSpec, PromptSource};
 pub use super::job::{Event, Job, LogprobEntry, Usage};
 use super::lockstep;
+use super::media;
 use super::metrics::Metrics;
 use super::output::{Delta, ReplyText, THINK};
 use super::row::{Row, Vocab};
@@ -15,8 +16,8 @@ use super::tools::{call_grammar, ToolChoice, ToolFormat, GEMMA_QUOTE};
 use crate::cache::{make_caches, BatchCaches, PrefixCache, SharedCache};
 use crate::decode::{decode_step, prefill_step, GenParams, Interrupted};
 use crate::grammar::{Grammar, Grammars};
-use crate::model::LoadedModel;
-use crate::prompt::render_chat;
+use crate::model::{LoadedModel, MediaState};
+use crate::prompt::{render_chat, Prompt};
 use crate::sample::sample;
 use famlx_text::Tokenizer;
 use mlx::Array;
@@ -226,18 +227,21 @@ impl Engine {
                 self.finish(r);
                 continue;
             }
-            let out = prefill_step(&mut self.model, &r.caches, &r.ids, &mut r.fed, step).and_then(|l| match l {
-                None => Ok(None),
-                Some(l) => {
-                    if !r.caches.iter().all(|c| c.lock().can_trim(r.ids.len() as i64)) {
-                        // Hybrid and windowed models rewind only to a snapshot: keep the prompt's.
-                        self.prefix.insert(r.ids.clone(), &r.caches);
+            let out =
+                prefill_step(&mut self.model, &r.caches, &r.ids, &mut r.fed, step, r.media.as_ref()).and_then(|l| {
+                    match l {
+                        None => Ok(None),
+                        Some(l) => {
+                            if !r.caches.iter().all(|c| c.lock().can_trim(r.ids.len() as i64)) {
+                                // Hybrid and windowed models rewind only to a snapshot: keep the prompt's.
+                                self.prefix.insert(r.cache_key.clone(), &r.caches);
+                            }
+                            r.prepare_mask()?;
+                            let (y, lp) = r.sample(&l)?;
+                            Ok(Some((y.item_i64()? as u32, lp)))
+                        }
                     }
-                    r.prepare_mask()?;
-                    let (y, lp) = r.sample(&l)?;
-                    Ok(Some((y.item_i64()? as u32, lp)))
-                }
-            });
+                });
             match out {
                 Ok(None) => kept.push_back(r),
                 Ok(Some((t, lp))) => {
@@ -297,6 +301,7 @@ impl Engine {
     fn queue_step(&mut self, rows: &mut [Row], tokens: Option<&Array>) -> anyhow::Result<InFlight> {
         let members: Vec<(u64, &[SharedCache])> = rows.iter().map(|r| (r.serial, &r.caches[..])).collect();
         self.batch.set_rows(&members)?;
+        self.batch.set_shifts(rows.iter().map(|r| r.shift).collect())?;
         let ids = match tokens {
             Some(t) => t.clone(),
             None => {
@@ -380,8 +385,9 @@ impl Engine {
         self.model.tokenizer().map_err(|e| ApiError::status(400, format!("{e:#}")))
     }
 
-    /// The prompt's ids, and whether the template opened a think block.
-    fn prompt_ids(&self, spec: &JobSpec) -> Result<(Vec<u32>, bool), ApiError> {
+    /// The prompt (ids, and the request's images and clips), and whether
+    /// the template opened a think block.
+    fn prompt(&self, spec: &JobSpec) -> Result<(Prompt, bool), ApiError> {
         let vocab = self.model.plan.vocab_size;
         let (ids, in_think) = match &spec.prompt {
             PromptSource::Ids(ids) => (ids.clone(), false),
@@ -403,7 +409,7 @@ impl Engine {
         if let Some(&bad) = ids.iter().find(|&&i| i >= vocab) {
             return Err(ApiError::bad("prompt", format!("token id {bad} is outside the vocabulary ({vocab} tokens)")));
         }
-        Ok((ids, in_think))
+        Ok((media::prompt(&self.model, ids, &spec.media)?, in_think))
     }
 
     /// The constraint a job needs: its response format, or a required tool call.
@@ -447,7 +453,8 @@ impl Engine {
     /// there), its constraint and sampler.
     fn admit_inner(&mut self, job: &Job) -> Result<RowParts, ApiError> {
         let spec = &job.spec;
-        let (ids, in_think) = self.prompt_ids(spec)?;
+        let (prompt, in_think) = self.prompt(spec)?;
+        let ids = prompt.ids.clone();
         let room = self.model.context_room(ids.len()).map_err(|e| ApiError::status(413, format!("{e:#}")))?;
         let mut max = spec.max_tokens.unwrap_or(self.settings.default_max_tokens);
         if let Some(r) = room {
@@ -468,9 +475,10 @@ impl Engine {
             _ => None,
         };
         let tok = self.tokenizer()?.clone();
-        let (cached, caches) = match self.prefix.lookup(&ids) {
-            Some((n, c)) => (n, c),
-            None => (
+        let cache_key = media::prefix_key(&prompt);
+        let (cached, caches) = match self.prefix.lookup(&cache_key) {
+            Some((n, c)) if !media::cuts_item(&prompt, n) => (n, c),
+            _ => (
                 0,
                 make_caches(&self.model.plan.caches, &self.model.cache_opts)
                     .map_err(|e| ApiError::status(500, format!("{e:#}")))?,
@@ -479,6 +487,10 @@ impl Engine {
         let key = match spec.seed {
             Some(s) => Some(mlx::random::key(s).map_err(|e| ApiError::status(500, format!("{e:#}")))?),
             None => None,
+        };
+        let media = match prompt.media.is_empty() {
+            true => None,
+            false => Some(media::embed(&mut self.model, &prompt)?),
         };
         let keep = spec.logits.context_size.max(1);
         let _ = job.events.send(Event::Started);
@@ -494,6 +506,8 @@ impl Engine {
             reply: ReplyText::new(spec.stop.clone(), spec.chat, in_think, tools),
             detok: tok.detokenizer_with(false),
             ids,
+            cache_key,
+            media,
             caches,
             cached,
             max,
@@ -531,6 +545,8 @@ struct InFlight {
 /// A row's parts, made before the job moves in.
 struct RowParts {
     ids: Vec<u32>,
+    cache_key: Vec<u32>,
+    media: Option<MediaState>,
     caches: Vec<SharedCache>,
     cached: usize,
     max: usize,
@@ -551,6 +567,9 @@ impl RowParts {
             logits: spec.logits.clone(),
             logprobs: spec.logprobs,
             ids: self.ids,
+            cache_key: self.cache_key,
+            shift: self.media.as_ref().map_or(0, |m| m.delta),
+            media: self.media,
             caches: self.caches,
             fed: self.cached,
             cached: self.cached,

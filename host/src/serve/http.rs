@@ -7,7 +7,8 @@ use super::metrics::Metrics;
 use super::output::Delta;
 use super::tools::ToolCall;
 use axum::body::Bytes;
-use axum::extract::{Request, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -49,6 +50,10 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The largest request body taken: images and clips come inline as
+/// base64, far past axum's 2 MB default.
+pub const MAX_BODY: usize = 64 << 20;
+
 /// The router.
 pub fn router(state: Shared) -> Router {
     let api = Router::new()
@@ -58,7 +63,8 @@ pub fn router(state: Shared) -> Router {
         .route("/chat/completions", post(chat))
         .route("/completions", post(completions))
         .route("/models", get(models))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(DefaultBodyLimit::max(MAX_BODY));
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/metrics", get(metrics))
@@ -88,12 +94,30 @@ async fn models(State(st): State<Shared>) -> Json<Value> {
     ]}))
 }
 
-async fn chat(State(st): State<Shared>, body: Bytes) -> Response {
-    handle(st, &body, true, "chatcmpl").await
+async fn chat(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
+    match body {
+        Ok(body) => handle(st, &body, true, "chatcmpl").await,
+        Err(e) => body_refused(&st, e),
+    }
 }
 
-async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
-    handle(st, &body, false, "cmpl").await
+async fn completions(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
+    match body {
+        Ok(body) => handle(st, &body, false, "cmpl").await,
+        Err(e) => body_refused(&st, e),
+    }
+}
+
+/// A body that could not be read (over [`MAX_BODY`], or cut off), in
+/// OpenAI's error shape.
+fn body_refused(st: &Shared, e: BytesRejection) -> Response {
+    st.metrics.rejected.fetch_add(1, Ordering::SeqCst);
+    let status = e.status().as_u16();
+    let message = match status {
+        413 => format!("the request body is over the {} MiB this server takes", MAX_BODY >> 20),
+        _ => format!("the request body could not be read: {}", e.body_text()),
+    };
+    ApiError::status(status, message).into_response()
 }
 
 fn new_id(prefix: &str) -> String {

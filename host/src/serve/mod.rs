@@ -11,6 +11,7 @@ pub mod error;
 pub mod http;
 pub mod job;
 pub mod lockstep;
+pub mod media;
 pub mod metrics;
 pub mod output;
 pub mod row;

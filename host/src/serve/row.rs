@@ -6,6 +6,7 @@ use super::output::{Delta, ReplyText};
 use crate::cache::SharedCache;
 use crate::decode::{logprob_of, mask_logits, LogitsParams, TokenLogprob};
 use crate::grammar::GrammarConstraint;
+use crate::model::MediaState;
 use crate::sample::{sample_keyed, SamplerParams};
 use anyhow::Result;
 use famlx_text::{StreamingDetokenizer, Tokenizer};
@@ -21,6 +22,14 @@ pub struct Row {
     pub job: Job,
     /// Its prompt ids.
     pub ids: Vec<u32>,
+    /// The ids the prompt cache knows it by (each image's or clip's
+    /// placeholders made its own: [`super::media::prefix_key`]).
+    pub cache_key: Vec<u32>,
+    /// Its images and clips, spliced in while it is prefilled.
+    pub media: Option<MediaState>,
+    /// What its rotary positions add to its cache offset once decoding
+    /// (past images a family places in 2-D).
+    pub shift: i64,
     /// Its own caches, one per plan slot.
     pub caches: Vec<SharedCache>,
     /// Prompt tokens in the caches so far.
@@ -198,7 +207,7 @@ impl Row {
     /// The tokens the caches hold once it has ended (the last drawn token
     /// only when a pipelined step fed it).
     pub fn held_tokens(&self) -> Vec<u32> {
-        let mut t = self.ids.clone();
+        let mut t = self.cache_key.clone();
         match self.tokens.split_last() {
             Some((_, fed)) if !self.fed_last => t.extend_from_slice(fed),
             _ => t.extend_from_slice(&self.tokens),

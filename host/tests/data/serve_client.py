@@ -3,6 +3,7 @@ fixtures/requirements.txt) for host/tests/serve.rs. Usage:
     python serve_client.py SCENARIO BASE_URL 'JSON ARGS'
 Prints one JSON object of what it saw; the Rust test asserts on it."""
 
+import base64
 import concurrent.futures
 import json
 import sys
@@ -93,6 +94,66 @@ def together(base, a):
         together = list(ex.map(one, a["prompts"]))
     alone = [one(p) for p in a["prompts"]]
     return {"together": together, "alone": alone}
+
+
+def media_part(path):
+    """A content part carrying the file at `path` inline, as OpenAI takes it."""
+    data = base64.b64encode(open(path, "rb").read()).decode()
+    if path.endswith(".wav"):
+        return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+    mime = "image/jpeg" if path.endswith(".jpg") else "image/png"
+    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+
+
+def media(base, a):
+    """Chat requests with images or clips: each alone, then a follow-up turn
+    (its prefix cached), all at once beside text requests; then malformed
+    parts."""
+    c = client(base)
+
+    def ask(item, followup=False):
+        content = [media_part(f) for f in item["files"]] + [{"type": "text", "text": item["text"]}]
+        msgs = [{"role": "user", "content": content}]
+        if followup:
+            msgs += [{"role": "assistant", "content": "Fine."}, {"role": "user", "content": "Again?"}]
+        r = c.chat.completions.create(model=a["model"], messages=msgs, max_tokens=a["n"], temperature=0,
+                                      logprobs=True, top_logprobs=0)
+        details = r.usage.prompt_tokens_details
+        return {"tokens": [t.token for t in r.choices[0].logprobs.content],
+                "cached": details.cached_tokens if details else 0, "prompt": r.usage.prompt_tokens}
+
+    texts = [{"files": [], "text": "word " * (i * 3 + 1)} for i in range(4)]
+    out = {"alone": [ask(i) for i in a["items"]], "texts_alone": [ask(t) for t in texts]}
+    out["followup"] = [ask(i, True) for i in a["items"]]
+    everything = a["items"] + texts
+    with concurrent.futures.ThreadPoolExecutor(len(everything)) as ex:
+        together = list(ex.map(ask, everything))
+    out["together"] = together[:len(a["items"])]
+    out["texts_together"] = together[len(a["items"]):]
+    if not a.get("errors"):
+        return out
+    image = media_part(a["image"])
+    bad = {
+        "remote": {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+        "not_base64": {"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@@"}},
+        "not_an_image": {"type": "image_url",
+                         "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"hello").decode()}},
+        "mp3": {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "mp3"}},
+        "not_wav": {"type": "input_audio", "input_audio": {"data": base64.b64encode(b"RIFF").decode(),
+                                                           "format": "wav"}},
+    }
+    if a.get("not_taken"):
+        bad["not_taken"] = {"image": image, "audio": media_part(a["clip"])}[a["not_taken"]]
+    errors = {}
+    for name, part in bad.items():
+        try:
+            c.chat.completions.create(model=a["model"], max_tokens=2, messages=[
+                {"role": "user", "content": [{"type": "text", "text": "look"}, part]}])
+            errors[name] = None
+        except openai.APIStatusError as e:
+            errors[name] = err(e)
+    out["errors"] = errors
+    return out
 
 
 def tools(base, a):

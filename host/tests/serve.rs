@@ -507,3 +507,65 @@ fn images_and_audio_in_messages() {
         assert!(body.contains("MiB"), "{body}");
     }
 }
+
+/// `famlx generate`'s greedy text for the raw text `prompt`, no drafter.
+fn generated_raw(model: &Path, prompt: &str, n: usize) -> String {
+    let m = model.to_str().unwrap();
+    let args = ["generate", "--model", m, "--raw", "--no-mtp", "-p", prompt, "-m", &n.to_string(), "--json"];
+    json_of(&run(&args))["text"].as_str().unwrap().to_string()
+}
+
+/// A counter of the server's /metrics.
+fn metric(s: &Server, name: &str) -> u64 {
+    let text = s.get("/metrics").1;
+    let prefix = format!("{name} ");
+    text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{name}"))
+}
+
+#[test]
+fn a_lone_request_speculates() {
+    // With a drafter, a request decoding alone drafts and verifies; one
+    // joined by others decodes in the batch. Greedy replies are the
+    // model's own either way: a draft model that agrees (itself), one that
+    // does not, and Qwen3.5's MTP head over recurrent layers. The requests
+    // start 15 ms apart, so lone requests are joined mid-reply; the prompts
+    // repeat, so later ones reuse cached prefixes (and start their drafter
+    // there).
+    let prompts: Vec<String> = (0..6).map(|i| format!("{} {}", "word ".repeat(i * 4 + 1), i)).collect();
+    // The first reply is long enough for the others to join it.
+    let n: Vec<usize> = (0..6).map(|i| if i == 0 { 96 } else { 5 + (i * 7) % 17 }).collect();
+    let same = fixture("llama-tied-f32").display().to_string();
+    let other = fixture("llama-bf16").display().to_string();
+    let cases: [(&str, Vec<&str>, bool); 3] = [
+        // No prompt cache: a request reusing a cached prefix drafts from
+        // its first fed token on, with less context.
+        ("llama-tied-f32", vec!["--draft-model", &same, "--mtp-depth", "3", "--prompt-cache-bytes", "0"], true),
+        ("llama-tied-f32", vec!["--draft-model", &other], false),
+        ("qwen3_5_moe-mtp-hf-f32", vec![], false),
+    ];
+    for (name, extra, agrees) in cases {
+        let model = fixture(name);
+        let m = model.to_str().unwrap();
+        let mut args = vec!["--model", m];
+        args.extend_from_slice(&extra);
+        let s = Server::start(&args);
+        let r = client(&s, "staggered", json!({"model": m, "prompts": prompts, "n": n, "gap": 0.015}));
+        let want: Vec<String> = prompts.iter().zip(&n).map(|(p, &k)| generated_raw(&model, p, k)).collect();
+        assert_eq!(r["alone"], json!(want), "{name} {extra:?}: speculated alone = the model's greedy text");
+        assert_eq!(r["together"], json!(want), "{name} {extra:?}: joined or batched = the model's greedy text");
+        assert!(r["sampled"].as_u64().unwrap() > 0, "{name}: a sampled request speculates too");
+        assert!(
+            !s.log().contains("not kept for reuse"),
+            "{name}: a round that ended a reply gave back its extra tokens"
+        );
+        let (proposed, accepted) =
+            (metric(&s, "famlx_draft_tokens_total"), metric(&s, "famlx_draft_accepted_tokens_total"));
+        assert!(proposed > 0, "{name} {extra:?}: nothing was drafted");
+        if agrees {
+            assert!(
+                accepted * 10 >= proposed * 9,
+                "{name}: a drafter that is the model is accepted ({accepted} of {proposed})"
+            );
+        }
+    }
+}

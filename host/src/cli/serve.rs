@@ -1,6 +1,6 @@
 //! `famlx serve`: the flags, and the model loaded for the server.
 
-use super::args::{CacheArgs, ModelArgs, SamplingArgs};
+use super::args::{CacheArgs, ModelArgs, SamplingArgs, SpecArgs};
 use super::setup::{load, params};
 use crate::serve::{EngineSettings, ServerOptions};
 use anyhow::Result;
@@ -43,6 +43,9 @@ pub struct ServeArgs {
     /// Prefill and KV caches.
     #[command(flatten)]
     pub cache: CacheArgs,
+    /// Speculative decoding, for a request that decodes alone.
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 /// Runs `famlx serve`.
@@ -64,14 +67,22 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     if a.max_concurrency == 0 || a.prefill_concurrency == 0 {
         anyhow::bail!("--max-concurrency and --prefill-concurrency must be at least 1");
     }
-    let (model, cache) = (a.model, a.cache);
+    let asked = a.spec.draft_model.is_some() || a.spec.depth.is_some();
+    if crate::distributed::launched() && asked {
+        anyhow::bail!(
+            "speculative decoding is for one process: a server split over ranks decodes without a drafter (leave out --draft-model / --mtp-depth)"
+        );
+    }
+    let (model, cache, spec) = (a.model, a.cache, a.spec);
     crate::serve::run(o, move || {
-        // The batch decodes without a drafter: speculative decoding is for one sequence.
-        let s = load(&model, &cache, None, false)?;
+        // A batch decodes without the drafter; a request decoding alone speculates.
+        let spec = (!crate::distributed::launched()).then_some(&spec);
+        let s = load(&model, &cache, spec, false)?;
         // Per-request sampling replaces these; the stop ids and prefill step stay.
         let sampling = SamplingArgs { max_tokens: 256, temperature: 0.0, top_p: 1.0, top_k: 0, min_p: 0.0, seed: None };
         let base = params(&sampling, &cache, &s.model)?;
-        Ok((s.model, base))
+        let drafter = s.drafter.map(|d| (d, s.spec));
+        Ok((s.model, base, drafter))
     })
 }
 

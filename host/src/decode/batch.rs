@@ -3,8 +3,10 @@
 //! ([`LoadedModel::forward_batch`]). The scheduler that decides who joins
 //! and leaves between steps is the caller's (the server's engine).
 
+use super::drafter::Drafter;
 use super::params::release_buffers;
 use super::prefill::{chunk_end, ids_array, prefill_last_alone_until};
+use super::spec_row::RowDraft;
 use crate::cache::{BatchCaches, SharedCache};
 use crate::model::{LoadedModel, MediaState};
 use anyhow::{anyhow, Result};
@@ -35,7 +37,9 @@ pub fn prefill_into(
 /// [`super::prefill_last_alone`] makes, so a batched sequence matches one
 /// run alone). `media`: the sequence's images and clips, spliced in where
 /// the chunk covers them (an image kept whole in one chunk when the family
-/// asks). Advances `*fed`.
+/// asks). With `draft`, the request's drafter is fed the target's hidden
+/// states chunk by chunk, as [`super::generate_speculative`] feeds it.
+/// Advances `*fed`.
 pub fn prefill_step(
     m: &mut LoadedModel,
     caches: &[SharedCache],
@@ -43,6 +47,7 @@ pub fn prefill_step(
     fed: &mut usize,
     step: usize,
     media: Option<&MediaState>,
+    mut draft: Option<(&mut Drafter, &mut RowDraft)>,
 ) -> Result<Option<Array>> {
     let own = std::mem::take(&mut m.caches);
     m.set_caches(caches.to_vec());
@@ -51,14 +56,23 @@ pub fn prefill_step(
         let head = prompt.len().saturating_sub(1);
         if *fed < head {
             let end = chunk_end(m, *fed, head, step.max(1));
-            m.forward(&ids_array(&prompt[*fed..end])?, LogitsWanted::None)?;
+            let chunk = &prompt[*fed..end];
+            let (_, h) = m.forward_io(&ids_array(chunk)?, LogitsWanted::None, draft.is_some())?;
             m.eval_caches()?;
+            if let (Some((d, rd)), Some(h)) = (draft.as_mut(), h) {
+                rd.feed(m, d, chunk, h)?;
+            }
             release_buffers();
             crate::memory::check()?;
             *fed = end;
             return Ok(None);
         }
-        let l = m.forward(&ids_array(&prompt[head..])?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("no logits"))?;
+        let last = &prompt[head..];
+        let (l, h) = m.forward_io(&ids_array(last)?, LogitsWanted::Last, draft.is_some())?;
+        let l = l.ok_or_else(|| anyhow!("no logits"))?;
+        if let (Some((d, rd)), Some(h)) = (draft.as_mut(), h) {
+            rd.feed(m, d, last, h)?;
+        }
         *fed = prompt.len();
         let v = l.dim(-1);
         Ok(Some(l.reshape(&[1, v])?))

@@ -75,6 +75,13 @@ impl PartialEq<&str> for DraftSource {
     }
 }
 
+/// A drafter's caches for one sequence: the server keeps one set per
+/// request and swaps it in for that request's rounds.
+pub struct DraftCaches {
+    caches: Vec<SharedCache>,
+    lead: i64,
+}
+
 /// A drafter as the host holds it: the plugin's object, its own caches, and
 /// (for a separate draft checkpoint) the weights it was built from.
 pub struct Drafter {
@@ -162,6 +169,20 @@ impl Drafter {
             );
         };
         Drafter::new(&fam.name, DraftSource::Checkpoint(path.to_path_buf()), d, Some(weights))
+    }
+
+    /// Empty caches for a new sequence.
+    pub(crate) fn fresh_caches(&self) -> Result<DraftCaches> {
+        let kinds: Vec<_> = self.drafter.cache_kinds().into_iter().collect();
+        Ok(DraftCaches { caches: make_caches(&kinds, &CacheOptions::default())?, lead: 0 })
+    }
+
+    /// Puts `c` in place of the caches the drafter holds, returning those.
+    pub(crate) fn swap_caches(&mut self, mut c: DraftCaches) -> DraftCaches {
+        std::mem::swap(&mut self.caches, &mut c.caches);
+        std::mem::swap(&mut self.lead, &mut c.lead);
+        self.boxes = self.caches.iter().map(SharedCache::boxed).collect();
+        c
     }
 
     /// Tokens in the drafter's own caches.

@@ -11,13 +11,15 @@ mod params;
 mod plain;
 mod prefill;
 mod process;
+mod spec_row;
 mod speculative;
 
 pub use batch::{decode_step, prefill_into, prefill_step};
-pub use drafter::{DraftSource, Drafter, SpecParams, MAX_DEPTH};
+pub use drafter::{DraftCaches, DraftSource, Drafter, SpecParams, MAX_DEPTH};
 pub use logprob::{logprob_of, TokenLogprob};
 pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};
 pub use plain::generate;
 pub use prefill::{prefill, prefill_last_alone};
 pub use process::{mask_logits, LogitsParams};
-pub use speculative::generate_speculative;
+pub use spec_row::RowDraft;
+pub use speculative::{generate_speculative, Round};

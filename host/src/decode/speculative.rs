@@ -55,7 +55,6 @@ pub fn generate_speculative(
     sp.validate()?;
     mlx::memory::reset_peak();
     let t0 = Instant::now();
-    let greedy = p.sampler.temperature <= 0.0;
     // A new conversation starts the drafter over. Otherwise its caches must
     // not run ahead of the target's (a turn that rewound to a shorter common
     // prefix): trim them back, or start them over when they cannot rewind.
@@ -95,7 +94,7 @@ pub fn generate_speculative(
     // Entries of the last round kept in the caches past the
     // second-to-last emitted token, to give back at the end.
     let mut extra = 0usize;
-    let mut last_round: Option<(Option<Rollback>, Array, usize)> = None;
+    let mut last_round: Option<Round> = None;
     let mut release = DecodeRelease::default();
     'outer: loop {
         if tokens.len() >= p.max_tokens {
@@ -115,60 +114,19 @@ pub fn generate_speculative(
         if remaining == 0 {
             break;
         }
-        // Draft: the first step replays the positions accepted last round
-        // with the target's hidden states; later steps chain the drafter's.
         let depth = sp.depth.min(remaining);
-        let (mut lg, mut dh) = d.step(m, &hid, &pend_tokens)?;
-        let own_keep = d.offset();
-        let mut drafts: Vec<Array> = vec![y.clone()];
-        let mut qs: Vec<Array> = Vec::new();
-        for i in 0..depth {
-            let t = sample(&lg, &p.sampler)?.reshape(&[1, 1])?;
-            if !greedy {
-                qs.push(probs(&lg, &p.sampler)?);
-            }
-            drafts.push(t.clone());
-            if i + 1 == depth || !confident(&lg, &p.sampler, sp.min_confidence)? {
-                break;
-            }
-            (lg, dh) = d.step(m, &dh, &t)?;
-        }
-        let k = drafts.len() - 1;
-        // Verify [y, d1..dk] in one forward.
-        let fed = mlx::concatenate(&drafts.iter().collect::<Vec<_>>(), 1)?;
-        let snap = Rollback::take(&m.caches, k as i64 + 1, k as i64);
-        let (vl, vh) = m.forward_io(&fed, LogitsWanted::All, true)?;
-        let (vl, vh) = (vl.ok_or_else(|| anyhow!("no logits"))?, vh.ok_or_else(|| anyhow!("no hidden state"))?);
-        let vl = vl.reshape(&[k as i32 + 1, -1])?;
-        let draft_ids = fed.slice_axis(1, 1, k as i32 + 1)?.reshape(&[-1])?;
-        let (accepted, bonus, dv) = if greedy {
-            let tgt = vl.argmax(-1, false)?.astype(Dtype::I32)?;
-            mlx::eval(&[&tgt, &draft_ids])?;
-            let tv = tgt.to_vec::<i32>()?;
-            let dv = draft_ids.to_vec::<i32>()?;
-            let a = dv.iter().zip(&tv).take_while(|(d, t)| d == t).count();
-            (a, tv[a], dv)
-        } else {
-            rejection(&vl, &qs, &draft_ids, &p.sampler)?
-        };
-        stats.proposed += k;
-        stats.accepted += accepted;
+        let r = round(m, d, &mut hid, &mut pend_tokens, &y, depth, &p.sampler, sp.min_confidence)?;
+        stats.proposed += r.proposed;
+        stats.accepted += r.accepted.len();
         stats.rounds += 1;
-        // Keep [y, d1..da]; the bonus token is next round's y.
-        rewind(m, snap.as_ref(), k + 1, accepted + 1, &fed)?;
-        if !d.trim_to(own_keep) {
-            d.reset()?;
-        }
-        hid = vh.slice_axis(1, 0, accepted as i32 + 1)?;
-        let next: Vec<u32> = dv[..accepted].iter().map(|&t| t as u32).chain([bonus as u32]).collect();
-        pend_tokens = ids_array(&next)?;
-        y = Array::from_slice(&[bonus], &[1, 1])?;
-        last_round = Some((snap, fed, accepted + 1));
-        for (j, &t) in dv[..accepted].iter().enumerate() {
+        y = Array::from_slice(&[r.bonus as i32], &[1, 1])?;
+        let accepted = r.accepted.clone();
+        last_round = Some(r);
+        for (j, &t) in accepted.iter().enumerate() {
             // The caches hold y, d1..da; the invariant wants them to end
             // just before this token.
-            extra = accepted - j;
-            if let Some(f) = emit(&mut tokens, t as u32, p, &mut on_token) {
+            extra = accepted.len() - j;
+            if let Some(f) = emit(&mut tokens, t, p, &mut on_token) {
                 finish = f;
                 break 'outer;
             }
@@ -179,12 +137,97 @@ pub fn generate_speculative(
     }
     let t_end = Instant::now();
     if extra > 0 {
-        let (snap, fed, kept) = last_round.as_ref().ok_or_else(|| anyhow!("internal: no verify round to rewind"))?;
-        rewind(m, snap.as_ref(), *kept, kept - extra, fed)?;
+        let r = last_round.as_ref().ok_or_else(|| anyhow!("internal: no verify round to rewind"))?;
+        r.give_back(m, extra)?;
     }
     let mut out = GenStats::timed(prompt.len(), tokens, finish, [t0, t_first.unwrap_or(t_end), t_end], Some(stats));
     out.prompt_rollback = prompt_rollback;
     Ok(out)
+}
+
+/// What one draft-and-verify round decided. The target's caches then hold
+/// the round's first token and the accepted drafts; the bonus token is not
+/// fed yet.
+pub struct Round {
+    /// The drafts the target agreed with, in order.
+    pub accepted: Vec<u32>,
+    /// The target's own token after them.
+    pub bonus: u32,
+    /// Drafts proposed.
+    pub proposed: usize,
+    snap: Option<Rollback>,
+    fed: Array,
+}
+
+impl Round {
+    /// Gives back the last `extra` tokens the round left in the target's
+    /// caches (the reply ended before them).
+    pub(crate) fn give_back(&self, m: &mut LoadedModel, extra: usize) -> Result<()> {
+        let kept = self.accepted.len() + 1;
+        rewind(m, self.snap.as_ref(), kept, kept - extra.min(kept), &self.fed)
+    }
+}
+
+/// One round after the token `y` (drawn, not in the target's caches yet):
+/// the drafter proposes up to `depth` tokens (its first step replays
+/// `pend`, the positions accepted last round, with the target's hidden
+/// states `hid`), one target forward verifies `[y, drafts]`, and both
+/// models' caches are rolled back to the accepted prefix. `hid` and `pend`
+/// are updated for the next round.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn round(
+    m: &mut LoadedModel,
+    d: &mut Drafter,
+    hid: &mut Array,
+    pend: &mut Array,
+    y: &Array,
+    depth: usize,
+    sampler: &crate::sample::SamplerParams,
+    min_confidence: f32,
+) -> Result<Round> {
+    let greedy = sampler.temperature <= 0.0;
+    let (mut lg, mut dh) = d.step(m, hid, pend)?;
+    let own_keep = d.offset();
+    let mut drafts: Vec<Array> = vec![y.reshape(&[1, 1])?.astype(Dtype::I32)?];
+    let mut qs: Vec<Array> = Vec::new();
+    for i in 0..depth {
+        let t = sample(&lg, sampler)?.reshape(&[1, 1])?.astype(Dtype::I32)?;
+        if !greedy {
+            qs.push(probs(&lg, sampler)?);
+        }
+        drafts.push(t.clone());
+        if i + 1 == depth || !confident(&lg, sampler, min_confidence)? {
+            break;
+        }
+        (lg, dh) = d.step(m, &dh, &t)?;
+    }
+    let k = drafts.len() - 1;
+    // Verify [y, d1..dk] in one forward.
+    let fed = mlx::concatenate(&drafts.iter().collect::<Vec<_>>(), 1)?;
+    let snap = Rollback::take(&m.caches, k as i64 + 1, k as i64);
+    let (vl, vh) = m.forward_io(&fed, LogitsWanted::All, true)?;
+    let (vl, vh) = (vl.ok_or_else(|| anyhow!("no logits"))?, vh.ok_or_else(|| anyhow!("no hidden state"))?);
+    let vl = vl.reshape(&[k as i32 + 1, -1])?;
+    let draft_ids = fed.slice_axis(1, 1, k as i32 + 1)?.reshape(&[-1])?;
+    let (accepted, bonus, dv) = if greedy {
+        let tgt = vl.argmax(-1, false)?.astype(Dtype::I32)?;
+        mlx::eval(&[&tgt, &draft_ids])?;
+        let tv = tgt.to_vec::<i32>()?;
+        let dv = draft_ids.to_vec::<i32>()?;
+        let a = dv.iter().zip(&tv).take_while(|(d, t)| d == t).count();
+        (a, tv[a], dv)
+    } else {
+        rejection(&vl, &qs, &draft_ids, sampler)?
+    };
+    // Keep [y, d1..da]; the bonus token is next round's y.
+    rewind(m, snap.as_ref(), k + 1, accepted + 1, &fed)?;
+    if !d.trim_to(own_keep) {
+        d.reset()?;
+    }
+    *hid = vh.slice_axis(1, 0, accepted as i32 + 1)?;
+    let next: Vec<u32> = dv[..accepted].iter().map(|&t| t as u32).chain([bonus as u32]).collect();
+    *pend = ids_array(&next)?;
+    Ok(Round { accepted: next[..accepted].to_vec(), bonus: bonus as u32, proposed: k, snap, fed })
 }
 
 /// Whether the drafter is confident enough to draft another token: the top

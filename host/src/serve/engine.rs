@@ -14,7 +14,7 @@ use super::output::{Delta, ReplyText, THINK};
 use super::row::{Row, Vocab};
 use super::tools::{call_grammar, ToolChoice, ToolFormat, GEMMA_QUOTE};
 use crate::cache::{make_caches, BatchCaches, PrefixCache, SharedCache};
-use crate::decode::{decode_step, prefill_step, GenParams, Interrupted};
+use crate::decode::{decode_step, prefill_step, Drafter, GenParams, Interrupted, RowDraft, SpecParams};
 use crate::grammar::{Grammar, Grammars};
 use crate::model::{LoadedModel, MediaState};
 use crate::prompt::{render_chat, Prompt};
@@ -60,11 +60,20 @@ pub struct Engine {
     /// A decode step queued on the device whose tokens are not read yet.
     inflight: Option<InFlight>,
     metrics: Arc<Metrics>,
+    /// The drafter a request decoding alone speculates with, and how.
+    drafter: Option<(Drafter, SpecParams)>,
 }
 
 impl Engine {
-    /// An engine over a loaded model; `base` carries the stop ids and prefill step.
-    pub fn new(model: LoadedModel, base: GenParams, settings: EngineSettings, metrics: Arc<Metrics>) -> Engine {
+    /// An engine over a loaded model; `base` carries the stop ids and
+    /// prefill step; with `drafter`, a request decoding alone speculates.
+    pub fn new(
+        model: LoadedModel,
+        base: GenParams,
+        settings: EngineSettings,
+        metrics: Arc<Metrics>,
+        drafter: Option<(Drafter, SpecParams)>,
+    ) -> Engine {
         let tok = model.tokenizer.as_ref();
         let tool_format = tok.and_then(|t| t.chat_template()).and_then(ToolFormat::detect);
         let mut names: Vec<&str> = THINK.iter().flat_map(|(s, e)| [*s, *e]).collect();
@@ -84,6 +93,7 @@ impl Engine {
             serial: 0,
             inflight: None,
             metrics,
+            drafter,
         }
     }
 
@@ -167,6 +177,9 @@ impl Engine {
                         self.serial += 1;
                         let mut row = parts.into_row(job, self.serial);
                         row.lockstep = role != Role::Alone;
+                        if role == Role::Alone {
+                            row.draft = self.row_draft(&row);
+                        }
                         prefilling.push_back(row);
                     }
                     Err(e) => self.fail(&job, e),
@@ -181,7 +194,17 @@ impl Engine {
             self.prefill(&mut prefilling, &mut decoding);
             if !decoding.is_empty() {
                 self.metrics.running_max.fetch_max(decoding.len(), Ordering::SeqCst);
-                if let Err(e) = self.step(&mut decoding) {
+                let stepped = if decoding.len() == 1 && decoding[0].draft.is_some() {
+                    // A row with drafter caches never took a plain step: a
+                    // step still in flight is for rows that have ended.
+                    self.inflight = None;
+                    self.spec_step(&mut decoding[0])
+                } else {
+                    // Drafter caches follow a request only while it decodes alone.
+                    decoding.iter_mut().for_each(|r| r.draft = None);
+                    self.step(&mut decoding)
+                };
+                if let Err(e) = stepped {
                     let e = ApiError::status(500, format!("generation failed: {e:#}"));
                     for r in decoding.drain(..) {
                         self.fail(&r.job, e.clone());
@@ -227,8 +250,9 @@ impl Engine {
                 self.finish(r);
                 continue;
             }
-            let out =
-                prefill_step(&mut self.model, &r.caches, &r.ids, &mut r.fed, step, r.media.as_ref()).and_then(|l| {
+            let draft = self.drafter.as_mut().map(|d| &mut d.0).zip(r.draft.as_mut());
+            let out = prefill_step(&mut self.model, &r.caches, &r.ids, &mut r.fed, step, r.media.as_ref(), draft)
+                .and_then(|l| {
                     match l {
                         None => Ok(None),
                         Some(l) => {
@@ -238,7 +262,11 @@ impl Engine {
                             }
                             r.prepare_mask()?;
                             let (y, lp) = r.sample(&l)?;
-                            Ok(Some((y.item_i64()? as u32, lp)))
+                            let y = y.item_i64()? as u32;
+                            if let Some(d) = r.draft.as_mut() {
+                                d.start(y)?;
+                            }
+                            Ok(Some((y, lp)))
                         }
                     }
                 });
@@ -294,6 +322,47 @@ impl Engine {
             self.inflight = Some(f);
             Ok(())
         }
+    }
+
+    /// Whether a request may speculate when it decodes alone: the server
+    /// has a drafter, and nothing about the request needs each token on
+    /// the host before the next (grammar, logprobs, penalties), a seeded
+    /// random stream, or media (drafters see text only).
+    fn row_draft(&self, r: &Row) -> Option<RowDraft> {
+        let (d, _) = self.drafter.as_ref()?;
+        let plain = r.constraint.is_none() && r.logprobs.is_none() && r.logits.is_off() && r.key.is_none();
+        if !plain || r.media.is_some() {
+            return None;
+        }
+        RowDraft::new(d).map_err(|e| tracing::warn!(target: "famlx::serve", "drafter caches: {e:#}")).ok()
+    }
+
+    /// One draft-and-verify round for the only decoding row: its drafts the
+    /// model agrees with and the model's next token are its new tokens.
+    fn spec_step(&mut self, r: &mut Row) -> anyhow::Result<()> {
+        let Some((d, sp)) = self.drafter.as_mut() else { anyhow::bail!("internal: a row drafts without a drafter") };
+        let rd = r.draft.as_mut().ok_or_else(|| anyhow::anyhow!("internal: the row has no drafter caches"))?;
+        let y = *r.tokens.last().ok_or_else(|| anyhow::anyhow!("internal: a decoding row has a token"))?;
+        let depth = sp.depth.min(r.max_tokens.saturating_sub(r.tokens.len())).max(1);
+        let round = rd.round(&mut self.model, d, &r.caches, y, depth, &r.sampler, sp.min_confidence)?;
+        self.metrics.draft_proposed.fetch_add(round.proposed as u64, Ordering::SeqCst);
+        self.metrics.draft_accepted.fetch_add(round.accepted.len() as u64, Ordering::SeqCst);
+        let tok = self.model.tokenizer.as_ref().expect("admitted with a tokenizer");
+        let v = Vocab { tok, stop_ids: &self.base.stop_ids, markers: &self.markers };
+        for (j, &t) in round.accepted.iter().chain([&round.bonus]).enumerate() {
+            r.emit(t, None, &v);
+            if r.finish.is_some() {
+                // The caches hold the round's first token and the accepted
+                // drafts: give back those past this one's predecessor.
+                let extra = round.accepted.len() - j.min(round.accepted.len());
+                if extra > 0 {
+                    RowDraft::give_back(&mut self.model, &r.caches, &round, extra)?;
+                }
+                break;
+            }
+        }
+        crate::memory::check()?;
+        Ok(())
     }
 
     /// Queues one forward for `rows` (fed `tokens` on the device, else each
@@ -362,7 +431,14 @@ impl Engine {
         let usage =
             Usage { prompt: r.ids.len(), cached: r.cached, completion: r.completion_tokens(&self.base.stop_ids) };
         if r.fed == r.ids.len() && finish != "cancelled" {
-            self.prefix.insert(r.held_tokens(), &r.caches);
+            let held = r.held_tokens();
+            let at = r.caches.iter().map(|c| c.lock().offset()).max().unwrap_or(0);
+            if at == held.len() as i64 {
+                self.prefix.insert(held, &r.caches);
+            } else {
+                // Never key a snapshot by tokens it does not hold.
+                tracing::warn!(target: "famlx::serve", id = %r.job.id, "caches hold {at} tokens, the reply {}: not kept for reuse", held.len());
+            }
         }
         self.metrics.record(usage.prompt, usage.cached, usage.completion);
         let ttft = r.first_at.map_or(0.0, |t| t.duration_since(r.job.received).as_secs_f64());
@@ -589,6 +665,7 @@ impl RowParts {
             started: Instant::now(),
             halt: None,
             lockstep: false,
+            draft: None,
             job,
         }
     }

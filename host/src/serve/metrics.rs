@@ -22,6 +22,10 @@ pub struct Metrics {
     pub completion_tokens: AtomicU64,
     /// Completed requests that reused part of their prompt.
     pub prefix_hits: AtomicU64,
+    /// Tokens a drafter proposed (speculative decoding).
+    pub draft_proposed: AtomicU64,
+    /// Of those, tokens the model accepted.
+    pub draft_accepted: AtomicU64,
     /// Jobs waiting for the engine.
     pub queue_depth: AtomicUsize,
     /// Sequences being decoded now.
@@ -52,7 +56,7 @@ impl Metrics {
     /// The text exposition.
     pub fn render(&self) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::SeqCst);
-        let rows: [(&str, &str, &str, u64); 14] = [
+        let rows: [(&str, &str, &str, u64); 16] = [
             ("famlx_requests_total", "counter", "Requests accepted.", g(&self.requests)),
             ("famlx_requests_rejected_total", "counter", "Requests refused before the engine.", g(&self.rejected)),
             ("famlx_requests_failed_total", "counter", "Requests that failed in the engine.", g(&self.failed)),
@@ -66,6 +70,8 @@ impl Metrics {
             ),
             ("famlx_generation_tokens_total", "counter", "Generated tokens.", g(&self.completion_tokens)),
             ("famlx_prefix_cache_hits_total", "counter", "Requests that reused a cached prefix.", g(&self.prefix_hits)),
+            ("famlx_draft_tokens_total", "counter", "Tokens the drafter proposed.", g(&self.draft_proposed)),
+            ("famlx_draft_accepted_tokens_total", "counter", "Drafted tokens accepted.", g(&self.draft_accepted)),
             (
                 "famlx_queue_depth",
                 "gauge",

@@ -17,7 +17,7 @@ pub mod output;
 pub mod row;
 pub mod tools;
 
-use crate::decode::GenParams;
+use crate::decode::{Drafter, GenParams, SpecParams};
 use crate::model::LoadedModel;
 use anyhow::{Context, Result};
 use engine::Engine;
@@ -43,10 +43,14 @@ pub struct ServerOptions {
     pub model_name: String,
 }
 
+/// What the engine runs on: the model, the base generation parameters
+/// (stop ids, prefill step) and the drafter a lone request speculates with.
+pub type Built = (LoadedModel, GenParams, Option<(Drafter, SpecParams)>);
+
 /// Runs the server until SIGINT or SIGTERM. `load` builds the model and
 /// the base generation parameters (stop ids, prefill step) on the engine
 /// thread: MLX state is not `Send`, so it is made where it is used.
-pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<(LoadedModel, GenParams)> + Send + 'static) -> Result<()> {
+pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<Built> + Send + 'static) -> Result<()> {
     if o.max_queue == 0 {
         anyhow::bail!("--max-queue must be at least 1");
     }
@@ -59,7 +63,7 @@ pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<(LoadedModel, GenPara
     let settings = o.engine.clone();
     let m = metrics.clone();
     let engine = std::thread::Builder::new().name("famlx-engine".into()).spawn(move || {
-        let built = load().map(|(s, base)| Engine::new(s, base, settings, m));
+        let built = load().map(|(s, base, d)| Engine::new(s, base, settings, m, d));
         match built {
             Ok(e) => {
                 let _ = ready_tx.send(Ok(()));
@@ -112,18 +116,14 @@ pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<(LoadedModel, GenPara
 /// A rank other than 0 of a distributed server: no HTTP, the engine runs
 /// the turns rank 0 sends until rank 0 closes. SIGINT and SIGTERM are left
 /// to rank 0, which finishes what it holds and then closes every rank.
-fn follow(
-    o: ServerOptions,
-    load: impl FnOnce() -> Result<(LoadedModel, GenParams)>,
-    metrics: Arc<Metrics>,
-) -> Result<()> {
+fn follow(o: ServerOptions, load: impl FnOnce() -> Result<Built>, metrics: Arc<Metrics>) -> Result<()> {
     // SAFETY: setting the disposition of two signals to ignored.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
     }
-    let (model, base) = load()?;
-    Engine::new(model, base, o.engine.clone(), metrics).follow();
+    let (model, base, _) = load()?;
+    Engine::new(model, base, o.engine.clone(), metrics, None).follow();
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 use super::job::{Event, Job, LogprobEntry};
 use super::output::{Delta, ReplyText};
 use crate::cache::SharedCache;
+use crate::decode::RowDraft;
 use crate::decode::{logprob_of, mask_logits, LogitsParams, TokenLogprob};
 use crate::grammar::GrammarConstraint;
 use crate::model::MediaState;
@@ -78,6 +79,8 @@ pub struct Row {
     /// only by its tokens or by `halt`, never by a clock or flag read
     /// mid-turn, which the ranks would read differently.
     pub lockstep: bool,
+    /// Its drafter caches, while it may speculate (see the engine).
+    pub draft: Option<RowDraft>,
 }
 
 /// What a row needs from the engine to turn a token into text.

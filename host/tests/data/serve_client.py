@@ -7,6 +7,7 @@ import base64
 import concurrent.futures
 import json
 import sys
+import time
 
 import jsonschema
 import openai
@@ -94,6 +95,24 @@ def together(base, a):
         together = list(ex.map(one, a["prompts"]))
     alone = [one(p) for p in a["prompts"]]
     return {"together": together, "alone": alone}
+
+
+def staggered(base, a):
+    """Each prompt greedily, started a little apart (a request decoding
+    alone is joined by others while it runs), then one by one; and one
+    sampled request alone."""
+    c = client(base)
+
+    def one(i, gap=0.0):
+        time.sleep(i * gap)
+        r = c.completions.create(model=a["model"], prompt=a["prompts"][i], max_tokens=a["n"][i], temperature=0)
+        return r.choices[0].text
+
+    with concurrent.futures.ThreadPoolExecutor(len(a["prompts"])) as ex:
+        together = list(ex.map(lambda i: one(i, a["gap"]), range(len(a["prompts"]))))
+    alone = [one(i) for i in range(len(a["prompts"]))]
+    r = c.completions.create(model=a["model"], prompt=a["prompts"][0], max_tokens=16, temperature=0.8, top_p=0.9)
+    return {"together": together, "alone": alone, "sampled": r.usage.completion_tokens}
 
 
 def media_part(path):

@@ -92,3 +92,27 @@ pub fn decode_step(m: &mut LoadedModel, batch: &BatchCaches, tokens: &Array) -> 
     let (b, v) = (l.dim(0), l.dim(2));
     Ok(l.reshape(&[b, v])?)
 }
+
+/// One decode step for a sequence decoding alone, on its own `caches` (the
+/// path `generate` takes: nothing stacked or masked): `token` `[1]` int32
+/// on the device; returns the logits `[1, V]`. `media` carries the position
+/// shift of a family that places images in 2-D.
+pub fn decode_alone(
+    m: &mut LoadedModel,
+    caches: &[SharedCache],
+    media: Option<&MediaState>,
+    token: &Array,
+) -> Result<Array> {
+    let own = std::mem::take(&mut m.caches);
+    m.set_caches(caches.to_vec());
+    m.media = media.cloned();
+    let r = (|| {
+        let t = token.reshape(&[1, 1])?.astype(Dtype::I32)?;
+        let l = m.forward(&t, LogitsWanted::Last)?.ok_or_else(|| anyhow!("no logits"))?;
+        let v = l.dim(-1);
+        Ok(l.reshape(&[1, v])?)
+    })();
+    m.media = None;
+    m.set_caches(own);
+    r
+}

@@ -14,7 +14,7 @@ mod process;
 mod spec_row;
 mod speculative;
 
-pub use batch::{decode_step, prefill_into, prefill_step};
+pub use batch::{decode_alone, decode_step, prefill_into, prefill_step};
 pub use drafter::{DraftCaches, DraftSource, Drafter, SpecParams, MAX_DEPTH};
 pub use logprob::{logprob_of, TokenLogprob};
 pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};

@@ -1,0 +1,208 @@
+//! Admission: a job checked against the model and made into a row's
+//! parts (prompt ids and media, caches from the prompt cache, constraint,
+//! random key), before it joins the engine's rows.
+
+use super::Engine;
+use crate::cache::{make_caches, SharedCache};
+use crate::grammar::{Grammar, Grammars};
+use crate::model::MediaState;
+use crate::prompt::{render_chat, Prompt};
+use crate::serve::api::{ApiError, JobSpec, PromptSource};
+use crate::serve::job::{Event, Job};
+use crate::serve::media;
+use crate::serve::output::{Delta, ReplyText};
+use crate::serve::row::Row;
+use crate::serve::tools::{call_grammar, ToolChoice};
+use famlx_text::Tokenizer;
+use std::time::Instant;
+
+impl Engine {
+    pub(super) fn tokenizer(&self) -> Result<&Tokenizer, ApiError> {
+        self.model.tokenizer().map_err(|e| ApiError::status(400, format!("{e:#}")))
+    }
+
+    /// The prompt (ids, and the request's images and clips), and whether
+    /// the template opened a think block.
+    pub(super) fn prompt(&self, spec: &JobSpec) -> Result<(Prompt, bool), ApiError> {
+        let vocab = self.model.plan.vocab_size;
+        let (ids, in_think) = match &spec.prompt {
+            PromptSource::Ids(ids) => (ids.clone(), false),
+            PromptSource::Text(t) => {
+                let tok = self.tokenizer()?;
+                (tok.encode(t, true).map_err(|e| ApiError::bad("prompt", e.to_string()))?, false)
+            }
+            PromptSource::Chat { messages, tools, kwargs } => {
+                let tok = self.tokenizer()?;
+                let text = render_chat(tok, messages, tools.as_deref(), kwargs)
+                    .map_err(|e| ApiError::bad("messages", format!("{e:#}")))?;
+                let think = text.trim_end().ends_with("<think>");
+                (tok.encode(&text, true).map_err(|e| ApiError::bad("messages", e.to_string()))?, think)
+            }
+        };
+        if ids.is_empty() {
+            return Err(ApiError::bad("prompt", "the prompt is empty"));
+        }
+        if let Some(&bad) = ids.iter().find(|&&i| i >= vocab) {
+            return Err(ApiError::bad("prompt", format!("token id {bad} is outside the vocabulary ({vocab} tokens)")));
+        }
+        Ok((media::prompt(&self.model, ids, &spec.media)?, in_think))
+    }
+
+    /// The constraint a job needs: its response format, or a required tool call.
+    pub(super) fn grammar(&self, spec: &JobSpec) -> Result<Option<Grammar>, ApiError> {
+        if let Some(g) = &spec.grammar {
+            return Ok(Some(g.clone()));
+        }
+        let PromptSource::Chat { tools: Some(tools), .. } = &spec.prompt else { return Ok(None) };
+        if !matches!(spec.tool_choice, ToolChoice::Required | ToolChoice::Named(_)) {
+            return Ok(None);
+        }
+        let Some(format) = self.tool_format else {
+            return Err(ApiError::bad("tool_choice", "this model's chat template has no tool-call markup to require"));
+        };
+        let tok = self.tokenizer()?;
+        let single = |s: &str| match tok.encode(s, false) {
+            Ok(ids) if ids.len() == 1 => Some(ids[0]),
+            _ => None,
+        };
+        Ok(Some(Grammar::Lark(call_grammar(format, tools, &spec.tool_choice, single)?)))
+    }
+
+    pub(super) fn grammars(&mut self) -> Result<&Grammars, ApiError> {
+        if self.grammars.is_none() {
+            let built = (|| {
+                let tok = self.model.tokenizer()?;
+                let eos = self.base.stop_ids.first().copied().unwrap_or(0);
+                Grammars::new(tok, eos)
+            })()
+            .map_err(|e| format!("{e:#}"));
+            self.grammars = Some(built);
+        }
+        match self.grammars.as_ref().expect("just set") {
+            Ok(g) => Ok(g),
+            Err(e) => Err(ApiError::bad("response_format", e.clone())),
+        }
+    }
+
+    /// A job checked against the model, made into a row's parts: its
+    /// prompt ids, its caches (from the prompt cache when a prefix is
+    /// there), its constraint and sampler.
+    pub(super) fn admit_inner(&mut self, job: &Job) -> Result<RowParts, ApiError> {
+        let spec = &job.spec;
+        let (prompt, in_think) = self.prompt(spec)?;
+        let ids = prompt.ids.clone();
+        let room = self.model.context_room(ids.len()).map_err(|e| ApiError::status(413, format!("{e:#}")))?;
+        let mut max = spec.max_tokens.unwrap_or(self.settings.default_max_tokens);
+        if let Some(r) = room {
+            if r == 0 {
+                return Err(ApiError::status(413, "the prompt fills the model's whole context"));
+            }
+            max = max.min(r);
+        }
+        let constraint = match self.grammar(spec)? {
+            Some(g) => {
+                let param = if spec.grammar.is_some() { "response_format" } else { "tools" };
+                Some(self.grammars()?.matcher(&g).map_err(|e| ApiError::bad(param, format!("{e:#}")))?)
+            }
+            None => None,
+        };
+        let tools = match &spec.prompt {
+            PromptSource::Chat { tools: Some(t), .. } => self.tool_format.map(|f| (f, t.clone())),
+            _ => None,
+        };
+        let tok = self.tokenizer()?.clone();
+        let cache_key = media::prefix_key(&prompt);
+        let (cached, caches) = match self.prefix.lookup(&cache_key) {
+            Some((n, c)) if !media::cuts_item(&prompt, n) => (n, c),
+            _ => (
+                0,
+                make_caches(&self.model.plan.caches, &self.model.cache_opts)
+                    .map_err(|e| ApiError::status(500, format!("{e:#}")))?,
+            ),
+        };
+        let key = match spec.seed {
+            Some(s) => Some(mlx::random::key(s).map_err(|e| ApiError::status(500, format!("{e:#}")))?),
+            None => None,
+        };
+        let media = match prompt.media.is_empty() {
+            true => None,
+            false => Some(media::embed(&mut self.model, &prompt)?),
+        };
+        let keep = spec.logits.context_size.max(1);
+        let _ = job.events.send(Event::Started);
+        if spec.echo {
+            if let PromptSource::Text(t) = &spec.prompt {
+                let _ = job
+                    .events
+                    .send(Event::Delta { delta: Delta { content: t.clone(), ..Delta::default() }, logprobs: vec![] });
+            }
+        }
+        Ok(RowParts {
+            history: ids[ids.len().saturating_sub(keep)..].to_vec(),
+            reply: ReplyText::new(spec.stop.clone(), spec.chat, in_think, tools),
+            detok: tok.detokenizer_with(false),
+            ids,
+            cache_key,
+            media,
+            caches,
+            cached,
+            max,
+            constraint,
+            key,
+            deadline: self.settings.timeout.map(|t| job.received + t),
+        })
+    }
+}
+
+/// A row's parts, made before the job moves in.
+pub(super) struct RowParts {
+    ids: Vec<u32>,
+    cache_key: Vec<u32>,
+    media: Option<MediaState>,
+    caches: Vec<SharedCache>,
+    cached: usize,
+    max: usize,
+    constraint: Option<crate::grammar::GrammarConstraint>,
+    key: Option<mlx::Array>,
+    history: Vec<u32>,
+    reply: ReplyText,
+    detok: famlx_text::StreamingDetokenizer,
+    deadline: Option<Instant>,
+}
+
+impl RowParts {
+    pub(super) fn into_row(self, job: Job, serial: u64) -> Row {
+        let spec = &job.spec;
+        Row {
+            serial,
+            sampler: spec.sampler.clone(),
+            logits: spec.logits.clone(),
+            logprobs: spec.logprobs,
+            ids: self.ids,
+            cache_key: self.cache_key,
+            shift: self.media.as_ref().map_or(0, |m| m.delta),
+            media: self.media,
+            caches: self.caches,
+            fed: self.cached,
+            cached: self.cached,
+            max_tokens: self.max,
+            constraint: self.constraint,
+            allowed: None,
+            key: self.key,
+            detok: self.detok,
+            reply: self.reply,
+            history: self.history,
+            tokens: Vec::new(),
+            deadline: self.deadline,
+            calls: 0,
+            finish: None,
+            first_at: None,
+            fed_last: false,
+            started: Instant::now(),
+            halt: None,
+            lockstep: false,
+            draft: None,
+            job,
+        }
+    }
+}

@@ -106,6 +106,11 @@ impl GrammarConstraint {
         self.m.consume_token(token).map_err(|e| anyhow!("structured output: {e}"))
     }
 
+    /// Takes back the last `n` tokens accepted (drafts the model refused).
+    pub fn rollback(&mut self, n: usize) -> Result<()> {
+        self.m.rollback(n).map_err(|e| anyhow!("structured output: {e}"))
+    }
+
     /// True once the constrained text is complete and nothing may follow.
     pub fn is_done(&mut self) -> bool {
         self.m.is_stopped() || self.m.is_accepting().unwrap_or(false) && self.only_eos()

@@ -569,3 +569,30 @@ fn a_lone_request_speculates() {
         }
     }
 }
+
+#[test]
+fn speculation_under_a_json_schema() {
+    // A grammar masks each draft and each verified position; the drafts the
+    // model refuses are taken back from the matcher. Greedy replies equal a
+    // server's without a drafter, and sampled ones always validate.
+    let model = fixture("llama-tied-f32");
+    let m = model.to_str().unwrap();
+    let schema = json!({"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "kind": {"enum": ["cat", "dog", "bird"]}
+    }, "required": ["name", "age", "kind"], "additionalProperties": false});
+    let args = json!({"model": m, "schema": schema, "count": 12, "max_tokens": 80});
+    let plain = Server::start(&["--model", m]);
+    let want = client(&plain, "guided", args.clone());
+    for draft in ["llama-tied-f32", "llama-bf16"] {
+        let d = fixture(draft).display().to_string();
+        let s = Server::start(&["--model", m, "--draft-model", &d, "--mtp-depth", "3", "--prompt-cache-bytes", "0"]);
+        let r = client(&s, "guided", args.clone());
+        assert_eq!(r["greedy"], want["greedy"], "{draft}: greedy replies under the schema = without a drafter");
+        assert_eq!(r["failures"], json!([]), "{draft}: every sampled reply validates");
+        assert!(metric(&s, "famlx_draft_tokens_total") > 0, "{draft}: nothing was drafted");
+        assert!(!s.log().contains("not kept for reuse"), "{draft}: a round gave back its extra tokens");
+    }
+    assert_eq!(want["failures"], json!([]));
+}

@@ -8,6 +8,7 @@ use super::drafter::{DraftCaches, Drafter};
 use super::prefill::ids_array;
 use super::speculative::{round, Round};
 use crate::cache::SharedCache;
+use crate::grammar::GrammarConstraint;
 use crate::model::LoadedModel;
 use crate::sample::SamplerParams;
 use anyhow::{anyhow, Result};
@@ -85,7 +86,8 @@ impl RowDraft {
     }
 
     /// One round after `y` (the row's last token, not in its caches yet) on
-    /// the row's `caches`, drafting up to `depth` tokens.
+    /// the row's `caches`, drafting up to `depth` tokens (masked by `guide`,
+    /// the row's grammar, when it has one).
     #[allow(clippy::too_many_arguments)]
     pub fn round(
         &mut self,
@@ -96,11 +98,13 @@ impl RowDraft {
         depth: usize,
         sampler: &SamplerParams,
         min_confidence: f32,
+        guide: Option<&mut GrammarConstraint>,
     ) -> Result<Round> {
         let (mut hid, mut pend) = self.next.take().ok_or_else(|| anyhow!("internal: no round prepared"))?;
         let y = Array::from_slice(&[y as i32], &[1, 1])?;
-        let r =
-            self.with(m, d, caches, |m, d, _| round(m, d, &mut hid, &mut pend, &y, depth, sampler, min_confidence))?;
+        let r = self.with(m, d, caches, |m, d, _| {
+            round(m, d, &mut hid, &mut pend, &y, depth, sampler, min_confidence, guide)
+        })?;
         self.next = Some((hid, pend));
         Ok(r)
     }

@@ -17,7 +17,9 @@ use super::drafter::{Drafter, SpecParams};
 use super::params::{emit, DecodeRelease, DraftStats, Finish, GenParams, GenStats};
 use super::plain::prompt_rollback;
 use super::prefill::{ids_array, prefill_chunks};
+use super::process::mask_logits;
 use crate::cache::Rollback;
+use crate::grammar::GrammarConstraint;
 use crate::model::LoadedModel;
 use crate::sample::{probs, sample};
 use anyhow::{anyhow, Result};
@@ -115,7 +117,7 @@ pub fn generate_speculative(
             break;
         }
         let depth = sp.depth.min(remaining);
-        let r = round(m, d, &mut hid, &mut pend_tokens, &y, depth, &p.sampler, sp.min_confidence)?;
+        let r = round(m, d, &mut hid, &mut pend_tokens, &y, depth, &p.sampler, sp.min_confidence, None)?;
         stats.proposed += r.proposed;
         stats.accepted += r.accepted.len();
         stats.rounds += 1;
@@ -173,7 +175,10 @@ impl Round {
 /// `pend`, the positions accepted last round, with the target's hidden
 /// states `hid`), one target forward verifies `[y, drafts]`, and both
 /// models' caches are rolled back to the accepted prefix. `hid` and `pend`
-/// are updated for the next round.
+/// are updated for the next round. With a grammar (`guide`, past `y`
+/// already), every draft and every verified position is masked by the
+/// grammar's state after the tokens before it; the guide is left where it
+/// was.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn round(
     m: &mut LoadedModel,
@@ -184,30 +189,72 @@ pub(crate) fn round(
     depth: usize,
     sampler: &crate::sample::SamplerParams,
     min_confidence: f32,
+    mut guide: Option<&mut GrammarConstraint>,
 ) -> Result<Round> {
     let greedy = sampler.temperature <= 0.0;
     let (mut lg, mut dh) = d.step(m, hid, pend)?;
     let own_keep = d.offset();
     let mut drafts: Vec<Array> = vec![y.reshape(&[1, 1])?.astype(Dtype::I32)?];
     let mut qs: Vec<Array> = Vec::new();
+    // Per verified position, the grammar's allowed tokens there.
+    let mut masks: Vec<Vec<u32>> = Vec::new();
     for i in 0..depth {
+        if let Some(g) = guide.as_deref_mut() {
+            let allowed = g.allowed()?;
+            lg = mask_logits(&lg, &allowed)?;
+            masks.push(allowed);
+        }
         let t = sample(&lg, sampler)?.reshape(&[1, 1])?.astype(Dtype::I32)?;
         if !greedy {
             qs.push(probs(&lg, sampler)?);
         }
         drafts.push(t.clone());
-        if i + 1 == depth || !confident(&lg, sampler, min_confidence)? {
+        let last = i + 1 == depth || !confident(&lg, sampler, min_confidence)?;
+        if let Some(g) = guide.as_deref_mut() {
+            // Tentatively, to mask what follows; taken back after the verify.
+            if g.accept(t.item_i64()? as u32).is_err() {
+                // Not a token the grammar takes after all: not a draft.
+                drafts.pop();
+                break;
+            }
+            if g.is_done() {
+                masks.push(g.allowed().unwrap_or_default());
+                break;
+            }
+            if last {
+                masks.push(g.allowed()?);
+            }
+        }
+        if last {
             break;
         }
         (lg, dh) = d.step(m, &dh, &t)?;
     }
     let k = drafts.len() - 1;
+    if let Some(g) = guide.as_deref_mut() {
+        if masks.is_empty() {
+            masks.push(g.allowed()?);
+        }
+    }
     // Verify [y, d1..dk] in one forward.
     let fed = mlx::concatenate(&drafts.iter().collect::<Vec<_>>(), 1)?;
     let snap = Rollback::take(&m.caches, k as i64 + 1, k as i64);
     let (vl, vh) = m.forward_io(&fed, LogitsWanted::All, true)?;
     let (vl, vh) = (vl.ok_or_else(|| anyhow!("no logits"))?, vh.ok_or_else(|| anyhow!("no hidden state"))?);
-    let vl = vl.reshape(&[k as i32 + 1, -1])?;
+    let mut vl = vl.reshape(&[k as i32 + 1, -1])?;
+    if let Some(g) = guide {
+        // The drafts consumed above: the row's emits advance the grammar
+        // through the tokens kept.
+        let consumed = masks.len() - 1;
+        g.rollback(consumed)?;
+        let rows = masks
+            .iter()
+            .take(k + 1)
+            .enumerate()
+            .map(|(j, a)| mask_logits(&vl.slice_axis(0, j as i32, j as i32 + 1)?, a))
+            .collect::<Result<Vec<_>>>()?;
+        vl = mlx::concatenate(&rows.iter().collect::<Vec<_>>(), 0)?;
+    }
     let draft_ids = fed.slice_axis(1, 1, k as i32 + 1)?.reshape(&[-1])?;
     let (accepted, bonus, dv) = if greedy {
         let tgt = vl.argmax(-1, false)?.astype(Dtype::I32)?;

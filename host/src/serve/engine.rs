@@ -324,12 +324,12 @@ impl Engine {
     }
 
     /// Whether a request may speculate when it decodes alone: the server
-    /// has a drafter, and nothing about the request needs each token on
-    /// the host before the next (grammar, logprobs, penalties), a seeded
-    /// random stream, or media (drafters see text only).
+    /// has a drafter, and the request needs no logprobs or penalties (which
+    /// read each token before the next), no seeded random stream and no
+    /// media (drafters see text only). A grammar masks drafts and verify.
     fn row_draft(&self, r: &Row) -> Option<RowDraft> {
         let (d, _) = self.drafter.as_ref()?;
-        let plain = r.constraint.is_none() && r.logprobs.is_none() && r.logits.is_off() && r.key.is_none();
+        let plain = r.logprobs.is_none() && r.logits.is_off() && r.key.is_none();
         if !plain || r.media.is_some() {
             return None;
         }
@@ -343,7 +343,8 @@ impl Engine {
         let rd = r.draft.as_mut().ok_or_else(|| anyhow::anyhow!("internal: the row has no drafter caches"))?;
         let y = *r.tokens.last().ok_or_else(|| anyhow::anyhow!("internal: a decoding row has a token"))?;
         let depth = sp.depth.min(r.max_tokens.saturating_sub(r.tokens.len())).max(1);
-        let round = rd.round(&mut self.model, d, &r.caches, y, depth, &r.sampler, sp.min_confidence)?;
+        let guide = r.constraint.as_mut();
+        let round = rd.round(&mut self.model, d, &r.caches, y, depth, &r.sampler, sp.min_confidence, guide)?;
         self.metrics.draft_proposed.fetch_add(round.proposed as u64, Ordering::SeqCst);
         self.metrics.draft_accepted.fetch_add(round.accepted.len() as u64, Ordering::SeqCst);
         let tok = self.model.tokenizer.as_ref().expect("admitted with a tokenizer");

@@ -115,6 +115,28 @@ def staggered(base, a):
     return {"together": together, "alone": alone, "sampled": r.usage.completion_tokens}
 
 
+def guided(base, a):
+    """Completions held to a JSON schema, one at a time: greedy for a few
+    prompts, then sampled (no seed), each checked against the schema."""
+    c = client(base)
+    fmt = {"type": "json_schema", "json_schema": {"name": "thing", "schema": a["schema"], "strict": True}}
+
+    def ask(prompt, temperature):
+        r = c.completions.create(model=a["model"], prompt=prompt, max_tokens=a["max_tokens"],
+                                 temperature=temperature, extra_body={"response_format": fmt})
+        return r.choices[0].text
+
+    greedy = [ask(f"thing {i}", 0) for i in range(3)]
+    failures = []
+    for i in range(a["count"]):
+        text = ask(f"other {i}", 1.0)
+        try:
+            jsonschema.validate(json.loads(text), a["schema"])
+        except Exception as e:  # noqa: BLE001 - any failure is reported
+            failures.append(f"{type(e).__name__}: {e}: {text!r}")
+    return {"greedy": greedy, "failures": failures}
+
+
 def media_part(path):
     """A content part carrying the file at `path` inline, as OpenAI takes it."""
     data = base64.b64encode(open(path, "rb").read()).decode()

@@ -285,8 +285,11 @@ fn disconnect_cancels_and_sigterm_finishes_in_flight() {
     let m = model.to_str().unwrap();
     let mut s = Server::start(&["--model", m, "--max-queue", "2"]);
     let addr = s.base.trim_start_matches("http://").to_string();
-    let body =
-        json!({"messages": [{"role": "user", "content": "go"}], "max_tokens": 20000, "stream": true}).to_string();
+    // The fixture's 512-token vocabulary holds two end tokens: biased
+    // away, the reply cannot stop by itself before the hang-up lands.
+    let body = json!({"messages": [{"role": "user", "content": "go"}], "max_tokens": 20000, "stream": true,
+                      "logit_bias": {"509": -100, "511": -100}})
+    .to_string();
     let mut conn = std::net::TcpStream::connect(&addr).unwrap();
     write!(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
     let mut reader = BufReader::new(conn.try_clone().unwrap());

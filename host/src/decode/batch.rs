@@ -4,8 +4,8 @@
 //! and leaves between steps is the caller's (the server's engine).
 
 use super::drafter::Drafter;
-use super::params::release_buffers;
-use super::prefill::{chunk_end, ids_array, prefill_last_alone_until};
+use super::params::{check_cancel, release_buffers};
+use super::prefill::{check_ids, chunk_end, ids_array};
 use super::spec_row::RowDraft;
 use crate::cache::{BatchCaches, SharedCache};
 use crate::model::{LoadedModel, MediaState};
@@ -16,7 +16,8 @@ use std::sync::atomic::AtomicBool;
 
 /// Prefills `prompt` into `caches` (one sequence's own, one per plan slot)
 /// in chunks of `step`, returning the last position's logits `[1, V]`; the
-/// model's own caches are left as they were.
+/// model's own caches are left as they were. The loop of
+/// [`prefill_step`]s a server runs, at once (with the model's media).
 pub fn prefill_into(
     m: &mut LoadedModel,
     caches: &[SharedCache],
@@ -24,10 +25,23 @@ pub fn prefill_into(
     step: usize,
     cancel: Option<&AtomicBool>,
 ) -> Result<Array> {
-    let own = std::mem::take(&mut m.caches);
-    m.set_caches(caches.to_vec());
-    let r = prefill_last_alone_until(m, prompt, step, cancel);
-    m.set_caches(own);
+    if prompt.is_empty() {
+        anyhow::bail!("the prompt is empty: nothing to generate from");
+    }
+    check_ids(m, prompt)?;
+    let media = m.media.take();
+    let mut fed = 0;
+    let r = loop {
+        if let Err(e) = check_cancel(cancel) {
+            break Err(e);
+        }
+        match prefill_step(m, caches, prompt, &mut fed, step, media.as_ref(), None) {
+            Ok(Some(l)) => break Ok(l),
+            Ok(None) => {}
+            Err(e) => break Err(e),
+        }
+    };
+    m.media = media;
     r
 }
 

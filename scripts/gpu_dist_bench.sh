@@ -11,11 +11,7 @@
 # (5 MB, not needed there) out of the tree for the call, and back after.
 # Then run this there with .mlx-cuda and gpu-bin-xz carried. Results go to $OUT.
 set -uo pipefail
-[ -f gpu-bin-xz/bin.tar.xz ] && mkdir -p gpu-bin && tar -C gpu-bin -xJf gpu-bin-xz/bin.tar.xz
-source .mlx-cuda/device-env.sh
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+source scripts/gpu_env.sh
 M=/tmp/dist-models
 python3 scripts/make_bench_models.py "$M" --shape ${SHAPES:-llama3.2-1b qwen3.5-0.8b} --dtype ${DTYPE:-bf16} 2>&1 | tail -2
 export FAMLX_PLUGIN_PATH=$PWD/gpu-bin

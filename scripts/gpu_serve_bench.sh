@@ -9,11 +9,7 @@
 #                 mkdir gpu-bin-xz && tar -C gpu-bin -cJf gpu-bin-xz/bin.tar.xz famlx libfamlx_plugin_llama.so libfamlx_plugin_qwen3_5.so)
 # Then run this there with .mlx-cuda and gpu-bin (or gpu-bin-xz) carried. Results go to $OUT.
 set -uo pipefail
-[ -f gpu-bin-xz/bin.tar.xz ] && mkdir -p gpu-bin && tar -C gpu-bin -xJf gpu-bin-xz/bin.tar.xz
-source .mlx-cuda/device-env.sh
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+source scripts/gpu_env.sh
 M=/tmp/serve-models
 python3 scripts/make_bench_models.py "$M" --shape ${SHAPES:-llama3.2-1b qwen3.5-0.8b} --dtype bf16 2>&1 | tail -3
 # A word-level tokenizer ("tN" is id N, split on spaces): both servers take

@@ -29,20 +29,14 @@ pub fn prefill_into(
         anyhow::bail!("the prompt is empty: nothing to generate from");
     }
     check_ids(m, prompt)?;
-    let media = m.media.take();
+    let media = m.media.clone();
     let mut fed = 0;
-    let r = loop {
-        if let Err(e) = check_cancel(cancel) {
-            break Err(e);
+    loop {
+        check_cancel(cancel)?;
+        if let Some(l) = prefill_step(m, caches, prompt, &mut fed, step, media.as_ref(), None)? {
+            return Ok(l);
         }
-        match prefill_step(m, caches, prompt, &mut fed, step, media.as_ref(), None) {
-            Ok(Some(l)) => break Ok(l),
-            Ok(None) => {}
-            Err(e) => break Err(e),
-        }
-    };
-    m.media = media;
-    r
+    }
 }
 
 /// Feeds the next piece of `prompt` into `caches` (a sequence's own),
@@ -63,10 +57,7 @@ pub fn prefill_step(
     media: Option<&MediaState>,
     mut draft: Option<(&mut Drafter, &mut RowDraft)>,
 ) -> Result<Option<Array>> {
-    let own = std::mem::take(&mut m.caches);
-    m.set_caches(caches.to_vec());
-    m.media = media.cloned();
-    let r = (|| {
+    m.with_sequence(caches, media, |m| {
         let head = prompt.len().saturating_sub(1);
         if *fed < head {
             let end = chunk_end(m, *fed, head, step.max(1));
@@ -90,10 +81,7 @@ pub fn prefill_step(
         *fed = prompt.len();
         let v = l.dim(-1);
         Ok(Some(l.reshape(&[1, v])?))
-    })();
-    m.media = None;
-    m.set_caches(own);
-    r
+    })
 }
 
 /// One decode step: the batch's row `r` is fed `tokens[r]` (`[B]` int32,
@@ -117,16 +105,10 @@ pub fn decode_alone(
     media: Option<&MediaState>,
     token: &Array,
 ) -> Result<Array> {
-    let own = std::mem::take(&mut m.caches);
-    m.set_caches(caches.to_vec());
-    m.media = media.cloned();
-    let r = (|| {
+    m.with_sequence(caches, media, |m| {
         let t = token.reshape(&[1, 1])?.astype(Dtype::I32)?;
         let l = m.forward(&t, LogitsWanted::Last)?.ok_or_else(|| anyhow!("no logits"))?;
         let v = l.dim(-1);
         Ok(l.reshape(&[1, v])?)
-    })();
-    m.media = None;
-    m.set_caches(own);
-    r
+    })
 }

@@ -32,48 +32,34 @@ impl RowDraft {
         Ok(RowDraft { caches: Some(d.fresh_caches()?), begun: false, pending: None, next: None })
     }
 
-    /// Runs `f` with the row's caches in the target and its drafter caches
-    /// in the drafter.
-    fn with<T>(
-        &mut self,
-        m: &mut LoadedModel,
-        d: &mut Drafter,
-        caches: &[SharedCache],
-        f: impl FnOnce(&mut LoadedModel, &mut Drafter, &mut Self) -> Result<T>,
-    ) -> Result<T> {
+    /// Runs `f` with the row's drafter caches in the drafter.
+    fn swapped<T>(&mut self, d: &mut Drafter, f: impl FnOnce(&mut Drafter, &mut Self) -> Result<T>) -> Result<T> {
         let mine = self.caches.take().ok_or_else(|| anyhow!("internal: the drafter caches are in use"))?;
         let theirs = d.swap_caches(mine);
-        let own = std::mem::take(&mut m.caches);
-        m.set_caches(caches.to_vec());
-        let r = f(m, d, self);
-        m.set_caches(own);
+        let r = f(d, self);
         self.caches = Some(d.swap_caches(theirs));
         r
     }
 
     /// Feeds the drafter what a prefill forward over `chunk` (the row's
-    /// caches in `m`, the drafter's in `d`) gave: its hidden states wait
-    /// for the token after the chunk, the previous chunk's go in now.
+    /// caches in `m`) gave: its hidden states wait for the token after the
+    /// chunk, the previous chunk's go in now.
     pub(crate) fn feed(&mut self, m: &mut LoadedModel, d: &mut Drafter, chunk: &[u32], hidden: Array) -> Result<()> {
-        let mine = self.caches.take().ok_or_else(|| anyhow!("internal: the drafter caches are in use"))?;
-        let theirs = d.swap_caches(mine);
-        let r = (|| {
-            if !self.begun {
+        self.swapped(d, |d, me| {
+            if !me.begun {
                 // Drafts only propose: a request that reuses a cached
                 // prefix starts its drafter at the first token it feeds.
                 d.begin(chunk[0])?;
-                self.begun = true;
+                me.begun = true;
             }
-            if let Some((h, mut toks)) = self.pending.take() {
+            if let Some((h, mut toks)) = me.pending.take() {
                 toks.push(chunk[0]);
                 d.step(m, &h, &ids_array(&toks)?)?;
                 d.eval_caches()?;
             }
-            self.pending = Some((hidden, chunk[1..].to_vec()));
+            me.pending = Some((hidden, chunk[1..].to_vec()));
             Ok(())
-        })();
-        self.caches = Some(d.swap_caches(theirs));
-        r
+        })
     }
 
     /// The prompt is in and `y` drawn after it: the first round replays the
@@ -102,8 +88,8 @@ impl RowDraft {
     ) -> Result<Round> {
         let (mut hid, mut pend) = self.next.take().ok_or_else(|| anyhow!("internal: no round prepared"))?;
         let y = Array::from_slice(&[y as i32], &[1, 1])?;
-        let r = self.with(m, d, caches, |m, d, _| {
-            round(m, d, &mut hid, &mut pend, &y, depth, sampler, min_confidence, guide)
+        let r = m.with_sequence(caches, None, |m| {
+            self.swapped(d, |d, _| round(m, d, &mut hid, &mut pend, &y, depth, sampler, min_confidence, guide))
         })?;
         self.next = Some((hid, pend));
         Ok(r)
@@ -111,10 +97,6 @@ impl RowDraft {
 
     /// Gives back the last `extra` tokens round `r` left in `caches`.
     pub fn give_back(m: &mut LoadedModel, caches: &[SharedCache], r: &Round, extra: usize) -> Result<()> {
-        let own = std::mem::take(&mut m.caches);
-        m.set_caches(caches.to_vec());
-        let out = r.give_back(m, extra);
-        m.set_caches(own);
-        out
+        m.with_sequence(caches, None, |m| r.give_back(m, extra))
     }
 }

@@ -122,12 +122,11 @@ pub fn generate_speculative(
         stats.accepted += r.accepted.len();
         stats.rounds += 1;
         y = Array::from_slice(&[r.bonus as i32], &[1, 1])?;
-        let accepted = r.accepted.clone();
-        last_round = Some(r);
-        for (j, &t) in accepted.iter().enumerate() {
+        let r = last_round.insert(r);
+        for (j, &t) in r.accepted.iter().enumerate() {
             // The caches hold y, d1..da; the invariant wants them to end
             // just before this token.
-            extra = accepted.len() - j;
+            extra = r.accepted.len() - j;
             if let Some(f) = emit(&mut tokens, t, p, &mut on_token) {
                 finish = f;
                 break 'outer;

@@ -171,6 +171,23 @@ impl LoadedModel {
         self.caches = caches;
     }
 
+    /// Runs `f` on one sequence of a batching server: its own `caches` and
+    /// `media` in place of the model's, which are put back after.
+    pub fn with_sequence<T>(
+        &mut self,
+        caches: &[SharedCache],
+        media: Option<&MediaState>,
+        f: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        let own = std::mem::take(&mut self.caches);
+        let own_media = std::mem::replace(&mut self.media, media.cloned());
+        self.set_caches(caches.to_vec());
+        let r = f(self);
+        self.media = own_media;
+        self.set_caches(own);
+        r
+    }
+
     /// A cheap copy of every cache (arrays are shared, not copied), for
     /// [`LoadedModel::restore`].
     pub fn snapshot(&self) -> Rollback {

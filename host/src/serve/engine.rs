@@ -15,7 +15,9 @@ use super::output::THINK;
 use super::row::{Row, Vocab};
 use super::tools::{ToolFormat, GEMMA_QUOTE};
 use crate::cache::{BatchCaches, PrefixCache, SharedCache};
-use crate::decode::{decode_alone, decode_step, prefill_step, Drafter, GenParams, Interrupted, RowDraft, SpecParams};
+use crate::decode::{
+    decode_alone, decode_step, prefill_step, Drafter, GenParams, Interrupted, RowDraft, SpecParams, TokenLogprob,
+};
 use crate::grammar::Grammars;
 use crate::model::LoadedModel;
 use crate::sample::sample;
@@ -251,24 +253,7 @@ impl Engine {
             }
             let draft = self.drafter.as_mut().map(|d| &mut d.0).zip(r.draft.as_mut());
             let out = prefill_step(&mut self.model, &r.caches, &r.ids, &mut r.fed, step, r.media.as_ref(), draft)
-                .and_then(|l| {
-                    match l {
-                        None => Ok(None),
-                        Some(l) => {
-                            if !r.caches.iter().all(|c| c.lock().can_trim(r.ids.len() as i64)) {
-                                // Hybrid and windowed models rewind only to a snapshot: keep the prompt's.
-                                self.prefix.insert(r.cache_key.clone(), &r.caches);
-                            }
-                            r.prepare_mask()?;
-                            let (y, lp) = r.sample(&l)?;
-                            let y = y.item_i64()? as u32;
-                            if let Some(d) = r.draft.as_mut() {
-                                d.start(y)?;
-                            }
-                            Ok(Some((y, lp)))
-                        }
-                    }
-                });
+                .and_then(|l| l.map(|l| self.first_token(&mut r, &l)).transpose());
             match out {
                 Ok(None) => kept.push_back(r),
                 Ok(Some((t, lp))) => {
@@ -321,6 +306,23 @@ impl Engine {
             self.inflight = Some(f);
             Ok(())
         }
+    }
+
+    /// The first token of a row whose prompt is all in, drawn from the
+    /// prompt's last `logits`; the prompt's caches are kept for reuse when
+    /// they could not be rewound to it later.
+    fn first_token(&mut self, r: &mut Row, logits: &Array) -> anyhow::Result<(u32, Option<TokenLogprob>)> {
+        if !r.caches.iter().all(|c| c.lock().can_trim(r.ids.len() as i64)) {
+            // Hybrid and windowed models rewind only to a snapshot: keep the prompt's.
+            self.prefix.insert(r.cache_key.clone(), &r.caches);
+        }
+        r.prepare_mask()?;
+        let (y, lp) = r.sample(logits)?;
+        let y = y.item_i64()? as u32;
+        if let Some(d) = r.draft.as_mut() {
+            d.start(y)?;
+        }
+        Ok((y, lp))
     }
 
     /// Whether a request may speculate when it decodes alone: the server
@@ -383,7 +385,7 @@ impl Engine {
         } else {
             let members: Vec<(u64, &[SharedCache])> = rows.iter().map(|r| (r.serial, &r.caches[..])).collect();
             self.batch.set_rows(&members)?;
-            self.batch.set_shifts(rows.iter().map(|r| r.shift).collect())?;
+            self.batch.set_shifts(rows.iter().map(Row::shift).collect())?;
             decode_step(&mut self.model, &self.batch, &ids)?
         };
         mlx::async_eval(&[&logits])?;

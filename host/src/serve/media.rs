@@ -27,20 +27,21 @@ pub fn prompt(model: &LoadedModel, ids: Vec<u32>, parts: &[MediaPart]) -> Result
     Prompt::with_media(ids, Some(spec), items).map_err(bad)
 }
 
-/// Runs the towers over the prompt's items: what a prefill of the row
-/// splices in, and the rotary positions of families that place images in
-/// 2-D (with the shift of every later position).
-pub fn embed(model: &mut LoadedModel, prompt: &Prompt) -> Result<MediaState, ApiError> {
+/// Runs the towers over the prompt's items past the first `cached`
+/// tokens (those before are in the caches already): what a prefill of the
+/// row splices in, and the rotary positions of families that place images
+/// in 2-D (with the shift of every later position).
+pub fn embed(model: &mut LoadedModel, prompt: &Prompt, cached: usize) -> Result<MediaState, ApiError> {
     let failed = |e: anyhow::Error| ApiError::status(500, format!("embedding the request's media failed: {e:#}"));
-    let of = |kind: MediaKind| prompt.media.iter().filter(|m| m.kind == kind).map(|m| m.processed.clone()).collect();
-    let images: Vec<_> = of(MediaKind::Image);
-    let clips: Vec<_> = of(MediaKind::Audio);
+    let todo: Vec<_> = prompt.media.iter().zip(&prompt.starts).filter(|(m, &s)| s + m.tokens() > cached).collect();
+    let of = |kind: MediaKind| todo.iter().filter(|(m, _)| m.kind == kind).map(|(m, _)| m.processed.clone()).collect();
+    let (images, clips): (Vec<_>, Vec<_>) = (of(MediaKind::Image), of(MediaKind::Audio));
     let mut image_rows =
-        if images.is_empty() { Vec::new() } else { model.embed_images(images.clone()).map_err(failed)? }.into_iter();
+        if images.is_empty() { Vec::new() } else { model.embed_images(images).map_err(failed)? }.into_iter();
     let mut clip_rows =
         if clips.is_empty() { Vec::new() } else { model.embed_audio(clips).map_err(failed)? }.into_iter();
     let mut spans = Vec::new();
-    for (m, &start) in prompt.media.iter().zip(&prompt.starts) {
+    for (m, &start) in todo {
         let rows = match m.kind {
             MediaKind::Image => image_rows.next(),
             MediaKind::Audio => clip_rows.next(),
@@ -49,7 +50,10 @@ pub fn embed(model: &mut LoadedModel, prompt: &Prompt) -> Result<MediaState, Api
         spans.push(MediaSpan { start, rows, whole: m.kind == MediaKind::Image });
     }
     mlx::eval(&spans.iter().map(|s| &s.rows).collect::<Vec<_>>()).map_err(|e| failed(e.into()))?;
-    let (positions, delta) = match model.positions(&prompt.ids, &images).map_err(failed)? {
+    // Positions cover the whole sequence, every image included.
+    let all_images: Vec<_> =
+        prompt.media.iter().filter(|m| m.kind == MediaKind::Image).map(|m| m.processed.clone()).collect();
+    let (positions, delta) = match model.positions(&prompt.ids, &all_images).map_err(failed)? {
         Some((p, d)) => (Some(p), d),
         None => (None, 0),
     };

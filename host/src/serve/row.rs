@@ -28,9 +28,6 @@ pub struct Row {
     pub cache_key: Vec<u32>,
     /// Its images and clips, spliced in while it is prefilled.
     pub media: Option<MediaState>,
-    /// What its rotary positions add to its cache offset once decoding
-    /// (past images a family places in 2-D).
-    pub shift: i64,
     /// Its own caches, one per plan slot.
     pub caches: Vec<SharedCache>,
     /// Prompt tokens in the caches so far.
@@ -94,6 +91,12 @@ pub struct Vocab<'a> {
 }
 
 impl Row {
+    /// What its rotary positions add to its cache offset once decoding
+    /// (past images a family places in 2-D).
+    pub fn shift(&self) -> i64 {
+        self.media.as_ref().map_or(0, |m| m.delta)
+    }
+
     /// Computes the constraint's mask for the next token (host work, done
     /// while the device runs the step's forward).
     pub fn prepare_mask(&mut self) -> Result<()> {

@@ -126,7 +126,7 @@ impl Engine {
         };
         let media = match prompt.media.is_empty() {
             true => None,
-            false => Some(media::embed(&mut self.model, &prompt)?),
+            false => Some(media::embed(&mut self.model, &prompt, cached)?),
         };
         let keep = spec.logits.context_size.max(1);
         let _ = job.events.send(Event::Started);
@@ -180,7 +180,6 @@ impl RowParts {
             logprobs: spec.logprobs,
             ids: self.ids,
             cache_key: self.cache_key,
-            shift: self.media.as_ref().map_or(0, |m| m.delta),
             media: self.media,
             caches: self.caches,
             fed: self.cached,

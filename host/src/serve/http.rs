@@ -64,6 +64,7 @@ pub fn router(state: Shared) -> Router {
         .route("/completions", post(completions))
         .route("/models", get(models))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        .route_layer(middleware::from_fn_with_state(state.clone(), declared_size))
         .layer(DefaultBodyLimit::max(MAX_BODY));
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
@@ -82,6 +83,22 @@ async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
         }
     }
     next.run(req).await
+}
+
+/// A body whose `Content-Length` is over [`MAX_BODY`] is refused before
+/// any of it is read. (axum's limit only trips once that many bytes have
+/// come in, so a client would first upload the whole body for nothing.)
+async fn declared_size(State(st): State<Shared>, req: Request, next: Next) -> Response {
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        st.metrics.rejected.fetch_add(1, Ordering::SeqCst);
+        return ApiError::status(413, too_big()).into_response();
+    }
+    next.run(req).await
+}
+
+fn too_big() -> String {
+    format!("the request body is over the {} MiB this server takes", MAX_BODY >> 20)
 }
 
 async fn metrics(State(st): State<Shared>) -> Response {
@@ -114,7 +131,7 @@ fn body_refused(st: &Shared, e: BytesRejection) -> Response {
     st.metrics.rejected.fetch_add(1, Ordering::SeqCst);
     let status = e.status().as_u16();
     let message = match status {
-        413 => format!("the request body is over the {} MiB this server takes", MAX_BODY >> 20),
+        413 => too_big(),
         _ => format!("the request body could not be read: {}", e.body_text()),
     };
     ApiError::status(status, message).into_response()

@@ -101,6 +101,30 @@ impl Server {
         }
         answer(r.send_string(body))
     }
+
+    /// POST to `path` with headers declaring a `len`-byte body, and none of
+    /// its bytes: status and body of the answer. A server that refuses the
+    /// declared size answers and closes without reading; a client still
+    /// writing the body would race that close (EPIPE), so none is sent.
+    #[allow(dead_code)]
+    pub fn post_declared(&self, path: &str, len: usize) -> (u16, String) {
+        use std::io::{Read, Write};
+        let addr = self.base.trim_start_matches("http://");
+        let mut c = std::net::TcpStream::connect(addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Content-Length: {len}\r\nConnection: close\r\n\r\n"
+        );
+        c.write_all(head.as_bytes()).expect("send headers");
+        let mut raw = Vec::new();
+        // The server closes after its answer; a reset after it is fine.
+        let _ = c.read_to_end(&mut raw);
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{text}"));
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        (status, body)
+    }
 }
 
 fn answer(r: Result<ureq::Response, ureq::Error>) -> (u16, String) {

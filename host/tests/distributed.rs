@@ -189,6 +189,53 @@ fn ranks_started_by_mlx_launch_work_too() {
     assert_eq!(tokens(&json_of(&o)), tokens(&want));
 }
 
+#[test]
+fn ranks_on_other_hosts_start_through_ssh() {
+    // Hosts that are not this machine's names start through `ssh HOST LINE`.
+    // A stand-in `ssh` first on PATH logs the host and runs the line in an
+    // empty environment, as a remote login shell would: what the rank needs
+    // must come through the line (the ring hostfile, MLX_RANK, `--env`,
+    // `--cwd`; the model is named relative to it). 127.0.0.2 and 127.0.0.3
+    // are loopback addresses on Linux, so the ranks' ring really binds the
+    // addresses the launcher gave them.
+    let _one = one_at_a_time();
+    let model = fixture("llama-deep-f32");
+    let want = alone(&model);
+    let scratch = Scratch::new("ssh");
+    std::os::unix::fs::symlink(&model, scratch.path().join("model")).unwrap();
+    let bin = scratch.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = scratch.path().join("ssh.log");
+    let ssh = bin.join("ssh");
+    std::fs::write(
+        &ssh,
+        format!(
+            "#!/bin/sh\necho \"$1\" >> '{}'\nexec env -i PATH=/usr/bin:/bin HOME=\"$HOME\" sh -c \"$2\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let plugins = format!("FAMLX_PLUGIN_PATH={}", common::deps_dir().display());
+    let mut c = famlx();
+    c.args(["launch", "--hosts", "127.0.0.2,127.0.0.3", "--backend", "ring", "-p", &port.to_string()]);
+    c.args(["--env", &plugins, "--cwd"]).arg(scratch.path()).arg("--");
+    c.args(generate_args(Path::new("model"), &["--parallel", "tensor"]));
+    c.env("PATH", path);
+    let o = c.output().unwrap();
+    assert_eq!(tokens(&json_of(&o)), tokens(&want), "{}", texts(&o).1);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let mut hosts: Vec<&str> = logged.lines().collect();
+    hosts.sort();
+    assert_eq!(hosts, ["127.0.0.2", "127.0.0.3"], "{logged}");
+}
+
 fn wait_for(child: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let start = Instant::now();
     while start.elapsed() < limit {

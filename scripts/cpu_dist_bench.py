@@ -13,7 +13,9 @@ costs (collectives, one forward per rank), not a speed-up.
 
 import argparse
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +36,7 @@ def famlx_run(famlx, model, ranks, mode, p, g):
     return (a["prompt_tps"], a["generation_tps"], a["peak_memory_bytes"] / 1e9), None
 
 
-def mlx_lm_run(python, model, ranks, mode, p, g):
+def mlx_lm_run(python, model, ranks, mode, p, g, limit):
     bench = [python, "-m", "mlx_lm", "benchmark", "--model", model, "-p", str(p), "-g", str(g), "-n", "1"]
     if ranks > 1 and mode == "pipeline":
         bench.append("--pipeline")
@@ -43,7 +45,16 @@ def mlx_lm_run(python, model, ranks, mode, p, g):
         cmd = [launcher, "-n", str(ranks), "--backend", "ring", "--"] + bench
     else:
         cmd = bench
-    o = subprocess.run(cmd, capture_output=True, text=True)
+    # Its own process group: on a timeout the ranks mlx.launch started are
+    # killed with it (left running, they would slow every later row).
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return None, f"no result within {limit} s"
+    o = subprocess.CompletedProcess(cmd, p.returncode, out, err)
     m = re.search(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+), peak_memory=([\d.]+)", o.stdout)
     if o.returncode != 0 or not m:
         err = [l for l in (o.stderr + o.stdout).splitlines() if "Error" in l or "error" in l]
@@ -58,13 +69,15 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("-p", type=int, default=64)
     ap.add_argument("-g", type=int, default=32)
+    # MLX's own CPU q4 path takes minutes on a 248K vocabulary.
+    ap.add_argument("--mlx-lm-timeout", type=float, default=300, help="seconds per mlx-lm run")
     a = ap.parse_args()
     print("| model | ranks | split | famlx prompt tok/s | famlx decode tok/s | famlx peak GB (rank 0) | mlx-lm prompt tok/s | mlx-lm decode tok/s | mlx-lm peak GB | decode famlx/mlx-lm |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for model in a.models:
         for ranks, mode in [(1, "-"), (2, "tensor"), (2, "pipeline"), (3, "tensor"), (3, "pipeline")]:
             f, fe = famlx_run(a.famlx, model, ranks, mode, a.p, a.g)
-            m, me = mlx_lm_run(a.python, model, ranks, mode, a.p, a.g)
+            m, me = mlx_lm_run(a.python, model, ranks, mode, a.p, a.g, a.mlx_lm_timeout)
             fs = f"{f[0]:.1f} | {f[1]:.2f} | {f[2]:.3f}" if f else f"failed: {fe} | | "
             ms = f"{m[0]:.1f} | {m[1]:.2f} | {m[2]:.3f}" if m else f"failed: {me} | | "
             ratio = f"{f[1] / m[1]:.2f}x" if f and m else "-"

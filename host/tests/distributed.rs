@@ -189,32 +189,34 @@ fn ranks_started_by_mlx_launch_work_too() {
     assert_eq!(tokens(&json_of(&o)), tokens(&want));
 }
 
-#[test]
-fn ranks_on_other_hosts_start_through_ssh() {
-    // Hosts that are not this machine's names start through `ssh HOST LINE`.
-    // A stand-in `ssh` first on PATH logs the host and runs the line in an
-    // empty environment, as a remote login shell would: what the rank needs
-    // must come through the line (the ring hostfile, MLX_RANK, `--env`,
-    // `--cwd`; the model is named relative to it). 127.0.0.2 and 127.0.0.3
-    // are loopback addresses on Linux, so the ranks' ring really binds the
-    // addresses the launcher gave them.
-    let _one = one_at_a_time();
-    let model = fixture("llama-deep-f32");
-    let want = alone(&model);
-    let scratch = Scratch::new("ssh");
-    std::os::unix::fs::symlink(&model, scratch.path().join("model")).unwrap();
+/// `famlx launch` of `command` on hosts 127.0.0.2 and 127.0.0.3, which it
+/// starts through `ssh HOST LINE`. A stand-in `ssh` first on PATH logs the
+/// host (`ssh.log`) and the rank's pid (`pids`), and runs the line as sshd
+/// would: in an empty environment, so what the rank needs must come through
+/// the line (the ring hostfile, MLX_RANK, `--env`, `--cwd`: `model` in the
+/// scratch folder names `model`), its stdin piped from ssh's, and no signal
+/// passed on when ssh ends. Both addresses are loopback on Linux, so the
+/// ranks' ring really binds the addresses the launcher gave them.
+fn through_ssh(scratch: &Scratch, model: &Path, command: &[String]) -> Command {
+    std::os::unix::fs::symlink(model, scratch.path().join("model")).unwrap();
     let bin = scratch.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    let log = scratch.path().join("ssh.log");
+    let (log, pids) = (scratch.path().join("ssh.log"), scratch.path().join("pids"));
     let ssh = bin.join("ssh");
-    std::fs::write(
-        &ssh,
-        format!(
-            "#!/bin/sh\necho \"$1\" >> '{}'\nexec env -i PATH=/usr/bin:/bin HOME=\"$HOME\" sh -c \"$2\"\n",
-            log.display()
-        ),
-    )
-    .unwrap();
+    // The rank's stdin is a FIFO fed by `cat` from ssh's own stdin: when
+    // the rank ends, so does this ssh (as with sshd); when this ssh is
+    // killed, `cat` still ends once the launcher's pipe closes. (An
+    // asynchronous list's stdin is /dev/null unless redirected: hence fd 3.)
+    let script = format!(
+        "#!/bin/sh\necho \"$1\" >> '{log}'\nfifo='{dir}'/stdin.$$\nmkfifo \"$fifo\"\nexec 3<&0\n\
+         cat <&3 > \"$fifo\" &\nfeeder=$!\n\
+         env -i PATH=/usr/bin:/bin HOME=\"$HOME\" sh -c \"$2\" < \"$fifo\" &\nrank=$!\n\
+         echo $rank >> '{pids}'\nwait $rank\ncode=$?\nkill $feeder 2>/dev/null\nexit $code\n",
+        log = log.display(),
+        dir = scratch.path().display(),
+        pids = pids.display()
+    );
+    std::fs::write(&ssh, script).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
     let port = {
@@ -226,14 +228,81 @@ fn ranks_on_other_hosts_start_through_ssh() {
     let mut c = famlx();
     c.args(["launch", "--hosts", "127.0.0.2,127.0.0.3", "--backend", "ring", "-p", &port.to_string()]);
     c.args(["--env", &plugins, "--cwd"]).arg(scratch.path()).arg("--");
-    c.args(generate_args(Path::new("model"), &["--parallel", "tensor"]));
+    c.args(command);
     c.env("PATH", path);
-    let o = c.output().unwrap();
+    c
+}
+
+/// Kills what a failed test would leave running.
+struct KillOnDrop(Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+        }
+    }
+}
+
+/// The pids [`through_ssh`]'s ranks logged (once both have).
+fn remote_pids(scratch: &Scratch) -> Vec<u32> {
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(scratch.path().join("pids")).unwrap_or_default();
+        let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if pids.len() == 2 {
+            return pids;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the ranks did not start: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ranks_on_other_hosts_start_through_ssh() {
+    let _one = one_at_a_time();
+    let model = fixture("llama-deep-f32");
+    let want = alone(&model);
+    let scratch = Scratch::new("ssh");
+    let o =
+        through_ssh(&scratch, &model, &generate_args(Path::new("model"), &["--parallel", "tensor"])).output().unwrap();
     assert_eq!(tokens(&json_of(&o)), tokens(&want), "{}", texts(&o).1);
-    let logged = std::fs::read_to_string(&log).unwrap();
+    let logged = std::fs::read_to_string(scratch.path().join("ssh.log")).unwrap();
     let mut hosts: Vec<&str> = logged.lines().collect();
     hosts.sort();
     assert_eq!(hosts, ["127.0.0.2", "127.0.0.3"], "{logged}");
+}
+
+#[test]
+fn remote_ranks_end_when_the_launcher_is_killed() {
+    // ssh passes no signal on: a server's remote ranks outlived a killed
+    // launcher. Rank 1 now ends when its stdin (the launcher's pipe)
+    // closes, and rank 0 on losing its peer.
+    let _one = one_at_a_time();
+    let scratch = Scratch::new("ssh-kill");
+    let serve: Vec<String> = ["serve", "--port", "0", "--model", "model"].iter().map(|s| s.to_string()).collect();
+    let mut launcher =
+        through_ssh(&scratch, &fixture("llama-deep-f32"), &serve).stderr(Stdio::piped()).spawn().unwrap();
+    let err = launcher.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains("on http://") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let pids = remote_pids(&scratch);
+    let _reaper = KillOnDrop(pids.clone());
+    rx.recv_timeout(Duration::from_secs(120)).expect("the server listens");
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    let t0 = Instant::now();
+    while !pids.iter().all(|&p| zombie_or_gone(p)) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "remote ranks {pids:?} still run 30 s after the launcher died");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn wait_for(child: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {

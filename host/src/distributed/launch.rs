@@ -168,6 +168,11 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// Set for a rank past 0 started through ssh: its stdin is a pipe from the
+/// launcher, held open for as long as the launcher lives; the rank ends
+/// when it closes.
+pub const LAUNCHER_PIPE: &str = "FAMLX_LAUNCHER_PIPE";
+
 /// Starts one rank: locally, or through ssh with its environment exported
 /// in the remote shell. The ring hostfile travels as JSON and is written to
 /// a temporary file where the rank runs.
@@ -193,11 +198,17 @@ fn spawn(o: &LaunchOptions, host: &Host, env: &[(String, String)], scratch: &Pat
         die_with_parent(&mut c);
         return c.spawn().with_context(|| format!("cannot start {}", o.famlx.display()));
     }
-    let script = remote_script(o, env);
+    let mut env = env.to_vec();
+    if rank > 0 {
+        // The rank reads this pipe to its end, which comes when the
+        // launcher is gone (see [`LAUNCHER_PIPE`]).
+        env.push((LAUNCHER_PIPE.into(), "1".into()));
+    }
+    let script = remote_script(o, &env);
     let mut c = Command::new("ssh");
     c.arg(&host.ssh).arg(script);
     if rank > 0 {
-        c.stdin(Stdio::null());
+        c.stdin(Stdio::piped());
     }
     c.stderr(Stdio::piped());
     die_with_parent(&mut c);

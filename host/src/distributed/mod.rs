@@ -79,6 +79,9 @@ pub fn join(mode: ParallelMode) -> Result<Option<Parallel>> {
         return Ok(None);
     }
     let rank = rank_from_env();
+    if std::env::var_os(launch::LAUNCHER_PIPE).is_some() {
+        end_with_launcher(rank);
+    }
     let backend = backend();
     if !mlx::distributed::is_available(&backend)? {
         bail!("rank {rank}: MLX has no `{backend}` distributed backend in this build");
@@ -103,6 +106,29 @@ pub fn join(mode: ParallelMode) -> Result<Option<Parallel>> {
         quiet_stdout()?;
     }
     Ok(p)
+}
+
+/// Ends this process when its stdin closes: the connection to the launcher
+/// is gone. ssh passes no signal on, so a launcher that ended or was
+/// stopped would otherwise leave remote ranks running (a server's forever).
+/// Only ranks past 0 are watched (rank 0 of a REPL reads its stdin); rank 0
+/// then ends by losing its peers.
+fn end_with_launcher(rank: i32) {
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut sink = [0u8; 256];
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+        // Not eprintln!: with the launcher gone, stderr may be a broken
+        // pipe, and a failed print would panic this thread instead.
+        let _ = writeln!(
+            std::io::stderr(),
+            "famlx: error: rank {rank}: the connection to the launcher closed, so this rank stops"
+        );
+        // No exit handlers: MLX's backend threads may be blocked on a peer.
+        // SAFETY: _exit ends the process at once; nothing is used after it.
+        unsafe { libc::_exit(1) };
+    });
 }
 
 /// Rank 0's `text` on every rank (`None`: rank 0 has no more), for input

@@ -24,9 +24,13 @@ use crate::sample::sample;
 use mlx::Array;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How long an idle lead of a server split over ranks waits for a request
+/// before it sends an empty turn.
+const IDLE_TURN: Duration = Duration::from_secs(1);
 
 /// Server-wide settings the engine applies to every job.
 #[derive(Debug, Clone)]
@@ -133,8 +137,17 @@ impl Engine {
                 (Some(jobs), _) => {
                     while open && live + arrived.len() < self.settings.max_concurrency.max(1) {
                         let idle = live == 0 && arrived.is_empty();
-                        let job =
-                            if idle { jobs.recv().map_err(|_| TryRecvError::Disconnected) } else { jobs.try_recv() };
+                        let job = match (idle, role) {
+                            (false, _) => jobs.try_recv(),
+                            // An idle lead still sends a turn now and then,
+                            // so a rank that has gone is noticed (and the
+                            // server ends) without waiting for a request.
+                            (true, Role::Lead) => jobs.recv_timeout(IDLE_TURN).map_err(|e| match e {
+                                RecvTimeoutError::Timeout => TryRecvError::Empty,
+                                RecvTimeoutError::Disconnected => TryRecvError::Disconnected,
+                            }),
+                            (true, _) => jobs.recv().map_err(|_| TryRecvError::Disconnected),
+                        };
                         match job {
                             Ok(j) => {
                                 self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
@@ -479,7 +492,14 @@ enum Role {
 
 /// The ranks no longer agree (a peer died): this rank ends, with one line.
 fn lost(e: anyhow::Error) -> ! {
-    eprintln!("famlx: error: rank {}: the ranks lost each other: {e:#}", crate::distributed::rank());
+    use std::io::Write;
+    // Not eprintln!: when the launcher is gone stderr is a broken pipe, and
+    // a failed print would panic this thread and leave the process serving.
+    let _ = writeln!(
+        std::io::stderr(),
+        "famlx: error: rank {}: the ranks lost each other: {e:#}",
+        crate::distributed::rank()
+    );
     std::process::exit(1)
 }
 

@@ -540,8 +540,11 @@ fn a_lone_request_speculates() {
     let same = fixture("llama-tied-f32").display().to_string();
     let other = fixture("llama-bf16").display().to_string();
     let cases: [(&str, Vec<&str>, bool); 3] = [
-        // No prompt cache: a request reusing a cached prefix drafts from
-        // its first fed token on, with less context.
+        // No prompt cache: the prefixes cached here come mostly from rows
+        // that decoded in a batch, without their drafter, so a request
+        // reusing one drafts from its first fed token on, with less context
+        // (a_prompt_cache_hit_resumes_the_drafter covers the hits that
+        // bring the drafter's state).
         ("llama-tied-f32", vec!["--draft-model", &same, "--mtp-depth", "3", "--prompt-cache-bytes", "0"], true),
         ("llama-tied-f32", vec!["--draft-model", &other], false),
         ("qwen3_5_moe-mtp-hf-f32", vec![], false),
@@ -570,6 +573,62 @@ fn a_lone_request_speculates() {
                 "{name}: a drafter that is the model is accepted ({accepted} of {proposed})"
             );
         }
+    }
+}
+
+#[test]
+fn a_prompt_cache_hit_resumes_the_drafter() {
+    // The prompt cache keeps a speculating request's drafter state beside
+    // its caches, so a later request that reuses the prefix drafts with the
+    // whole context, as a server without a prompt cache (which feeds its
+    // drafter the whole prompt) does: the same drafts, so the same counts
+    // proposed and accepted. With llama drafting with itself, the second
+    // request reuses the first's caches short of their end after a
+    // 16-token reply (one token is fed again, for its hidden state), and to
+    // their end after a 1-token reply (the kept last hidden state is read
+    // with the first token fed). Qwen3.5's MTP head over recurrent layers
+    // (which this random fixture's drafts never pass) reuses a prompt's end.
+    let base = "The quick brown fox jumps over the lazy dog and runs into the forest";
+    let prompts = [base.to_string(), format!("{base} where the trees grow tall and old")];
+    let same = fixture("llama-tied-f32").display().to_string();
+    let self_draft = vec!["--draft-model", same.as_str(), "--mtp-depth", "3"];
+    let cases: [(&str, Vec<&str>, u32); 3] = [
+        ("llama-tied-f32", self_draft.clone(), 16),
+        ("llama-tied-f32", self_draft, 1),
+        ("qwen3_5_moe-mtp-hf-f32", vec![], 16),
+    ];
+    for (name, extra, first_len) in cases {
+        let model = fixture(name);
+        let m = model.to_str().unwrap();
+        // (proposed, accepted, text, cached prompt tokens) of the second request.
+        let second = |cache: &str| -> (u64, u64, String, u64) {
+            let mut args = vec!["--model", m, "--prompt-cache-bytes", cache];
+            args.extend_from_slice(&extra);
+            let s = Server::start(&args);
+            let ask = |p: &str, n: u32| {
+                let body = json!({"model": m, "prompt": p, "max_tokens": n, "temperature": 0});
+                let (status, text) = s.post("/v1/completions", &body.to_string(), None);
+                assert_eq!(status, 200, "{name}: {text}");
+                serde_json::from_str::<Value>(&text).unwrap()
+            };
+            ask(&prompts[0], first_len);
+            let before = (metric(&s, "famlx_draft_tokens_total"), metric(&s, "famlx_draft_accepted_tokens_total"));
+            let r = ask(&prompts[1], 24);
+            let after = (metric(&s, "famlx_draft_tokens_total"), metric(&s, "famlx_draft_accepted_tokens_total"));
+            let text = r["choices"][0]["text"].as_str().unwrap().to_string();
+            let cached = r["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
+            (after.0 - before.0, after.1 - before.1, text, cached)
+        };
+        let (with, without) = (second("64M"), second("0"));
+        let case = format!("{name} after a {first_len}-token reply");
+        assert!(with.3 > 0, "{case}: the second request reuses the first's caches");
+        assert_eq!(with.2, without.2, "{case}: the same greedy text");
+        assert!(with.0 > 0, "{case}: the second request drafts");
+        assert_eq!(
+            (with.0, with.1),
+            (without.0, without.1),
+            "{case}: drafts after a hit = drafts with the whole prompt"
+        );
     }
 }
 

@@ -27,7 +27,7 @@ pub use kv::KvCache;
 pub use layer::{CacheImpl, Pack, SavedCache};
 pub use make::{load, make_caches};
 pub use options::{CacheOptions, KV_BITS, KV_GROUP_SIZES};
-pub use prefix::PrefixCache;
+pub use prefix::{DraftHit, DraftState, Hit, PrefixCache};
 pub use quantized::QuantizedKvCache;
 pub use recurrent::RecurrentCache;
 pub use rollback::Rollback;

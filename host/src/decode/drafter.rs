@@ -2,7 +2,7 @@
 //! draft head (the target's own MTP head, or a separate draft checkpoint's
 //! model), its own caches, and where they stand against the target's.
 
-use crate::cache::{make_caches, CacheOptions, SharedCache};
+use crate::cache::{make_caches, CacheImpl, CacheOptions, SharedCache};
 use crate::model::{plan_and_rewrite, HostWeights, LoadedModel, Source};
 use crate::plugins::Registry;
 use abi_stable::sabi_trait::TD_Opaque;
@@ -80,6 +80,23 @@ impl PartialEq<&str> for DraftSource {
 pub struct DraftCaches {
     caches: Vec<SharedCache>,
     lead: i64,
+}
+
+impl DraftCaches {
+    /// Caches a prompt-cache hit kept for the drafter.
+    pub(crate) fn from_parts(caches: Vec<SharedCache>, lead: i64) -> DraftCaches {
+        DraftCaches { caches, lead }
+    }
+
+    /// Copies of the caches (sharing their arrays), and the lead.
+    pub(crate) fn copies(&self) -> (Vec<Box<dyn CacheImpl>>, i64) {
+        (self.caches.iter().map(|c| c.lock().snapshot()).collect(), self.lead)
+    }
+
+    /// Positions the caches hold.
+    pub(crate) fn offset(&self) -> i64 {
+        self.caches.first().map_or(0, |c| c.lock().offset())
+    }
 }
 
 /// A drafter as the host holds it: the plugin's object, its own caches, and

@@ -7,7 +7,7 @@
 use super::drafter::{DraftCaches, Drafter};
 use super::prefill::ids_array;
 use super::speculative::{round, Round};
-use crate::cache::SharedCache;
+use crate::cache::{DraftHit, DraftState, SharedCache};
 use crate::grammar::GrammarConstraint;
 use crate::model::LoadedModel;
 use crate::sample::SamplerParams;
@@ -30,6 +30,53 @@ impl RowDraft {
     /// Empty drafter caches for a new request.
     pub fn new(d: &Drafter) -> Result<RowDraft> {
         Ok(RowDraft { caches: Some(d.fresh_caches()?), begun: false, pending: None, next: None })
+    }
+
+    /// A request whose prompt-cache hit came with the drafter's state for
+    /// the same tokens: it drafts with the whole context.
+    pub fn resumed(hit: DraftHit) -> RowDraft {
+        let pending = hit.last_hidden.map(|h| (h, Vec::new()));
+        RowDraft { caches: Some(DraftCaches::from_parts(hit.caches, hit.lead)), begun: true, pending, next: None }
+    }
+
+    /// The drafter's state for the `n` tokens the row's `caches` hold, for
+    /// the prompt cache ([`DraftState`]): the hidden states not read yet
+    /// are read into a copy of the drafter's caches, all but the last,
+    /// which is kept. `None` when the drafter does not stand where the row
+    /// does (a round gave tokens back).
+    pub fn state(
+        &self,
+        m: &mut LoadedModel,
+        d: &mut Drafter,
+        caches: &[SharedCache],
+        n: i64,
+    ) -> Result<Option<DraftState>> {
+        // Before the first token: the last prefill chunk's hidden states and
+        // the tokens after each but the last; after a round: its positions'
+        // and the tokens after each (the last not in the caches yet).
+        let (h, toks) = match (&self.pending, &self.next) {
+            (Some((h, t)), None) => (h.clone(), ids_array(t)?),
+            (None, Some((h, t))) => (h.clone(), t.clone()),
+            _ => return Ok(None),
+        };
+        let Some(mine) = self.caches.as_ref() else { return Ok(None) };
+        let l = h.dim(1);
+        let (copies, lead) = mine.copies();
+        if l < 1 || mine.offset() != lead + n - l as i64 {
+            return Ok(None);
+        }
+        let mut copy = DraftCaches::from_parts(copies.into_iter().map(SharedCache::new).collect(), lead);
+        if l > 1 {
+            let theirs = d.swap_caches(copy);
+            let read = m.with_sequence(caches, None, |m| {
+                d.step(m, &h.slice_axis(1, 0, l - 1)?, &toks.slice_axis(1, 0, l - 1)?)?;
+                d.eval_caches()
+            });
+            copy = d.swap_caches(theirs);
+            read?;
+        }
+        let (caches, lead) = copy.copies();
+        Ok(Some(DraftState { caches, lead, last_hidden: h.slice_axis(1, l - 1, l)? }))
     }
 
     /// Runs `f` with the row's drafter caches in the drafter.
@@ -96,7 +143,16 @@ impl RowDraft {
     }
 
     /// Gives back the last `extra` tokens round `r` left in `caches`.
-    pub fn give_back(m: &mut LoadedModel, caches: &[SharedCache], r: &Round, extra: usize) -> Result<()> {
-        m.with_sequence(caches, None, |m| r.give_back(m, extra))
+    /// The positions the next round would replay lose as many, so the
+    /// drafter still stands where the row does ([`RowDraft::state`]).
+    pub fn give_back(&mut self, m: &mut LoadedModel, caches: &[SharedCache], r: &Round, extra: usize) -> Result<()> {
+        m.with_sequence(caches, None, |m| r.give_back(m, extra))?;
+        if let Some((h, t)) = self.next.take() {
+            let keep = h.dim(1) - extra as i32;
+            if keep >= 1 {
+                self.next = Some((h.slice_axis(1, 0, keep)?, t.slice_axis(1, 0, keep)?));
+            }
+        }
+        Ok(())
     }
 }

@@ -14,7 +14,7 @@ use super::metrics::Metrics;
 use super::output::THINK;
 use super::row::{Row, Vocab};
 use super::tools::{ToolFormat, GEMMA_QUOTE};
-use crate::cache::{BatchCaches, PrefixCache, SharedCache};
+use crate::cache::{BatchCaches, DraftHit, DraftState, PrefixCache, SharedCache};
 use crate::decode::{
     decode_alone, decode_step, prefill_step, Drafter, GenParams, Interrupted, RowDraft, SpecParams, TokenLogprob,
 };
@@ -187,12 +187,13 @@ impl Engine {
             }
             for job in arrived {
                 match self.admit_inner(&job) {
-                    Ok(parts) => {
+                    Ok(mut parts) => {
                         self.serial += 1;
+                        let hit = parts.draft.take();
                         let mut row = parts.into_row(job, self.serial);
                         row.lockstep = role != Role::Alone;
                         if role == Role::Alone {
-                            row.draft = self.row_draft(&row);
+                            row.draft = self.row_draft(&row, hit);
                         }
                         prefilling.push_back(row);
                     }
@@ -327,7 +328,8 @@ impl Engine {
     fn first_token(&mut self, r: &mut Row, logits: &Array) -> anyhow::Result<(u32, Option<TokenLogprob>)> {
         if !r.caches.iter().all(|c| c.lock().can_trim(r.ids.len() as i64)) {
             // Hybrid and windowed models rewind only to a snapshot: keep the prompt's.
-            self.prefix.insert(r.cache_key.clone(), &r.caches);
+            let draft = self.draft_state(r, r.ids.len() as i64);
+            self.prefix.insert(r.cache_key.clone(), &r.caches, draft);
         }
         r.prepare_mask()?;
         let (y, lp) = r.sample(logits)?;
@@ -342,13 +344,27 @@ impl Engine {
     /// has a drafter, and the request needs no logprobs or penalties (which
     /// read each token before the next), no seeded random stream and no
     /// media (drafters see text only). A grammar masks drafts and verify.
-    fn row_draft(&self, r: &Row) -> Option<RowDraft> {
+    /// A prompt-cache `hit` may bring the drafter's state for the cached
+    /// tokens; otherwise the drafter starts at the first token fed.
+    fn row_draft(&self, r: &Row, hit: Option<DraftHit>) -> Option<RowDraft> {
         let (d, _) = self.drafter.as_ref()?;
         let plain = r.logprobs.is_none() && r.logits.is_off() && r.key.is_none();
         if !plain || r.media.is_some() {
             return None;
         }
-        RowDraft::new(d).map_err(|e| tracing::warn!(target: "famlx::serve", "drafter caches: {e:#}")).ok()
+        match hit {
+            Some(h) => Some(RowDraft::resumed(h)),
+            None => RowDraft::new(d).map_err(|e| tracing::warn!(target: "famlx::serve", "drafter caches: {e:#}")).ok(),
+        }
+    }
+
+    /// The drafter's state for the `n` tokens row `r`'s caches hold, to
+    /// keep beside them in the prompt cache (none when the row does not
+    /// speculate).
+    fn draft_state(&mut self, r: &Row, n: i64) -> Option<DraftState> {
+        let (d, _) = self.drafter.as_mut()?;
+        let state = r.draft.as_ref()?.state(&mut self.model, d, &r.caches, n);
+        state.map_err(|e| tracing::warn!(target: "famlx::serve", "drafter state: {e:#}")).ok().flatten()
     }
 
     /// One draft-and-verify round for the only decoding row: its drafts the
@@ -371,7 +387,9 @@ impl Engine {
                 // drafts: give back those past this one's predecessor.
                 let extra = round.accepted.len() - j.min(round.accepted.len());
                 if extra > 0 {
-                    RowDraft::give_back(&mut self.model, &r.caches, &round, extra)?;
+                    if let Some(rd) = r.draft.as_mut() {
+                        rd.give_back(&mut self.model, &r.caches, &round, extra)?;
+                    }
                 }
                 break;
             }
@@ -455,7 +473,8 @@ impl Engine {
             let held = r.held_tokens();
             let at = r.caches.iter().map(|c| c.lock().offset()).max().unwrap_or(0);
             if at == held.len() as i64 {
-                self.prefix.insert(held, &r.caches);
+                let draft = self.draft_state(&r, at);
+                self.prefix.insert(held, &r.caches, draft);
             } else {
                 // Never key a snapshot by tokens it does not hold.
                 tracing::warn!(target: "famlx::serve", id = %r.job.id, "caches hold {at} tokens, the reply {}: not kept for reuse", held.len());

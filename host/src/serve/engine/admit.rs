@@ -3,7 +3,7 @@
 //! random key), before it joins the engine's rows.
 
 use super::Engine;
-use crate::cache::{make_caches, SharedCache};
+use crate::cache::{make_caches, DraftHit, SharedCache};
 use crate::grammar::{Grammar, Grammars};
 use crate::model::MediaState;
 use crate::prompt::{render_chat, Prompt};
@@ -112,12 +112,13 @@ impl Engine {
         };
         let tok = self.tokenizer()?.clone();
         let cache_key = media::prefix_key(&prompt);
-        let (cached, caches) = match self.prefix.lookup(&cache_key) {
-            Some((n, c)) if !media::cuts_item(&prompt, n) => (n, c),
+        let (cached, caches, draft) = match self.prefix.lookup(&cache_key, self.drafter.is_some()) {
+            Some(h) if !media::cuts_item(&prompt, h.tokens) => (h.tokens, h.caches, h.draft),
             _ => (
                 0,
                 make_caches(&self.model.plan.caches, &self.model.cache_opts)
                     .map_err(|e| ApiError::status(500, format!("{e:#}")))?,
+                None,
             ),
         };
         let key = match spec.seed {
@@ -146,6 +147,7 @@ impl Engine {
             media,
             caches,
             cached,
+            draft,
             max,
             constraint,
             key,
@@ -161,6 +163,8 @@ pub(super) struct RowParts {
     media: Option<MediaState>,
     caches: Vec<SharedCache>,
     cached: usize,
+    /// The drafter's state for the cached tokens, from the prompt cache.
+    pub(super) draft: Option<DraftHit>,
     max: usize,
     constraint: Option<crate::grammar::GrammarConstraint>,
     key: Option<mlx::Array>,

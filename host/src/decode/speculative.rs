@@ -156,6 +156,10 @@ pub struct Round {
     pub bonus: u32,
     /// Drafts proposed.
     pub proposed: usize,
+    /// The target's logits at each verified position `[k + 1, V]` (masked
+    /// by the grammar, when there is one): row `j` is the distribution the
+    /// `j`-th kept token was drawn from, for its logprobs.
+    pub logits: Array,
     snap: Option<Rollback>,
     fed: Array,
 }
@@ -273,7 +277,7 @@ pub(crate) fn round(
     *hid = vh.slice_axis(1, 0, accepted as i32 + 1)?;
     let next: Vec<u32> = dv[..accepted].iter().map(|&t| t as u32).chain([bonus as u32]).collect();
     *pend = ids_array(&next)?;
-    Ok(Round { accepted: next[..accepted].to_vec(), bonus: bonus as u32, proposed: k, snap, fed })
+    Ok(Round { accepted: next[..accepted].to_vec(), bonus: bonus as u32, proposed: k, logits: vl, snap, fed })
 }
 
 /// Whether the drafter is confident enough to draft another token: the top

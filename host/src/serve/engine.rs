@@ -16,7 +16,8 @@ use super::row::{Row, Vocab};
 use super::tools::{ToolFormat, GEMMA_QUOTE};
 use crate::cache::{BatchCaches, DraftHit, DraftState, PrefixCache, SharedCache};
 use crate::decode::{
-    decode_alone, decode_step, prefill_step, Drafter, GenParams, Interrupted, RowDraft, SpecParams, TokenLogprob,
+    decode_alone, decode_step, logprob_of, prefill_step, Drafter, GenParams, Interrupted, RowDraft, SpecParams,
+    TokenLogprob,
 };
 use crate::grammar::Grammars;
 use crate::model::LoadedModel;
@@ -341,14 +342,16 @@ impl Engine {
     }
 
     /// Whether a request may speculate when it decodes alone: the server
-    /// has a drafter, and the request needs no logprobs or penalties (which
-    /// read each token before the next), no seeded random stream and no
-    /// media (drafters see text only). A grammar masks drafts and verify.
+    /// has a drafter, and the request needs no penalties (which read each
+    /// token before the next), no seeded random stream (its reply must not
+    /// depend on whether it decoded alone) and no media (drafters see text
+    /// only). A grammar masks drafts and verify; logprobs come from the
+    /// verify's logits.
     /// A prompt-cache `hit` may bring the drafter's state for the cached
     /// tokens; otherwise the drafter starts at the first token fed.
     fn row_draft(&self, r: &Row, hit: Option<DraftHit>) -> Option<RowDraft> {
         let (d, _) = self.drafter.as_ref()?;
-        let plain = r.logprobs.is_none() && r.logits.is_off() && r.key.is_none();
+        let plain = r.logits.is_off() && r.key.is_none();
         if !plain || r.media.is_some() {
             return None;
         }
@@ -381,7 +384,14 @@ impl Engine {
         let tok = self.model.tokenizer.as_ref().expect("admitted with a tokenizer");
         let v = Vocab { tok, stop_ids: &self.base.stop_ids, markers: &self.markers };
         for (j, &t) in round.accepted.iter().chain([&round.bonus]).enumerate() {
-            r.emit(t, None, &v);
+            let lp = match r.logprobs {
+                Some(k) => {
+                    let row = round.logits.slice_axis(0, j as i32, j as i32 + 1)?;
+                    Some(logprob_of(&row, &Array::from_slice(&[t as i32], &[1])?, k)?)
+                }
+                None => None,
+            };
+            r.emit(t, lp, &v);
             if r.finish.is_some() {
                 // The caches hold the round's first token and the accepted
                 // drafts: give back those past this one's predecessor.

@@ -633,42 +633,53 @@ fn a_prompt_cache_hit_resumes_the_drafter() {
 }
 
 #[test]
-fn logprobs_while_speculating() {
-    // A request asking for logprobs speculates too: each kept token's
-    // logprobs come from the verify forward's logits at its position, and
-    // equal a server's without a drafter (greedy and sampled-free, so the
-    // tokens are the same).
+fn logprobs_and_penalties_while_speculating() {
+    // Requests asking for logprobs, penalties or a logit bias speculate too:
+    // each draft and each verified position is penalised for the tokens
+    // before it, drafts included, and each kept token's logprobs come from
+    // the verify forward's logits at its position. Greedy replies and their
+    // logprobs equal a server's without a drafter.
     let model = fixture("llama-tied-f32");
     let m = model.to_str().unwrap();
-    let body = json!({"model": m, "prompt": "The quick brown fox jumps over the lazy dog", "max_tokens": 20,
-                      "temperature": 0, "logprobs": 3});
-    let ask = |s: &Server| {
+    let prompt = "The quick brown fox jumps over the lazy dog";
+    let plain = json!({"model": m, "prompt": prompt, "max_tokens": 20, "temperature": 0, "logprobs": 3});
+    let mut penalised = plain.clone();
+    penalised["presence_penalty"] = json!(0.5);
+    penalised["frequency_penalty"] = json!(0.3);
+    penalised["repetition_penalty"] = json!(1.5);
+    penalised["logit_bias"] = json!({"7": 2.0});
+    let ask = |s: &Server, body: &Value| {
         let (status, text) = s.post("/v1/completions", &body.to_string(), None);
         assert_eq!(status, 200, "{text}");
         serde_json::from_str::<Value>(&text).unwrap()["choices"][0].clone()
     };
-    let want = ask(&Server::start(&["--model", m, "--prompt-cache-bytes", "0"]));
+    let reference = Server::start(&["--model", m, "--prompt-cache-bytes", "0"]);
     let s = Server::start(&["--model", m, "--draft-model", m, "--mtp-depth", "3", "--prompt-cache-bytes", "0"]);
-    let got = ask(&s);
-    assert!(metric(&s, "famlx_draft_accepted_tokens_total") > 0, "the request speculated");
-    assert_eq!(got["text"], want["text"]);
-    let (g, w) = (&got["logprobs"], &want["logprobs"]);
-    assert_eq!(g["tokens"], w["tokens"]);
-    let (gl, wl) = (g["token_logprobs"].as_array().unwrap(), w["token_logprobs"].as_array().unwrap());
-    assert_eq!(gl.len(), 20);
-    for (i, (a, b)) in gl.iter().zip(wl).enumerate() {
-        let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
-        assert!((a - b).abs() < 1e-3, "token {i}: logprob {a} speculating, {b} without");
-    }
-    for (i, (a, b)) in
-        g["top_logprobs"].as_array().unwrap().iter().zip(w["top_logprobs"].as_array().unwrap()).enumerate()
-    {
-        let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
-        assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "token {i}: the same top 3");
-        for (k, v) in a {
-            assert!((v.as_f64().unwrap() - b[k].as_f64().unwrap()).abs() < 1e-3, "token {i}: top {k}");
+    let mut texts = Vec::new();
+    for (case, body) in [("logprobs", &plain), ("penalties", &penalised)] {
+        let before = metric(&s, "famlx_draft_accepted_tokens_total");
+        let (got, want) = (ask(&s, body), ask(&reference, body));
+        assert!(metric(&s, "famlx_draft_accepted_tokens_total") > before, "{case}: the request speculated");
+        assert_eq!(got["text"], want["text"], "{case}");
+        let (g, w) = (&got["logprobs"], &want["logprobs"]);
+        assert_eq!(g["tokens"], w["tokens"], "{case}");
+        let (gl, wl) = (g["token_logprobs"].as_array().unwrap(), w["token_logprobs"].as_array().unwrap());
+        assert_eq!(gl.len(), 20, "{case}");
+        for (i, (a, b)) in gl.iter().zip(wl).enumerate() {
+            let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+            assert!((a - b).abs() < 1e-3, "{case}, token {i}: logprob {a} speculating, {b} without");
         }
+        let tops = g["top_logprobs"].as_array().unwrap().iter().zip(w["top_logprobs"].as_array().unwrap());
+        for (i, (a, b)) in tops.enumerate() {
+            let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
+            assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "{case}, token {i}: the same top 3");
+            for (k, v) in a {
+                assert!((v.as_f64().unwrap() - b[k].as_f64().unwrap()).abs() < 1e-3, "{case}, token {i}: top {k}");
+            }
+        }
+        texts.push(got["text"].clone());
     }
+    assert_ne!(texts[0], texts[1], "the penalties change the reply");
 }
 
 #[test]

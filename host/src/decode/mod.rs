@@ -22,4 +22,4 @@ pub use plain::generate;
 pub use prefill::{prefill, prefill_last_alone};
 pub use process::{mask_logits, LogitsParams};
 pub use spec_row::RowDraft;
-pub use speculative::{generate_speculative, Round};
+pub use speculative::{generate_speculative, Round, RoundGuide};

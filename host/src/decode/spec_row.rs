@@ -6,9 +6,8 @@
 
 use super::drafter::{DraftCaches, Drafter};
 use super::prefill::ids_array;
-use super::speculative::{round, Round};
+use super::speculative::{round, Round, RoundGuide};
 use crate::cache::{DraftHit, DraftState, SharedCache};
-use crate::grammar::GrammarConstraint;
 use crate::model::LoadedModel;
 use crate::sample::SamplerParams;
 use anyhow::{anyhow, Result};
@@ -131,7 +130,7 @@ impl RowDraft {
         depth: usize,
         sampler: &SamplerParams,
         min_confidence: f32,
-        guide: Option<&mut GrammarConstraint>,
+        guide: RoundGuide<'_>,
     ) -> Result<Round> {
         let (mut hid, mut pend) = self.next.take().ok_or_else(|| anyhow!("internal: no round prepared"))?;
         let y = Array::from_slice(&[y as i32], &[1, 1])?;

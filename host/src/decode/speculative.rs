@@ -17,7 +17,7 @@ use super::drafter::{Drafter, SpecParams};
 use super::params::{emit, DecodeRelease, DraftStats, Finish, GenParams, GenStats};
 use super::plain::prompt_rollback;
 use super::prefill::{ids_array, prefill_chunks};
-use super::process::mask_logits;
+use super::process::{mask_logits, LogitsParams};
 use crate::cache::Rollback;
 use crate::grammar::GrammarConstraint;
 use crate::model::LoadedModel;
@@ -117,7 +117,8 @@ pub fn generate_speculative(
             break;
         }
         let depth = sp.depth.min(remaining);
-        let r = round(m, d, &mut hid, &mut pend_tokens, &y, depth, &p.sampler, sp.min_confidence, None)?;
+        let r =
+            round(m, d, &mut hid, &mut pend_tokens, &y, depth, &p.sampler, sp.min_confidence, RoundGuide::default())?;
         stats.proposed += r.proposed;
         stats.accepted += r.accepted.len();
         stats.rounds += 1;
@@ -173,15 +174,26 @@ impl Round {
     }
 }
 
+/// What shapes a request's logits in a round beyond its sampler.
+#[derive(Default)]
+pub struct RoundGuide<'a> {
+    /// Its grammar, past `y` already.
+    pub grammar: Option<&'a mut GrammarConstraint>,
+    /// Its bias and penalties, with the tokens they look back over (through
+    /// `y`).
+    pub logits: Option<(&'a LogitsParams, &'a [u32])>,
+}
+
 /// One round after the token `y` (drawn, not in the target's caches yet):
 /// the drafter proposes up to `depth` tokens (its first step replays
 /// `pend`, the positions accepted last round, with the target's hidden
 /// states `hid`), one target forward verifies `[y, drafts]`, and both
 /// models' caches are rolled back to the accepted prefix. `hid` and `pend`
-/// are updated for the next round. With a grammar (`guide`, past `y`
-/// already), every draft and every verified position is masked by the
-/// grammar's state after the tokens before it; the guide is left where it
-/// was.
+/// are updated for the next round. With a grammar (`guide.grammar`), every
+/// draft and every verified position is masked by the grammar's state after
+/// the tokens before it; the grammar is left where it was. With penalties
+/// (`guide.logits`), each draft and verified position is penalised for the
+/// tokens before it, drafts included.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn round(
     m: &mut LoadedModel,
@@ -192,16 +204,22 @@ pub(crate) fn round(
     depth: usize,
     sampler: &crate::sample::SamplerParams,
     min_confidence: f32,
-    mut guide: Option<&mut GrammarConstraint>,
+    guide: RoundGuide<'_>,
 ) -> Result<Round> {
+    let RoundGuide { grammar: mut guide, logits: penalties } = guide;
     let greedy = sampler.temperature <= 0.0;
     let (mut lg, mut dh) = d.step(m, hid, pend)?;
     let own_keep = d.offset();
+    // What the penalties look back over: the request's tokens, then the drafts.
+    let mut hist: Vec<u32> = penalties.map_or_else(Vec::new, |(_, h)| h.to_vec());
     let mut drafts: Vec<Array> = vec![y.reshape(&[1, 1])?.astype(Dtype::I32)?];
     let mut qs: Vec<Array> = Vec::new();
     // Per verified position, the grammar's allowed tokens there.
     let mut masks: Vec<Vec<u32>> = Vec::new();
     for i in 0..depth {
+        if let Some((p, _)) = penalties {
+            lg = p.apply(&lg, &hist)?;
+        }
         if let Some(g) = guide.as_deref_mut() {
             let allowed = g.allowed()?;
             lg = mask_logits(&lg, &allowed)?;
@@ -213,13 +231,19 @@ pub(crate) fn round(
         }
         drafts.push(t.clone());
         let last = i + 1 == depth || !confident(&lg, sampler, min_confidence)?;
+        let id = if guide.is_some() || penalties.is_some() { Some(t.item_i64()? as u32) } else { None };
         if let Some(g) = guide.as_deref_mut() {
             // Tentatively, to mask what follows; taken back after the verify.
-            if g.accept(t.item_i64()? as u32).is_err() {
+            if g.accept(id.unwrap_or_default()).is_err() {
                 // Not a token the grammar takes after all: not a draft.
                 drafts.pop();
                 break;
             }
+        }
+        if penalties.is_some() {
+            hist.extend(id);
+        }
+        if let Some(g) = guide.as_deref_mut() {
             if g.is_done() {
                 masks.push(g.allowed().unwrap_or_default());
                 break;
@@ -245,6 +269,13 @@ pub(crate) fn round(
     let (vl, vh) = m.forward_io(&fed, LogitsWanted::All, true)?;
     let (vl, vh) = (vl.ok_or_else(|| anyhow!("no logits"))?, vh.ok_or_else(|| anyhow!("no hidden state"))?);
     let mut vl = vl.reshape(&[k as i32 + 1, -1])?;
+    if let Some((p, h)) = penalties {
+        // Row j follows `y` and the first j drafts.
+        let rows = (0..=k)
+            .map(|j| p.apply(&vl.slice_axis(0, j as i32, j as i32 + 1)?, &hist[..h.len() + j]))
+            .collect::<Result<Vec<_>>>()?;
+        vl = mlx::concatenate(&rows.iter().collect::<Vec<_>>(), 0)?;
+    }
     if let Some(g) = guide {
         // The drafts consumed above: the row's emits advance the grammar
         // through the tokens kept.

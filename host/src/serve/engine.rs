@@ -16,8 +16,8 @@ use super::row::{Row, Vocab};
 use super::tools::{ToolFormat, GEMMA_QUOTE};
 use crate::cache::{BatchCaches, DraftHit, DraftState, PrefixCache, SharedCache};
 use crate::decode::{
-    decode_alone, decode_step, logprob_of, prefill_step, Drafter, GenParams, Interrupted, RowDraft, SpecParams,
-    TokenLogprob,
+    decode_alone, decode_step, logprob_of, prefill_step, Drafter, GenParams, Interrupted, RoundGuide, RowDraft,
+    SpecParams, TokenLogprob,
 };
 use crate::grammar::Grammars;
 use crate::model::LoadedModel;
@@ -342,17 +342,15 @@ impl Engine {
     }
 
     /// Whether a request may speculate when it decodes alone: the server
-    /// has a drafter, and the request needs no penalties (which read each
-    /// token before the next), no seeded random stream (its reply must not
-    /// depend on whether it decoded alone) and no media (drafters see text
-    /// only). A grammar masks drafts and verify; logprobs come from the
-    /// verify's logits.
+    /// has a drafter, and the request has no seeded random stream (its reply
+    /// must not depend on whether it decoded alone) and no media (drafters
+    /// see text only). A grammar masks drafts and verify, penalties shape
+    /// them, and logprobs come from the verify's logits.
     /// A prompt-cache `hit` may bring the drafter's state for the cached
     /// tokens; otherwise the drafter starts at the first token fed.
     fn row_draft(&self, r: &Row, hit: Option<DraftHit>) -> Option<RowDraft> {
         let (d, _) = self.drafter.as_ref()?;
-        let plain = r.logits.is_off() && r.key.is_none();
-        if !plain || r.media.is_some() {
+        if r.key.is_some() || r.media.is_some() {
             return None;
         }
         match hit {
@@ -377,7 +375,8 @@ impl Engine {
         let rd = r.draft.as_mut().ok_or_else(|| anyhow::anyhow!("internal: the row has no drafter caches"))?;
         let y = *r.tokens.last().ok_or_else(|| anyhow::anyhow!("internal: a decoding row has a token"))?;
         let depth = sp.depth.min(r.max_tokens.saturating_sub(r.tokens.len())).max(1);
-        let guide = r.constraint.as_mut();
+        let logits = (!r.logits.is_off()).then_some((&r.logits, r.history.as_slice()));
+        let guide = RoundGuide { grammar: r.constraint.as_mut(), logits };
         let round = rd.round(&mut self.model, d, &r.caches, y, depth, &r.sampler, sp.min_confidence, guide)?;
         self.metrics.draft_proposed.fetch_add(round.proposed as u64, Ordering::SeqCst);
         self.metrics.draft_accepted.fetch_add(round.accepted.len() as u64, Ordering::SeqCst);

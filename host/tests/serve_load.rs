@@ -1,7 +1,9 @@
 //! `famlx serve` under load (scripts/serve_load.py): 64 streaming clients
 //! mixing whole greedy requests, stop strings, hang-ups and sampled
 //! requests on a tiny fixture, for FAMLX_LOAD_SECONDS (30 by default; the
-//! closing note's run used 300).
+//! closing note's run used 300). Then a few clients against a server with
+//! a drafter, so requests keep passing between speculating alone and
+//! decoding in a batch, and reuse prefixes with and without drafter state.
 
 mod common;
 
@@ -37,4 +39,44 @@ fn sixty_four_clients_no_lost_tokens_no_errors_flat_memory() {
     let (a, b) = (r["memory_first_half_max"].as_f64().unwrap(), r["memory_second_half_max"].as_f64().unwrap());
     assert!(b <= a * 1.25 + (4 << 20) as f64, "MLX memory grew from {a} to {b} bytes");
     assert!(s.log().contains("finish=\"cancelled\""), "hang-ups cancel their requests");
+}
+
+#[test]
+fn a_drafter_under_load_loses_no_tokens() {
+    let secs: u64 = std::env::var("FAMLX_LOAD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30) / 2;
+    let model = fixture("llama-tied-f32");
+    let m = model.to_str().unwrap();
+    let bound = 8 << 20;
+    let s = Server::start(&[
+        "--model",
+        m,
+        "--draft-model",
+        m,
+        "--mtp-depth",
+        "3",
+        "--prompt-cache-bytes",
+        &bound.to_string(),
+    ]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/serve_load.py");
+    let o = Command::new(reference::python())
+        .arg(script)
+        .args([&s.base, "--clients", "4", "--seconds", &secs.max(5).to_string()])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}\n{}", String::from_utf8_lossy(&o.stderr), s.log());
+    let r: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    eprintln!("load test with a drafter: {r}");
+    assert_eq!(r["mismatch_count"], 0, "lost, duplicated or wrong tokens: {}", r["mismatches"]);
+    assert_eq!(r["bad_status"], serde_json::json!([]), "non-200 answers");
+    assert!(r["batch_size_max"].as_f64().unwrap() > 1.0, "{r}");
+    assert!(r["prompt_cache_max"].as_f64().unwrap() <= bound as f64, "{r}");
+    let metrics = s.get("/metrics").1;
+    let accepted = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("famlx_draft_accepted_tokens_total "))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(accepted > 0, "requests speculated: {metrics}");
+    assert!(!s.log().contains("drafter state"), "no drafter state failed: {}", s.log());
 }

@@ -190,8 +190,10 @@ fn ranks_started_by_mlx_launch_work_too() {
 }
 
 /// `famlx launch` of `command` on hosts 127.0.0.2 and 127.0.0.3, which it
-/// starts through `ssh HOST LINE`. A stand-in `ssh` first on PATH logs the
-/// host (`ssh.log`) and the rank's pid (`pids`), and runs the line as sshd
+/// starts through `ssh OPTIONS HOST LINE`. A stand-in `ssh` first on PATH
+/// checks the options (no password prompt, a connect timeout), refuses the
+/// host named by `FAKE_SSH_REFUSES` as a failed login does (status 255),
+/// logs the host (`ssh.log`) and the rank's pid (`pids`), and runs the line as sshd
 /// would: in an empty environment, so what the rank needs must come through
 /// the line (the ring hostfile, MLX_RANK, `--env`, `--cwd`: `model` in the
 /// scratch folder names `model`), its stdin piped from ssh's, and no signal
@@ -208,7 +210,9 @@ fn through_ssh(scratch: &Scratch, model: &Path, command: &[String]) -> Command {
     // killed, `cat` still ends once the launcher's pipe closes. (An
     // asynchronous list's stdin is /dev/null unless redirected: hence fd 3.)
     let script = format!(
-        "#!/bin/sh\necho \"$1\" >> '{log}'\nfifo='{dir}'/stdin.$$\nmkfifo \"$fifo\"\nexec 3<&0\n\
+        "#!/bin/sh\n[ \"$1 $2 $3 $4\" = '-o BatchMode=yes -o ConnectTimeout=15' ] || exit 254\nshift 4\n\
+         [ \"$1\" = \"$FAKE_SSH_REFUSES\" ] && {{ echo 'Permission denied (publickey).' >&2; exit 255; }}\n\
+         echo \"$1\" >> '{log}'\nfifo='{dir}'/stdin.$$\nmkfifo \"$fifo\"\nexec 3<&0\n\
          cat <&3 > \"$fifo\" &\nfeeder=$!\n\
          env -i PATH=/usr/bin:/bin HOME=\"$HOME\" sh -c \"$2\" < \"$fifo\" &\nrank=$!\n\
          echo $rank >> '{pids}'\nwait $rank\ncode=$?\nkill $feeder 2>/dev/null\nexit $code\n",
@@ -227,7 +231,9 @@ fn through_ssh(scratch: &Scratch, model: &Path, command: &[String]) -> Command {
     let plugins = format!("FAMLX_PLUGIN_PATH={}", common::deps_dir().display());
     let mut c = famlx();
     c.args(["launch", "--hosts", "127.0.0.2,127.0.0.3", "--backend", "ring", "-p", &port.to_string()]);
-    c.args(["--env", &plugins, "--cwd"]).arg(scratch.path()).arg("--");
+    // A rank whose peer never comes waits this long (the stand-in keeps a
+    // stopped rank's stderr open until it ends, and the launcher reads it).
+    c.args(["--env", &plugins, "--env", "FAMLX_DIST_TIMEOUT=10", "--cwd"]).arg(scratch.path()).arg("--");
     c.args(command);
     c.env("PATH", path);
     c
@@ -271,6 +277,22 @@ fn ranks_on_other_hosts_start_through_ssh() {
     let mut hosts: Vec<&str> = logged.lines().collect();
     hosts.sort();
     assert_eq!(hosts, ["127.0.0.2", "127.0.0.3"], "{logged}");
+}
+
+#[test]
+fn a_host_ssh_cannot_log_in_to_is_one_error_naming_it() {
+    let _one = one_at_a_time();
+    let scratch = Scratch::new("ssh-refused");
+    let model = fixture("llama-deep-f32");
+    let o = through_ssh(&scratch, &model, &generate_args(Path::new("model"), &[]))
+        .env("FAKE_SSH_REFUSES", "127.0.0.3")
+        .output()
+        .unwrap();
+    let (_, err) = texts(&o);
+    assert!(!o.status.success());
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("famlx: error:")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(errors[0].contains("rank 1: ssh to 127.0.0.3 failed (exit status 255"), "{err}");
 }
 
 #[test]

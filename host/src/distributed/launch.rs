@@ -168,6 +168,9 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// What every ssh the launcher runs is given before the host.
+const SSH_OPTIONS: [&str; 4] = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=15"];
+
 /// Set for a rank past 0 started through ssh: its stdin is a pipe from the
 /// launcher, held open for as long as the launcher lives; the rank ends
 /// when it closes.
@@ -206,7 +209,9 @@ fn spawn(o: &LaunchOptions, host: &Host, env: &[(String, String)], scratch: &Pat
     }
     let script = remote_script(o, &env);
     let mut c = Command::new("ssh");
-    c.arg(&host.ssh).arg(script);
+    // Never a password prompt (it would wait forever), and a bounded wait
+    // for a host that does not answer: ssh then fails with status 255.
+    c.args(SSH_OPTIONS).arg(&host.ssh).arg(script);
     if rank > 0 {
         c.stdin(Stdio::piped());
     }
@@ -326,6 +331,12 @@ pub fn launch(o: &LaunchOptions) -> Result<()> {
     let why = match errors.last() {
         // Its own line already says `rank N: …`.
         Some(e) => e.clone(),
+        None if status.code() == Some(255) && !is_local(&o.hosts[rank]) => {
+            format!(
+                "rank {rank}: ssh to {} failed (exit status 255: it could not connect or log in)",
+                o.hosts[rank].ssh
+            )
+        }
         None => format!("rank {rank} failed ({})", describe(status)),
     };
     bail!("{why}; the other ranks were stopped")

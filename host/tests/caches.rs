@@ -280,6 +280,45 @@ fn rotating_window_content() {
     assert!(max_abs_diff(&out, &want) < 1e-5, "chunk into a slid window");
 }
 
+/// A window that pins nothing packs (for a batch) as its keys in temporal
+/// order, whatever the ring order, and a window rebuilt from them
+/// (`from_window`, what a batch writes back) goes on exactly as the
+/// original: same attention for the next tokens, same position.
+#[test]
+fn rotating_window_packs_and_rebuilds() {
+    let _g = mlx_lock();
+    mlx::random::seed(4).unwrap();
+    let (max, d) = (8i32, 16);
+    let total = 21;
+    let ks = rand(&[1, 2, total + 4, d]);
+    let vs = rand(&[1, 2, total + 4, d]);
+    let qs = rand(&[1, 4, total + 4, d]);
+    let at = |a: &Array, s: i32, e: i32| a.slice_axis(2, s, e).unwrap();
+    for first in [3, 12] {
+        let mut c = RotatingKvCache::new(max as usize, 0, None).unwrap();
+        // A chunk, then single tokens past the window's end (the ring wraps).
+        c.attend(at(&qs, 0, first), at(&ks, 0, first), at(&vs, 0, first), &AttnArgs::causal(0.2)).unwrap();
+        for t in first..total {
+            c.attend(at(&qs, t, t + 1), at(&ks, t, t + 1), at(&vs, t, t + 1), &AttnArgs::causal(0.2)).unwrap();
+        }
+        let Some(famlx::cache::Pack::Window((k, v), offset, w)) = c.pack() else { panic!("a plain window packs") };
+        assert_eq!((offset, w), (total as i64, max));
+        assert!(max_abs_diff(&k, &at(&ks, total - max, total)) == 0.0, "the newest keys, oldest first");
+        assert!(max_abs_diff(&v, &at(&vs, total - max, total)) == 0.0);
+        let mut r = RotatingKvCache::from_window(k, v, offset, w).unwrap();
+        assert_eq!(r.offset(), c.offset());
+        for t in total..total + 4 {
+            let a = c.attend(at(&qs, t, t + 1), at(&ks, t, t + 1), at(&vs, t, t + 1), &AttnArgs::causal(0.2)).unwrap();
+            let b = r.attend(at(&qs, t, t + 1), at(&ks, t, t + 1), at(&vs, t, t + 1), &AttnArgs::causal(0.2)).unwrap();
+            assert!(max_abs_diff(&a, &b) < 1e-6, "token {t} after a rebuild (first chunk {first})");
+        }
+    }
+    // Pinned slots stay per row.
+    let mut p = RotatingKvCache::new(max as usize, 2, None).unwrap();
+    p.attend(at(&qs, 0, 4), at(&ks, 0, 4), at(&vs, 0, 4), &AttnArgs::causal(0.2)).unwrap();
+    assert!(p.pack().is_none());
+}
+
 /// Quantized attention on packed data is close to dense attention, and an
 /// explicit mask is honoured (grouped-query heads included).
 #[test]

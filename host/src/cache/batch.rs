@@ -1,15 +1,18 @@
 //! The caches of a running batch. Each sequence owns its caches while it
 //! is prefilled and after it leaves; while it decodes in the batch, its
-//! dense keys/values and recurrent states are stacked with the other rows'
-//! (one buffer per slot, rows padded on the left), so a step's attention is
-//! one call for all rows. Joining stacks a row in, leaving writes it back
-//! into its own caches; kinds that do not stack (quantized, rotating) stay
-//! per row ([`RowsCache`]).
+//! dense keys/values, sliding windows that pin nothing (in temporal order,
+//! each row keeping its newest `window` keys) and recurrent states are
+//! stacked with the other rows' (one buffer per slot, rows padded on the
+//! left), so a step's attention is one call for all rows. Joining stacks a
+//! row in, leaving writes it back into its own caches; kinds that do not
+//! stack (quantized, windows with a pinned prefix) stay per row
+//! ([`RowsCache`]).
 
 use super::attn::{attend, AttnArgs, KvMask};
 use super::kv::KvCache;
 use super::layer::Pack;
 use super::recurrent::RecurrentCache;
+use super::rotating::RotatingKvCache;
 use super::rows::{ffi, offsets_handle, right_aligned_mask, RowsCache};
 use super::shared::SharedCache;
 use super::store::Seq;
@@ -23,12 +26,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const GROW: i32 = 256;
 
 /// Dense keys and values of all rows: row `r`'s `lens[r]` keys sit in
-/// columns `end - lens[r] .. end` of `[B, H, cap, D]` buffers.
+/// columns `end - lens[r] .. end` of `[B, H, cap, D]` buffers. With a
+/// `window` (rows of sliding-window caches, in temporal order) a row keeps
+/// at most that many keys, the newest: the ones its own rotating cache
+/// would hold; `dropped[r]` counts the positions it no longer holds.
 struct Dense {
     k: Array,
     v: Array,
     end: i32,
     lens: Vec<i32>,
+    dropped: Vec<i64>,
+    window: Option<i32>,
     mask: Option<Array>,
 }
 
@@ -52,8 +60,10 @@ fn cat(xs: &[Array], axis: i32) -> Result<Array> {
 }
 
 impl Dense {
-    /// Stacks rows' keys/values (`[1, H, n, D]`; all present).
-    fn stack(kv: Vec<(Array, Array)>) -> Result<Dense> {
+    /// Stacks rows' keys/values (`[1, H, n, D]`; all present), each row at
+    /// position `dropped + n` (the positions before it no longer held), all
+    /// keeping the last `window` keys when there is one.
+    fn stack(kv: Vec<(Array, Array)>, dropped: Vec<i64>, window: Option<i32>) -> Result<Dense> {
         let lens: Vec<i32> = kv.iter().map(|(k, _)| k.dim(2)).collect();
         let end = lens.iter().copied().max().unwrap_or(0);
         let cap = (end / GROW + 1) * GROW;
@@ -63,7 +73,8 @@ impl Dense {
         };
         let ks: Vec<Array> = kv.iter().zip(&lens).map(|((k, _), &n)| pad(k, n)).collect::<Result<_>>()?;
         let vs: Vec<Array> = kv.iter().zip(&lens).map(|((_, v), &n)| pad(v, n)).collect::<Result<_>>()?;
-        Ok(Dense { k: cat(&ks, 0)?, v: cat(&vs, 0)?, end, lens, mask: None })
+        let mask = right_aligned_mask(&lens, end)?;
+        Ok(Dense { k: cat(&ks, 0)?, v: cat(&vs, 0)?, end, lens, dropped, window, mask })
     }
 
     fn cap(&self) -> i32 {
@@ -85,6 +96,12 @@ impl Dense {
         self.k = self.k.take(&idx, 0)?;
         self.v = self.v.take(&idx, 0)?;
         self.lens = keep.iter().map(|&i| self.lens[i]).collect();
+        self.dropped = keep.iter().map(|&i| self.dropped[i]).collect();
+        self.drop_unused()
+    }
+
+    /// Drops the left columns no row uses, once there are [`GROW`] of them.
+    fn drop_unused(&mut self) -> Result<()> {
         let longest = self.lens.iter().copied().max().unwrap_or(0);
         let unused = self.end - longest;
         if unused >= GROW {
@@ -94,6 +111,11 @@ impl Dense {
             self.end -= unused;
         }
         Ok(())
+    }
+
+    /// Each row's position.
+    fn offsets(&self) -> Vec<i64> {
+        self.lens.iter().zip(&self.dropped).map(|(&n, &d)| n as i64 + d).collect()
     }
 
     /// Appends `o`'s rows after this one's, aligning their ends.
@@ -115,6 +137,7 @@ impl Dense {
         self.v = v;
         self.end = end;
         self.lens.extend(o.lens);
+        self.dropped.extend(o.dropped);
         Ok(())
     }
 
@@ -132,9 +155,21 @@ impl Dense {
         self.k = self.k.slice_update(k, &[0, 0, s, 0], &[b, h, e, dk], &[1, 1, 1, 1])?;
         self.v = self.v.slice_update(v, &[0, 0, s, 0], &[b, h, e, dv], &[1, 1, 1, 1])?;
         self.end = e;
-        for n in &mut self.lens {
+        for (n, d) in self.lens.iter_mut().zip(&mut self.dropped) {
             *n += l;
+            if let Some(w) = self.window {
+                // The oldest key leaves the row's window, as from its ring.
+                *d += (*n - w).max(0) as i64;
+                *n = (*n).min(w);
+            }
         }
+        if self.window.is_some() {
+            if l != 1 {
+                return Err(Error::msg("internal: a sliding-window batch slot takes one token per row a step"));
+            }
+            self.drop_unused()?;
+        }
+        let e = self.end;
         self.mask = right_aligned_mask(&self.lens, e)?;
         Ok((self.k.slice_axis(2, 0, e)?, self.v.slice_axis(2, 0, e)?))
     }
@@ -181,11 +216,29 @@ impl Slot {
     fn gather(rows: &[Vec<SharedCache>], s: usize) -> Result<Slot> {
         let packs: Vec<Option<Pack>> = rows.iter().map(|r| r[s].lock().pack()).collect();
         if packs.iter().all(|p| matches!(p, Some(Pack::Kv(Some(_))))) {
-            let kv = packs.into_iter().map(|p| match p {
-                Some(Pack::Kv(Some(kv))) => kv,
-                _ => unreachable!("checked above"),
-            });
-            return Ok(Slot::Dense(Dense::stack(kv.collect())?));
+            let kv: Vec<_> = packs
+                .into_iter()
+                .map(|p| match p {
+                    Some(Pack::Kv(Some(kv))) => kv,
+                    _ => unreachable!("checked above"),
+                })
+                .collect();
+            let n = kv.len();
+            return Ok(Slot::Dense(Dense::stack(kv, vec![0; n], None)?));
+        }
+        let window = match packs.first() {
+            Some(Some(Pack::Window(_, _, w))) => Some(*w),
+            _ => None,
+        };
+        if let Some(w) = window.filter(|&w| packs.iter().all(|p| matches!(p, Some(Pack::Window(_, _, x)) if *x == w))) {
+            let (mut kv, mut dropped) = (Vec::new(), Vec::new());
+            for p in packs {
+                if let Some(Pack::Window(pair, off, _)) = p {
+                    dropped.push(off - pair.0.dim(2) as i64);
+                    kv.push(pair);
+                }
+            }
+            return Ok(Slot::Dense(Dense::stack(kv, dropped, Some(w))?));
         }
         let n = match packs.first() {
             Some(Some(Pack::State(s, _))) => s.len(),
@@ -222,7 +275,11 @@ impl Slot {
             Slot::Dense(d) => {
                 let (k, v) = d.row(r)?;
                 let kv = own(vec![k, v])?;
-                *into.lock() = Box::new(KvCache::from_kv(Some((kv[0].clone(), kv[1].clone()))));
+                let (k, v) = (kv[0].clone(), kv[1].clone());
+                *into.lock() = match d.window {
+                    Some(w) => Box::new(RotatingKvCache::from_window(k, v, d.offsets()[r], w)?),
+                    None => Box::new(KvCache::from_kv(Some((k, v)))),
+                };
             }
             Slot::States(st) => *into.lock() = Box::new(RecurrentCache::from_state(own(st.row(r)?)?, st.offsets[r])),
             // The row's own cache was updated in place.
@@ -246,7 +303,7 @@ impl Slot {
     /// caller then regathers).
     fn extend(&mut self, o: Slot) -> Result<bool> {
         match (self, o) {
-            (Slot::Dense(a), Slot::Dense(b)) => a.extend(b).map(|_| true),
+            (Slot::Dense(a), Slot::Dense(b)) if a.window == b.window => a.extend(b).map(|_| true),
             (Slot::States(a), Slot::States(b)) if a.state.len() == b.state.len() => a.extend(b).map(|_| true),
             (Slot::Rows(a), Slot::Rows(b)) => {
                 a.extend(b);
@@ -258,7 +315,7 @@ impl Slot {
 
     fn offsets(&self) -> Vec<i64> {
         match self {
-            Slot::Dense(d) => d.lens.iter().map(|&n| n as i64).collect(),
+            Slot::Dense(d) => d.offsets(),
             Slot::States(s) => s.offsets.clone(),
             Slot::Rows(r) => r.offsets(),
         }
@@ -486,10 +543,10 @@ mod tests {
 
     #[test]
     fn keep_then_extend_aligns_capacities() {
-        let mut d = Dense::stack(vec![kv(600), kv(20), kv(30)]).unwrap();
+        let mut d = Dense::stack(vec![kv(600), kv(20), kv(30)], vec![0; 3], None).unwrap();
         d.keep(&[1, 2]).unwrap();
         for n in [300, 5, 1000] {
-            let o = Dense::stack(vec![kv(n)]).unwrap();
+            let o = Dense::stack(vec![kv(n)], vec![0], None).unwrap();
             d.extend(o).unwrap();
             assert_eq!(d.k.dim(0) as usize, d.lens.len());
             let step = mlx::zeros(&[d.lens.len() as i32, 2, 1, 4], Dtype::F32).unwrap();

@@ -19,6 +19,9 @@ pub enum Pack {
     Kv(Option<(Array, Array)>),
     /// A recurrent state and the tokens it has seen.
     State(Vec<Array>, i64),
+    /// A sliding window's keys and values in temporal order `[1, H, n, D]`,
+    /// the tokens seen, and the window (at most that many newest kept).
+    Window((Array, Array), i64, i32),
 }
 
 /// What every host cache kind implements.

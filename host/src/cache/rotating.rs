@@ -11,7 +11,7 @@
 
 use super::attn::KvMask;
 use super::attn::{attend, window_mask, AttnArgs};
-use super::layer::{field, CacheImpl, SavedCache};
+use super::layer::{field, CacheImpl, Pack, SavedCache};
 use super::store::KvQuant;
 use super::store::{Kv, QBits};
 use mlx::{Array, Error, Result};
@@ -80,6 +80,38 @@ impl RotatingKvCache {
             c.buf = Some(Kv::from_named(arrays, c.packing())?);
         }
         Ok(c)
+    }
+
+    /// A window holding `k`/`v` (`[1, H, n, D]`, `n <= max_size`, oldest
+    /// first) as the newest positions of `offset` seen: what a batch that
+    /// stacked this kind of cache writes back. The next token goes after
+    /// them, or over the oldest once the window is full.
+    pub fn from_window(k: Array, v: Array, offset: i64, max_size: i32) -> Result<Self> {
+        let n = k.dim(2);
+        if n > max_size || n as i64 > offset {
+            return Err(Error(format!("rotating cache: {n} keys for a window of {max_size} at position {offset}")));
+        }
+        let mut c = RotatingKvCache::new(max_size as usize, 0, None)?;
+        if n > 0 {
+            c.buf = Some(Kv::pack(&k, &v, (None, None))?);
+        }
+        c.len = n;
+        c.idx = n;
+        c.offset = offset;
+        Ok(c)
+    }
+
+    /// The valid slots in temporal order (a window that pins nothing).
+    fn temporal(&self) -> Result<Option<Kv>> {
+        let Some(b) = &self.buf else { return Ok(None) };
+        if self.len == 0 {
+            return Ok(None);
+        }
+        if self.idx >= self.len || self.idx == 0 {
+            return Ok(Some(b.slice(0, self.len)?));
+        }
+        // The oldest slot is `idx`, the next one to be overwritten.
+        Ok(Some(Kv::concat(&[b.slice(self.idx, self.len)?, b.slice(0, self.idx)?])?))
     }
 
     /// The window length.
@@ -245,6 +277,15 @@ impl CacheImpl for RotatingKvCache {
 
     fn fetch(&self) -> Result<Option<(Array, Array)>> {
         self.held()?.map(|kv| kv.dense()).transpose()
+    }
+
+    fn pack(&self) -> Option<Pack> {
+        // Pinned slots and (pending) quantization stay per row.
+        if self.keep != 0 || self.quant.is_some() {
+            return None;
+        }
+        let kv = self.temporal().ok()??.dense().ok()?;
+        Some(Pack::Window(kv, self.offset, self.max_size))
     }
 
     fn mask_for(&self, _l: i32) -> Result<KvMask> {

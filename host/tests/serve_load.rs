@@ -13,29 +13,38 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn sixty_four_clients_no_lost_tokens_no_errors_flat_memory() {
-    let secs: u64 = std::env::var("FAMLX_LOAD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
-    let model = fixture("llama-tied-f32");
-    let bound = 8 << 20;
-    let s = Server::start(&["--model", model.to_str().unwrap(), "--prompt-cache-bytes", &bound.to_string()]);
+/// Runs scripts/serve_load.py with `clients` for `secs` against `s` and
+/// checks what every run must show: no lost, duplicated or wrong tokens,
+/// only 200 answers, a batch of more than one, the prompt cache within
+/// `bound`. Returns the script's report.
+fn load(s: &Server, clients: u32, secs: u64, bound: usize) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/serve_load.py");
     let o = Command::new(reference::python())
         .arg(script)
-        .args([&s.base, "--clients", "64", "--seconds", &secs.to_string()])
+        .args([&s.base, "--clients", &clients.to_string(), "--seconds", &secs.to_string()])
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}\n{}\n{}", String::from_utf8_lossy(&o.stderr), s.log());
     let r: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
-    eprintln!("load test: {r}");
+    eprintln!("load test, {clients} clients: {r}");
     assert_eq!(r["mismatch_count"], 0, "lost, duplicated or wrong tokens: {}", r["mismatches"]);
     assert_eq!(r["bad_status"], serde_json::json!([]), "non-200 answers");
+    assert!(r["batch_size_max"].as_f64().unwrap() > 1.0, "{r}");
+    assert!(r["prompt_cache_max"].as_f64().unwrap() <= bound as f64, "{r}");
+    r
+}
+
+#[test]
+fn sixty_four_clients_no_lost_tokens_no_errors_flat_memory() {
+    let secs: u64 = std::env::var("FAMLX_LOAD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let model = fixture("llama-tied-f32");
+    let bound: usize = 8 << 20;
+    let s = Server::start(&["--model", model.to_str().unwrap(), "--prompt-cache-bytes", &bound.to_string()]);
+    let r = load(&s, 64, secs, bound);
     for k in ["whole", "stopped", "hung_up", "sampled"] {
         assert!(r[k].as_u64().unwrap() > 0, "no {k} requests ran: {r}");
     }
-    assert!(r["batch_size_max"].as_f64().unwrap() > 1.0, "{r}");
-    assert!(r["prompt_cache_max"].as_f64().unwrap() <= bound as f64, "{r}");
     let (a, b) = (r["memory_first_half_max"].as_f64().unwrap(), r["memory_second_half_max"].as_f64().unwrap());
     assert!(b <= a * 1.25 + (4 << 20) as f64, "MLX memory grew from {a} to {b} bytes");
     assert!(s.log().contains("finish=\"cancelled\""), "hang-ups cancel their requests");
@@ -46,7 +55,7 @@ fn a_drafter_under_load_loses_no_tokens() {
     let secs: u64 = std::env::var("FAMLX_LOAD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30) / 2;
     let model = fixture("llama-tied-f32");
     let m = model.to_str().unwrap();
-    let bound = 8 << 20;
+    let bound: usize = 8 << 20;
     let s = Server::start(&[
         "--model",
         m,
@@ -57,20 +66,7 @@ fn a_drafter_under_load_loses_no_tokens() {
         "--prompt-cache-bytes",
         &bound.to_string(),
     ]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/serve_load.py");
-    let o = Command::new(reference::python())
-        .arg(script)
-        .args([&s.base, "--clients", "4", "--seconds", &secs.max(5).to_string()])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{out}\n{}\n{}", String::from_utf8_lossy(&o.stderr), s.log());
-    let r: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
-    eprintln!("load test with a drafter: {r}");
-    assert_eq!(r["mismatch_count"], 0, "lost, duplicated or wrong tokens: {}", r["mismatches"]);
-    assert_eq!(r["bad_status"], serde_json::json!([]), "non-200 answers");
-    assert!(r["batch_size_max"].as_f64().unwrap() > 1.0, "{r}");
-    assert!(r["prompt_cache_max"].as_f64().unwrap() <= bound as f64, "{r}");
+    load(&s, 4, secs.max(5), bound);
     let metrics = s.get("/metrics").1;
     let accepted = metrics
         .lines()

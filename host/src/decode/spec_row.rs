@@ -75,7 +75,13 @@ impl RowDraft {
             read?;
         }
         let (caches, lead) = copy.copies();
-        Ok(Some(DraftState { caches, lead, last_hidden: h.slice_axis(1, l - 1, l)? }))
+        // A copy, evaluated: a slice would keep the whole chunk's hidden
+        // states alive for as long as the prompt cache keeps the entry.
+        // (contiguous() would share a row-contiguous slice's buffer.)
+        let zero = Array::f32(0.0).astype(h.dtype())?;
+        let last_hidden = h.slice_axis(1, l - 1, l)?.add(&zero)?;
+        mlx::eval(&[&last_hidden])?;
+        Ok(Some(DraftState { caches, lead, last_hidden }))
     }
 
     /// Runs `f` with the row's drafter caches in the drafter.

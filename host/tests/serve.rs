@@ -7,29 +7,10 @@ mod common;
 mod text_common;
 
 use common::server::Server;
-use common::{copy_dir, fixture, json_of, reference, run, Scratch};
+use common::{copy_dir, fixture, json_of, run, Scratch};
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// Runs a scenario of host/tests/data/serve_client.py against `s`.
-fn client(s: &Server, scenario: &str, args: Value) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/serve_client.py");
-    let o = Command::new(reference::python())
-        .arg(script)
-        .args([scenario, &s.base, &args.to_string()])
-        .output()
-        .expect("python runs");
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "serve_client.py {scenario} failed:\n{out}\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&o.stderr),
-        s.log()
-    );
-    serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
 
 /// `famlx generate`'s greedy text for a chat prompt.
 fn generated(model: &Path, prompt: &str, n: usize) -> String {
@@ -44,7 +25,7 @@ fn openai_client_chat_completions_streams_errors() {
     let m = model.to_str().unwrap();
     let s = Server::start(&["--model", m]);
     let prompt = "Tell me a story";
-    let r = client(&s, "basics", json!({"model": m, "prompt": prompt, "n": 24, "long": 300}));
+    let r = s.scenario("basics", json!({"model": m, "prompt": prompt, "n": 24, "long": 300}));
     let want = generated(&model, prompt, 24);
     assert_eq!(r["models"], json!([m]));
     assert_eq!(r["chat"]["content"], json!(want), "chat reply = famlx generate's greedy text");
@@ -104,7 +85,7 @@ fn concurrent_requests_give_each_its_alone_tokens() {
         let mut args = vec!["--model", m];
         args.extend_from_slice(extra);
         let s = Server::start(&args);
-        let r = client(&s, "together", json!({"model": m, "prompts": prompts, "n": n}));
+        let r = s.scenario("together", json!({"model": m, "prompts": prompts, "n": n}));
         assert_eq!(r["together"], r["alone"], "{name} {extra:?}");
         assert!(r["alone"].as_array().unwrap().iter().all(|t| !t.as_str().unwrap().is_empty()));
         let metrics = s.get("/metrics").1;
@@ -125,13 +106,13 @@ fn a_server_split_over_ranks_answers_as_one_process() {
         let m = model.to_str().unwrap();
         let alone = {
             let mut s = Server::start(&["--model", m]);
-            let r = client(&s, "together", json!({"model": m, "prompts": prompts, "n": n}));
+            let r = s.scenario("together", json!({"model": m, "prompts": prompts, "n": n}));
             s.stop(Duration::from_secs(30));
             r
         };
         for mode in ["tensor", "pipeline"] {
             let mut s = Server::start_ranks(2, &["--model", m, "--parallel", mode]);
-            let r = client(&s, "together", json!({"model": m, "prompts": prompts, "n": n}));
+            let r = s.scenario("together", json!({"model": m, "prompts": prompts, "n": n}));
             assert_eq!(r["together"], alone["alone"], "{name} {mode}: concurrent requests");
             assert_eq!(r["alone"], alone["alone"], "{name} {mode}: one by one");
             let status = s.stop(Duration::from_secs(30));
@@ -177,7 +158,7 @@ fn tool_calls_with_the_qwen3_template() {
     std::fs::write(model.join("chat_template.jinja"), cfg["chat_template"].as_str().unwrap()).unwrap();
     let m = model.to_str().unwrap();
     let s = Server::start(&["--model", m]);
-    let r = client(&s, "tools", json!({"model": m, "schema": weather_schema()}));
+    let r = s.scenario("tools", json!({"model": m, "schema": weather_schema()}));
     check_tool_calls(&r, "qwen3");
 }
 
@@ -193,7 +174,7 @@ fn tool_calls_with_a_gemma4_template() {
     .unwrap();
     let m = model.to_str().unwrap();
     let s = Server::start(&["--model", m]);
-    let r = client(&s, "tools", json!({"model": m, "schema": weather_schema()}));
+    let r = s.scenario("tools", json!({"model": m, "schema": weather_schema()}));
     check_tool_calls(&r, "gemma4");
 }
 
@@ -209,7 +190,7 @@ fn json_schema_output_always_validates() {
         "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3},
         "ok": {"type": "boolean"}
     }, "required": ["name", "age", "kind", "ok"], "additionalProperties": false});
-    let r = client(&s, "schema", json!({"model": m, "schema": schema, "count": 50, "max_tokens": 300}));
+    let r = s.scenario("schema", json!({"model": m, "schema": schema, "count": 50, "max_tokens": 300}));
     assert_eq!(r["count"], 50);
     assert_eq!(r["failures"], json!([]), "every sampled completion validates");
 }
@@ -219,7 +200,7 @@ fn api_key_plain_http_errors_metrics() {
     let model = fixture("llama-bf16");
     let m = model.to_str().unwrap();
     let s = Server::start(&["--model", m, "--api-key", "sesame"]);
-    let r = client(&s, "auth", json!({"key": "sesame"}));
+    let r = s.scenario("auth", json!({"key": "sesame"}));
     assert_eq!(r["wrong"]["status"], 401);
     assert_eq!(r["right"], json!([m]));
     let body = r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}"#;
@@ -462,12 +443,12 @@ fn images_and_audio_in_messages() {
         let args = json!({"model": m, "n": n, "items": asked, "image": img("tiny.png"), "clip": wav("sine440.wav"),
                           "not_taken": not_taken, "errors": true});
         let s = Server::start(&["--model", m]);
-        let r = client(&s, "media", args.clone());
+        let r = s.scenario("media", args.clone());
         // The same requests where nothing is reused.
         let uncached = Server::start(&["--model", m, "--prompt-cache-bytes", "0"]);
         let mut args0 = args.clone();
         args0["errors"] = json!(false);
-        let r0 = client(&uncached, "media", args0);
+        let r0 = uncached.scenario("media", args0);
         for (i, (files, text)) in items.iter().enumerate() {
             let want = generated_tokens(&model, files, text, n);
             assert!(!want.is_empty(), "{name} item {i}: generate gave no tokens");
@@ -509,202 +490,4 @@ fn images_and_audio_in_messages() {
         assert_eq!(status, 413, "a body over the limit: {body}");
         assert!(body.contains("MiB"), "{body}");
     }
-}
-
-/// `famlx generate`'s greedy text for the raw text `prompt`, no drafter.
-fn generated_raw(model: &Path, prompt: &str, n: usize) -> String {
-    let m = model.to_str().unwrap();
-    let args = ["generate", "--model", m, "--raw", "--no-mtp", "-p", prompt, "-m", &n.to_string(), "--json"];
-    json_of(&run(&args))["text"].as_str().unwrap().to_string()
-}
-
-/// A counter of the server's /metrics.
-fn metric(s: &Server, name: &str) -> u64 {
-    let text = s.get("/metrics").1;
-    let prefix = format!("{name} ");
-    text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{name}"))
-}
-
-#[test]
-fn a_lone_request_speculates() {
-    // With a drafter, a request decoding alone drafts and verifies; one
-    // joined by others decodes in the batch. Greedy replies are the
-    // model's own either way: a draft model that agrees (itself), one that
-    // does not, and Qwen3.5's MTP head over recurrent layers. The requests
-    // start 15 ms apart, so lone requests are joined mid-reply; the prompts
-    // repeat, so later ones reuse cached prefixes (and start their drafter
-    // there).
-    let prompts: Vec<String> = (0..6).map(|i| format!("{} {}", "word ".repeat(i * 4 + 1), i)).collect();
-    // The first reply is long enough for the others to join it.
-    let n: Vec<usize> = (0..6).map(|i| if i == 0 { 96 } else { 5 + (i * 7) % 17 }).collect();
-    let same = fixture("llama-tied-f32").display().to_string();
-    let other = fixture("llama-bf16").display().to_string();
-    let cases: [(&str, Vec<&str>, bool); 3] = [
-        // No prompt cache: the prefixes cached here come mostly from rows
-        // that decoded in a batch, without their drafter, so a request
-        // reusing one drafts from its first fed token on, with less context
-        // (a_prompt_cache_hit_resumes_the_drafter covers the hits that
-        // bring the drafter's state).
-        ("llama-tied-f32", vec!["--draft-model", &same, "--mtp-depth", "3", "--prompt-cache-bytes", "0"], true),
-        ("llama-tied-f32", vec!["--draft-model", &other], false),
-        ("qwen3_5_moe-mtp-hf-f32", vec![], false),
-    ];
-    for (name, extra, agrees) in cases {
-        let model = fixture(name);
-        let m = model.to_str().unwrap();
-        let mut args = vec!["--model", m];
-        args.extend_from_slice(&extra);
-        let s = Server::start(&args);
-        let r = client(&s, "staggered", json!({"model": m, "prompts": prompts, "n": n, "gap": 0.015}));
-        let want: Vec<String> = prompts.iter().zip(&n).map(|(p, &k)| generated_raw(&model, p, k)).collect();
-        assert_eq!(r["alone"], json!(want), "{name} {extra:?}: speculated alone = the model's greedy text");
-        assert_eq!(r["together"], json!(want), "{name} {extra:?}: joined or batched = the model's greedy text");
-        assert!(r["sampled"].as_u64().unwrap() > 0, "{name}: a sampled request speculates too");
-        assert!(
-            !s.log().contains("not kept for reuse"),
-            "{name}: a round that ended a reply gave back its extra tokens"
-        );
-        let (proposed, accepted) =
-            (metric(&s, "famlx_draft_tokens_total"), metric(&s, "famlx_draft_accepted_tokens_total"));
-        assert!(proposed > 0, "{name} {extra:?}: nothing was drafted");
-        if agrees {
-            assert!(
-                accepted * 10 >= proposed * 9,
-                "{name}: a drafter that is the model is accepted ({accepted} of {proposed})"
-            );
-        }
-    }
-}
-
-#[test]
-fn a_prompt_cache_hit_resumes_the_drafter() {
-    // The prompt cache keeps a speculating request's drafter state beside
-    // its caches, so a later request that reuses the prefix drafts with the
-    // whole context, as a server without a prompt cache (which feeds its
-    // drafter the whole prompt) does: the same drafts, so the same counts
-    // proposed and accepted. With llama drafting with itself, the second
-    // request reuses the first's caches short of their end after a
-    // 16-token reply (one token is fed again, for its hidden state), and to
-    // their end after a 1-token reply (the kept last hidden state is read
-    // with the first token fed). Qwen3.5's MTP head over recurrent layers
-    // (which this random fixture's drafts never pass) reuses a prompt's end.
-    let base = "The quick brown fox jumps over the lazy dog and runs into the forest";
-    let prompts = [base.to_string(), format!("{base} where the trees grow tall and old")];
-    let same = fixture("llama-tied-f32").display().to_string();
-    let self_draft = vec!["--draft-model", same.as_str(), "--mtp-depth", "3"];
-    let cases: [(&str, Vec<&str>, u32); 3] = [
-        ("llama-tied-f32", self_draft.clone(), 16),
-        ("llama-tied-f32", self_draft, 1),
-        ("qwen3_5_moe-mtp-hf-f32", vec![], 16),
-    ];
-    for (name, extra, first_len) in cases {
-        let model = fixture(name);
-        let m = model.to_str().unwrap();
-        // (proposed, accepted, text, cached prompt tokens) of the second request.
-        let second = |cache: &str| -> (u64, u64, String, u64) {
-            let mut args = vec!["--model", m, "--prompt-cache-bytes", cache];
-            args.extend_from_slice(&extra);
-            let s = Server::start(&args);
-            let ask = |p: &str, n: u32| {
-                let body = json!({"model": m, "prompt": p, "max_tokens": n, "temperature": 0});
-                let (status, text) = s.post("/v1/completions", &body.to_string(), None);
-                assert_eq!(status, 200, "{name}: {text}");
-                serde_json::from_str::<Value>(&text).unwrap()
-            };
-            ask(&prompts[0], first_len);
-            let before = (metric(&s, "famlx_draft_tokens_total"), metric(&s, "famlx_draft_accepted_tokens_total"));
-            let r = ask(&prompts[1], 24);
-            let after = (metric(&s, "famlx_draft_tokens_total"), metric(&s, "famlx_draft_accepted_tokens_total"));
-            let text = r["choices"][0]["text"].as_str().unwrap().to_string();
-            let cached = r["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
-            (after.0 - before.0, after.1 - before.1, text, cached)
-        };
-        let (with, without) = (second("64M"), second("0"));
-        let case = format!("{name} after a {first_len}-token reply");
-        assert!(with.3 > 0, "{case}: the second request reuses the first's caches");
-        assert_eq!(with.2, without.2, "{case}: the same greedy text");
-        assert!(with.0 > 0, "{case}: the second request drafts");
-        assert_eq!(
-            (with.0, with.1),
-            (without.0, without.1),
-            "{case}: drafts after a hit = drafts with the whole prompt"
-        );
-    }
-}
-
-#[test]
-fn logprobs_and_penalties_while_speculating() {
-    // Requests asking for logprobs, penalties or a logit bias speculate too:
-    // each draft and each verified position is penalised for the tokens
-    // before it, drafts included, and each kept token's logprobs come from
-    // the verify forward's logits at its position. Greedy replies and their
-    // logprobs equal a server's without a drafter.
-    let model = fixture("llama-tied-f32");
-    let m = model.to_str().unwrap();
-    let prompt = "The quick brown fox jumps over the lazy dog";
-    let plain = json!({"model": m, "prompt": prompt, "max_tokens": 20, "temperature": 0, "logprobs": 3});
-    let mut penalised = plain.clone();
-    penalised["presence_penalty"] = json!(0.5);
-    penalised["frequency_penalty"] = json!(0.3);
-    penalised["repetition_penalty"] = json!(1.5);
-    penalised["logit_bias"] = json!({"7": 2.0});
-    let ask = |s: &Server, body: &Value| {
-        let (status, text) = s.post("/v1/completions", &body.to_string(), None);
-        assert_eq!(status, 200, "{text}");
-        serde_json::from_str::<Value>(&text).unwrap()["choices"][0].clone()
-    };
-    let reference = Server::start(&["--model", m, "--prompt-cache-bytes", "0"]);
-    let s = Server::start(&["--model", m, "--draft-model", m, "--mtp-depth", "3", "--prompt-cache-bytes", "0"]);
-    let mut texts = Vec::new();
-    for (case, body) in [("logprobs", &plain), ("penalties", &penalised)] {
-        let before = metric(&s, "famlx_draft_accepted_tokens_total");
-        let (got, want) = (ask(&s, body), ask(&reference, body));
-        assert!(metric(&s, "famlx_draft_accepted_tokens_total") > before, "{case}: the request speculated");
-        assert_eq!(got["text"], want["text"], "{case}");
-        let (g, w) = (&got["logprobs"], &want["logprobs"]);
-        assert_eq!(g["tokens"], w["tokens"], "{case}");
-        let (gl, wl) = (g["token_logprobs"].as_array().unwrap(), w["token_logprobs"].as_array().unwrap());
-        assert_eq!(gl.len(), 20, "{case}");
-        for (i, (a, b)) in gl.iter().zip(wl).enumerate() {
-            let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
-            assert!((a - b).abs() < 1e-3, "{case}, token {i}: logprob {a} speculating, {b} without");
-        }
-        let tops = g["top_logprobs"].as_array().unwrap().iter().zip(w["top_logprobs"].as_array().unwrap());
-        for (i, (a, b)) in tops.enumerate() {
-            let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
-            assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "{case}, token {i}: the same top 3");
-            for (k, v) in a {
-                assert!((v.as_f64().unwrap() - b[k].as_f64().unwrap()).abs() < 1e-3, "{case}, token {i}: top {k}");
-            }
-        }
-        texts.push(got["text"].clone());
-    }
-    assert_ne!(texts[0], texts[1], "the penalties change the reply");
-}
-
-#[test]
-fn speculation_under_a_json_schema() {
-    // A grammar masks each draft and each verified position; the drafts the
-    // model refuses are taken back from the matcher. Greedy replies equal a
-    // server's without a drafter, and sampled ones always validate.
-    let model = fixture("llama-tied-f32");
-    let m = model.to_str().unwrap();
-    let schema = json!({"type": "object", "properties": {
-        "name": {"type": "string", "maxLength": 12},
-        "age": {"type": "integer", "minimum": 0, "maximum": 120},
-        "kind": {"enum": ["cat", "dog", "bird"]}
-    }, "required": ["name", "age", "kind"], "additionalProperties": false});
-    let args = json!({"model": m, "schema": schema, "count": 12, "max_tokens": 80});
-    let plain = Server::start(&["--model", m]);
-    let want = client(&plain, "guided", args.clone());
-    for draft in ["llama-tied-f32", "llama-bf16"] {
-        let d = fixture(draft).display().to_string();
-        let s = Server::start(&["--model", m, "--draft-model", &d, "--mtp-depth", "3", "--prompt-cache-bytes", "0"]);
-        let r = client(&s, "guided", args.clone());
-        assert_eq!(r["greedy"], want["greedy"], "{draft}: greedy replies under the schema = without a drafter");
-        assert_eq!(r["failures"], json!([]), "{draft}: every sampled reply validates");
-        assert!(metric(&s, "famlx_draft_tokens_total") > 0, "{draft}: nothing was drafted");
-        assert!(!s.log().contains("not kept for reuse"), "{draft}: a round gave back its extra tokens");
-    }
-    assert_eq!(want["failures"], json!([]));
 }

@@ -127,6 +127,36 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Runs a scenario of host/tests/data/serve_client.py (the official
+    /// `openai` client) against this server: its JSON report.
+    #[allow(dead_code)]
+    pub fn scenario(&self, scenario: &str, args: serde_json::Value) -> serde_json::Value {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/serve_client.py");
+        let o = std::process::Command::new(super::reference::python())
+            .arg(script)
+            .args([scenario, &self.base, &args.to_string()])
+            .output()
+            .expect("python runs");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "serve_client.py {scenario} failed:\n{out}\n{}\nserver log:\n{}",
+            String::from_utf8_lossy(&o.stderr),
+            self.log()
+        );
+        serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
+    /// A counter of the server's /metrics (0 when absent).
+    #[allow(dead_code)]
+    pub fn metric(&self, name: &str) -> u64 {
+        let text = self.get("/metrics").1;
+        let prefix = format!("{name} ");
+        text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+}
+
 fn answer(r: Result<ureq::Response, ureq::Error>) -> (u16, String) {
     match r {
         Ok(r) => (r.status(), r.into_string().unwrap_or_default()),

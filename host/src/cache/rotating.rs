@@ -101,19 +101,6 @@ impl RotatingKvCache {
         Ok(c)
     }
 
-    /// The valid slots in temporal order (a window that pins nothing).
-    fn temporal(&self) -> Result<Option<Kv>> {
-        let Some(b) = &self.buf else { return Ok(None) };
-        if self.len == 0 {
-            return Ok(None);
-        }
-        if self.idx >= self.len || self.idx == 0 {
-            return Ok(Some(b.slice(0, self.len)?));
-        }
-        // The oldest slot is `idx`, the next one to be overwritten.
-        Ok(Some(Kv::concat(&[b.slice(self.idx, self.len)?, b.slice(0, self.idx)?])?))
-    }
-
     /// The window length.
     pub fn max_size(&self) -> usize {
         self.max_size as usize
@@ -139,20 +126,27 @@ impl RotatingKvCache {
         }
     }
 
-    /// The valid slots in temporal order, cut to the pinned prefix and the
-    /// newest `max_size - 1 - keep` positions (room for at least one new one).
-    fn ordered_for_chunk(&self) -> Result<Option<Kv>> {
+    /// The valid slots in temporal order: the pinned prefix, then the rest
+    /// oldest first.
+    fn ordered(&self) -> Result<Option<Kv>> {
         let Some(b) = &self.buf else { return Ok(None) };
         if self.len == 0 {
             return Ok(None);
         }
         let (keep, len, idx) = (self.keep, self.len, self.idx);
-        let ordered = if self.dropped() && idx != keep && idx != len {
+        Ok(Some(if self.dropped() && idx != keep && idx != len {
             // Oldest unpinned slot is `idx`: pinned, then idx.., then keep..idx.
             Kv::concat(&[b.slice(0, keep)?, b.slice(idx, len)?, b.slice(keep, idx)?])?
         } else {
             b.slice(0, len)?
-        };
+        }))
+    }
+
+    /// [`Self::ordered`], cut to the pinned prefix and the newest
+    /// `max_size - 1 - keep` positions (room for at least one new one).
+    fn ordered_for_chunk(&self) -> Result<Option<Kv>> {
+        let Some(ordered) = self.ordered()? else { return Ok(None) };
+        let (keep, len) = (self.keep, self.len);
         let room = self.max_size - 1;
         if len > room {
             return Ok(Some(Kv::concat(&[ordered.slice(0, keep)?, ordered.slice(len - (room - keep), len)?])?));
@@ -284,7 +278,7 @@ impl CacheImpl for RotatingKvCache {
         if self.keep != 0 || self.quant.is_some() {
             return None;
         }
-        let kv = self.temporal().ok()??.dense().ok()?;
+        let kv = self.ordered().ok()??.dense().ok()?;
         Some(Pack::Window(kv, self.offset, self.max_size))
     }
 

@@ -144,6 +144,9 @@ impl Dense {
     /// Appends `k`/`v` (`[B, H, L, D]`) to every row; returns all columns in use.
     fn update(&mut self, k: &Array, v: &Array) -> Result<(Array, Array)> {
         let l = k.dim(2);
+        if self.window.is_some() && l != 1 {
+            return Err(Error::msg("internal: a sliding-window batch slot takes one token per row a step"));
+        }
         if self.end + l > self.cap() {
             let more = ((self.end + l - self.cap()) / GROW + 1) * GROW;
             let zero = Array::f32(0.0).astype(self.k.dtype())?;
@@ -164,9 +167,6 @@ impl Dense {
             }
         }
         if self.window.is_some() {
-            if l != 1 {
-                return Err(Error::msg("internal: a sliding-window batch slot takes one token per row a step"));
-            }
             self.drop_unused()?;
         }
         let e = self.end;
@@ -215,30 +215,26 @@ impl Slot {
     /// Slot `s` of `rows`, stacked when every row's cache packs the same way.
     fn gather(rows: &[Vec<SharedCache>], s: usize) -> Result<Slot> {
         let packs: Vec<Option<Pack>> = rows.iter().map(|r| r[s].lock().pack()).collect();
-        if packs.iter().all(|p| matches!(p, Some(Pack::Kv(Some(_))))) {
-            let kv: Vec<_> = packs
-                .into_iter()
-                .map(|p| match p {
-                    Some(Pack::Kv(Some(kv))) => kv,
-                    _ => unreachable!("checked above"),
-                })
-                .collect();
-            let n = kv.len();
-            return Ok(Slot::Dense(Dense::stack(kv, vec![0; n], None)?));
-        }
-        let window = match packs.first() {
-            Some(Some(Pack::Window(_, _, w))) => Some(*w),
+        // Keys and values stack when every row has them, all unbounded or
+        // all windows of one size.
+        let dense = |p: &Option<Pack>| match p {
+            Some(Pack::Kv(Some(_))) => Some(None),
+            Some(Pack::Window(_, _, w)) => Some(Some(*w)),
             _ => None,
         };
-        if let Some(w) = window.filter(|&w| packs.iter().all(|p| matches!(p, Some(Pack::Window(_, _, x)) if *x == w))) {
-            let (mut kv, mut dropped) = (Vec::new(), Vec::new());
-            for p in packs {
-                if let Some(Pack::Window(pair, off, _)) = p {
-                    dropped.push(off - pair.0.dim(2) as i64);
-                    kv.push(pair);
-                }
-            }
-            return Ok(Slot::Dense(Dense::stack(kv, dropped, Some(w))?));
+        if let Some(window) = packs.first().and_then(dense).filter(|w| packs.iter().all(|p| dense(p) == Some(*w))) {
+            let (kv, dropped): (Vec<_>, Vec<_>) = packs
+                .into_iter()
+                .map(|p| match p {
+                    Some(Pack::Kv(Some(kv))) => (kv, 0),
+                    Some(Pack::Window(kv, offset, _)) => {
+                        let dropped = offset - kv.0.dim(2) as i64;
+                        (kv, dropped)
+                    }
+                    _ => unreachable!("checked above"),
+                })
+                .unzip();
+            return Ok(Slot::Dense(Dense::stack(kv, dropped, window)?));
         }
         let n = match packs.first() {
             Some(Some(Pack::State(s, _))) => s.len(),

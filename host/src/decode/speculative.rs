@@ -232,6 +232,9 @@ pub(crate) fn round(
         drafts.push(t.clone());
         let last = i + 1 == depth || !confident(&lg, sampler, min_confidence)?;
         let id = if guide.is_some() || penalties.is_some() { Some(t.item_i64()? as u32) } else { None };
+        // (A draft the grammar refuses stays here past the last verified
+        // row, which never reads it.)
+        hist.extend(id);
         if let Some(g) = guide.as_deref_mut() {
             // Tentatively, to mask what follows; taken back after the verify.
             if g.accept(id.unwrap_or_default()).is_err() {
@@ -239,11 +242,6 @@ pub(crate) fn round(
                 drafts.pop();
                 break;
             }
-        }
-        if penalties.is_some() {
-            hist.extend(id);
-        }
-        if let Some(g) = guide.as_deref_mut() {
             if g.is_done() {
                 masks.push(g.allowed().unwrap_or_default());
                 break;
@@ -269,25 +267,27 @@ pub(crate) fn round(
     let (vl, vh) = m.forward_io(&fed, LogitsWanted::All, true)?;
     let (vl, vh) = (vl.ok_or_else(|| anyhow!("no logits"))?, vh.ok_or_else(|| anyhow!("no hidden state"))?);
     let mut vl = vl.reshape(&[k as i32 + 1, -1])?;
-    if let Some((p, h)) = penalties {
-        // Row j follows `y` and the first j drafts.
+    if penalties.is_some() || guide.is_some() {
+        // Row j follows `y` and the first j drafts: penalised for them, then
+        // masked by the grammar's state after them.
         let rows = (0..=k)
-            .map(|j| p.apply(&vl.slice_axis(0, j as i32, j as i32 + 1)?, &hist[..h.len() + j]))
+            .map(|j| {
+                let mut row = vl.slice_axis(0, j as i32, j as i32 + 1)?;
+                if let Some((p, h)) = penalties {
+                    row = p.apply(&row, &hist[..h.len() + j])?;
+                }
+                match masks.get(j) {
+                    Some(a) => mask_logits(&row, a),
+                    None => Ok(row),
+                }
+            })
             .collect::<Result<Vec<_>>>()?;
         vl = mlx::concatenate(&rows.iter().collect::<Vec<_>>(), 0)?;
     }
     if let Some(g) = guide {
         // The drafts consumed above: the row's emits advance the grammar
         // through the tokens kept.
-        let consumed = masks.len() - 1;
-        g.rollback(consumed)?;
-        let rows = masks
-            .iter()
-            .take(k + 1)
-            .enumerate()
-            .map(|(j, a)| mask_logits(&vl.slice_axis(0, j as i32, j as i32 + 1)?, a))
-            .collect::<Result<Vec<_>>>()?;
-        vl = mlx::concatenate(&rows.iter().collect::<Vec<_>>(), 0)?;
+        g.rollback(masks.len() - 1)?;
     }
     let draft_ids = fed.slice_axis(1, 1, k as i32 + 1)?.reshape(&[-1])?;
     let (accepted, bonus, dv) = if greedy {

@@ -93,6 +93,18 @@ impl DraftCaches {
         (self.caches.iter().map(|c| c.lock().snapshot()).collect(), self.lead)
     }
 
+    /// A copy to work on (sharing the arrays).
+    pub(crate) fn snapshot(&self) -> DraftCaches {
+        let (copies, lead) = self.copies();
+        DraftCaches::from_parts(copies.into_iter().map(SharedCache::new).collect(), lead)
+    }
+
+    /// Where the caches stand against the target's: positions held beyond
+    /// what the target's caches hold at the same point (the lead).
+    pub(crate) fn lead(&self) -> i64 {
+        self.lead
+    }
+
     /// Positions the caches hold.
     pub(crate) fn offset(&self) -> i64 {
         self.caches.first().map_or(0, |c| c.lock().offset())
@@ -195,11 +207,19 @@ impl Drafter {
     }
 
     /// Puts `c` in place of the caches the drafter holds, returning those.
-    pub(crate) fn swap_caches(&mut self, mut c: DraftCaches) -> DraftCaches {
+    fn swap_caches(&mut self, mut c: DraftCaches) -> DraftCaches {
         std::mem::swap(&mut self.caches, &mut c.caches);
         std::mem::swap(&mut self.lead, &mut c.lead);
         self.boxes = self.caches.iter().map(SharedCache::boxed).collect();
         c
+    }
+
+    /// Runs `f` with `c` in place of the drafter's own caches, which are put
+    /// back after; returns `c` as `f` left it, and `f`'s result.
+    pub(crate) fn with_caches<T>(&mut self, c: DraftCaches, f: impl FnOnce(&mut Drafter) -> T) -> (DraftCaches, T) {
+        let own = self.swap_caches(c);
+        let r = f(self);
+        (self.swap_caches(own), r)
     }
 
     /// Tokens in the drafter's own caches.

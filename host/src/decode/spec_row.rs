@@ -60,18 +60,18 @@ impl RowDraft {
         };
         let Some(mine) = self.caches.as_ref() else { return Ok(None) };
         let l = h.dim(1);
-        let (copies, lead) = mine.copies();
-        if l < 1 || mine.offset() != lead + n - l as i64 {
+        if l < 1 || mine.offset() != mine.lead() + n - l as i64 {
             return Ok(None);
         }
-        let mut copy = DraftCaches::from_parts(copies.into_iter().map(SharedCache::new).collect(), lead);
+        let mut copy = mine.snapshot();
         if l > 1 {
-            let theirs = d.swap_caches(copy);
-            let read = m.with_sequence(caches, None, |m| {
-                d.step(m, &h.slice_axis(1, 0, l - 1)?, &toks.slice_axis(1, 0, l - 1)?)?;
-                d.eval_caches()
+            let read;
+            (copy, read) = d.with_caches(copy, |d| {
+                m.with_sequence(caches, None, |m| {
+                    d.step(m, &h.slice_axis(1, 0, l - 1)?, &toks.slice_axis(1, 0, l - 1)?)?;
+                    d.eval_caches()
+                })
             });
-            copy = d.swap_caches(theirs);
             read?;
         }
         let (caches, lead) = copy.copies();
@@ -87,9 +87,8 @@ impl RowDraft {
     /// Runs `f` with the row's drafter caches in the drafter.
     fn swapped<T>(&mut self, d: &mut Drafter, f: impl FnOnce(&mut Drafter, &mut Self) -> Result<T>) -> Result<T> {
         let mine = self.caches.take().ok_or_else(|| anyhow!("internal: the drafter caches are in use"))?;
-        let theirs = d.swap_caches(mine);
-        let r = f(d, self);
-        self.caches = Some(d.swap_caches(theirs));
+        let (mine, r) = d.with_caches(mine, |d| f(d, self));
+        self.caches = Some(mine);
         r
     }
 
@@ -124,8 +123,8 @@ impl RowDraft {
     }
 
     /// One round after `y` (the row's last token, not in its caches yet) on
-    /// the row's `caches`, drafting up to `depth` tokens (masked by `guide`,
-    /// the row's grammar, when it has one).
+    /// the row's `caches`, drafting up to `depth` tokens (shaped by `guide`:
+    /// the row's grammar and penalties).
     #[allow(clippy::too_many_arguments)]
     pub fn round(
         &mut self,

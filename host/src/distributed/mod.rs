@@ -115,20 +115,23 @@ pub fn join(mode: ParallelMode) -> Result<Option<Parallel>> {
 /// then ends by losing its peers.
 fn end_with_launcher(rank: i32) {
     std::thread::spawn(move || {
-        use std::io::{Read, Write};
+        use std::io::Read;
         let mut sink = [0u8; 256];
         let mut stdin = std::io::stdin();
         while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-        // Not eprintln!: with the launcher gone, stderr may be a broken
-        // pipe, and a failed print would panic this thread instead.
-        let _ = writeln!(
-            std::io::stderr(),
-            "famlx: error: rank {rank}: the connection to the launcher closed, so this rank stops"
-        );
+        last_words(&format!("rank {rank}: the connection to the launcher closed, so this rank stops"));
         // No exit handlers: MLX's backend threads may be blocked on a peer.
         // SAFETY: _exit ends the process at once; nothing is used after it.
         unsafe { libc::_exit(1) };
     });
+}
+
+/// A rank's last `famlx: error:` line, written even where the launcher
+/// has gone. Not eprintln!: stderr may then be a broken pipe, and a failed
+/// print would panic the thread instead of ending the rank.
+pub fn last_words(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "famlx: error: {message}");
 }
 
 /// Rank 0's `text` on every rank (`None`: rank 0 has no more), for input

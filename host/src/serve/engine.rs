@@ -520,14 +520,7 @@ enum Role {
 
 /// The ranks no longer agree (a peer died): this rank ends, with one line.
 fn lost(e: anyhow::Error) -> ! {
-    use std::io::Write;
-    // Not eprintln!: when the launcher is gone stderr is a broken pipe, and
-    // a failed print would panic this thread and leave the process serving.
-    let _ = writeln!(
-        std::io::stderr(),
-        "famlx: error: rank {}: the ranks lost each other: {e:#}",
-        crate::distributed::rank()
-    );
+    crate::distributed::last_words(&format!("rank {}: the ranks lost each other: {e:#}", crate::distributed::rank()));
     std::process::exit(1)
 }
 

@@ -96,12 +96,8 @@ fn a_prompt_cache_hit_resumes_the_drafter() {
             let mut args = vec!["--model", m, "--prompt-cache-bytes", cache];
             args.extend_from_slice(&extra);
             let s = Server::start(&args);
-            let ask = |p: &str, n: u32| {
-                let body = json!({"model": m, "prompt": p, "max_tokens": n, "temperature": 0});
-                let (status, text) = s.post("/v1/completions", &body.to_string(), None);
-                assert_eq!(status, 200, "{name}: {text}");
-                serde_json::from_str::<Value>(&text).unwrap()
-            };
+            let ask =
+                |p: &str, n: u32| s.completion(&json!({"model": m, "prompt": p, "max_tokens": n, "temperature": 0}));
             ask(&prompts[0], first_len);
             let before = (s.metric("famlx_draft_tokens_total"), s.metric("famlx_draft_accepted_tokens_total"));
             let r = ask(&prompts[1], 24);
@@ -139,11 +135,7 @@ fn logprobs_and_penalties_while_speculating() {
     penalised["frequency_penalty"] = json!(0.3);
     penalised["repetition_penalty"] = json!(1.5);
     penalised["logit_bias"] = json!({"7": 2.0});
-    let ask = |s: &Server, body: &Value| {
-        let (status, text) = s.post("/v1/completions", &body.to_string(), None);
-        assert_eq!(status, 200, "{text}");
-        serde_json::from_str::<Value>(&text).unwrap()["choices"][0].clone()
-    };
+    let ask = |s: &Server, body: &Value| s.completion(body)["choices"][0].clone();
     let reference = Server::start(&["--model", m, "--prompt-cache-bytes", "0"]);
     let s = Server::start(&["--model", m, "--draft-model", m, "--mtp-depth", "3", "--prompt-cache-bytes", "0"]);
     let mut texts = Vec::new();

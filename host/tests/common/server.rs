@@ -148,6 +148,14 @@ impl Server {
         serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {out}"))
     }
 
+    /// POST `body` to /v1/completions, which must answer 200: the reply.
+    #[allow(dead_code)]
+    pub fn completion(&self, body: &serde_json::Value) -> serde_json::Value {
+        let (status, text) = self.post("/v1/completions", &body.to_string(), None);
+        assert_eq!(status, 200, "{body}: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
     /// A counter of the server's /metrics (0 when absent).
     #[allow(dead_code)]
     pub fn metric(&self, name: &str) -> u64 {

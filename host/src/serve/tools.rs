@@ -30,6 +30,9 @@ impl ToolChoice {
                     "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
                 ));
             }
+            for (i, t) in t.iter().enumerate() {
+                check_tool(i, t)?;
+            }
         }
         let choice = match v {
             None | Some(Value::Null) => ToolChoice::Auto,
@@ -51,6 +54,38 @@ impl ToolChoice {
 
 fn tool_name(t: &Value) -> Option<&str> {
     t.get("function")?.get("name")?.as_str()
+}
+
+/// Longest tool name taken (OpenAI's limit).
+const MAX_TOOL_NAME: usize = 64;
+
+/// A tool's name and parameter names as OpenAI allows them: names go into
+/// the template and the call grammar, so anything else is refused here
+/// rather than trusted there.
+fn check_tool(i: usize, t: &Value) -> Result<(), ApiError> {
+    let name = tool_name(t).unwrap_or("");
+    let ok = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if name.is_empty() || name.len() > MAX_TOOL_NAME || !ok(name) {
+        return Err(ApiError::bad(
+            &format!("tools[{i}].function.name"),
+            format!("a tool name must be 1 to {MAX_TOOL_NAME} of a-z, A-Z, 0-9, _, - and ., got {name:?}"),
+        ));
+    }
+    if let Some(props) = t["function"].get("parameters").and_then(|p| p.get("properties")) {
+        let Some(props) = props.as_object() else {
+            return Err(ApiError::bad(
+                &format!("tools[{i}].function.parameters.properties"),
+                "`properties` must be an object",
+            ));
+        };
+        if let Some(k) = props.keys().find(|k| k.is_empty() || k.chars().any(|c| c.is_control())) {
+            return Err(ApiError::bad(
+                &format!("tools[{i}].function.parameters.properties"),
+                format!("parameter name {k:?} is empty or holds control characters"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A parsed call.
@@ -163,7 +198,7 @@ fn parse_gemma4(body: &str) -> Result<ToolCall, String> {
     let brace = b.find('{').ok_or("tool call has no arguments {...}")?;
     let name = b[..brace].trim().to_string();
     let mut p = GemmaParser { s: &b[brace..], at: 0 };
-    let args = p.value()?;
+    let args = p.value(0)?;
     if !args.is_object() {
         return Err("tool call arguments are not an object".into());
     }
@@ -172,6 +207,11 @@ fn parse_gemma4(body: &str) -> Result<ToolCall, String> {
     }
     Ok(ToolCall { name, arguments: args.to_string() })
 }
+
+/// Deepest nesting of objects and arrays a Gemma 4 call's arguments may
+/// have: the parser recurses per level, and the reply is the model's (which
+/// a client can steer), so depth is bounded rather than trusted.
+const MAX_CALL_DEPTH: usize = 64;
 
 struct GemmaParser<'a> {
     s: &'a str,
@@ -198,8 +238,11 @@ impl GemmaParser<'_> {
         }
     }
 
-    fn value(&mut self) -> Result<Value, String> {
+    fn value(&mut self, depth: usize) -> Result<Value, String> {
         self.skip_ws();
+        if depth > MAX_CALL_DEPTH && self.rest().starts_with(['{', '[']) {
+            return Err(format!("tool call arguments nest deeper than {MAX_CALL_DEPTH} levels"));
+        }
         if self.eat(GEMMA_QUOTE) {
             let end = self.rest().find(GEMMA_QUOTE).ok_or("unterminated <|\"|> string")?;
             let s = self.rest()[..end].to_string();
@@ -220,7 +263,7 @@ impl GemmaParser<'_> {
                     return Err(format!("bad key {key:?}"));
                 }
                 self.at += colon + 1;
-                let v = self.value()?;
+                let v = self.value(depth + 1)?;
                 m.insert(key, v);
                 if self.eat("}") {
                     return Ok(Value::Object(m));
@@ -236,7 +279,7 @@ impl GemmaParser<'_> {
                 return Ok(Value::Array(a));
             }
             loop {
-                a.push(self.value()?);
+                a.push(self.value(depth + 1)?);
                 if self.eat("]") {
                     return Ok(Value::Array(a));
                 }
@@ -277,20 +320,25 @@ pub fn call_grammar(
         .collect();
     let lit = |s: &str| match token_id(s) {
         Some(id) => format!("<[{id}]>"),
-        None => serde_json::to_string(s).expect("strings serialize"),
+        None => lark_str(s),
     };
     let params = |t: &Value| t["function"].get("parameters").cloned().unwrap_or(json!({"type": "object"}));
     match format {
         ToolFormat::QwenJson | ToolFormat::LlamaJson => {
-            let one_of: Vec<Value> = chosen
-                .iter()
-                .map(|t| {
-                    let key = if format == ToolFormat::LlamaJson { "parameters" } else { "arguments" };
-                    json!({"type": "object", "properties": {"name": {"const": tool_name(t)}, key: params(t)},
-                           "required": ["name", key], "additionalProperties": false})
-                })
-                .collect();
-            let schema = crate::grammar::compact(json!({"anyOf": one_of}));
+            // Each tool's parameter schema sits in the root's `$defs`, its
+            // own `$ref`s re-pointed there: a schema that works as a
+            // `response_format` (with `$defs` and `$ref`) works as a tool's.
+            let key = if format == ToolFormat::LlamaJson { "parameters" } else { "arguments" };
+            let mut defs = Map::new();
+            let mut one_of = Vec::new();
+            for (i, t) in chosen.iter().enumerate() {
+                let at = format!("tool{i}");
+                defs.insert(at.clone(), repoint_refs(params(t), &format!("#/$defs/{at}")));
+                one_of.push(json!({"type": "object", "properties": {"name": {"const": tool_name(t)},
+                                   key: {"$ref": format!("#/$defs/{at}")}},
+                                   "required": ["name", key], "additionalProperties": false}));
+            }
+            let schema = crate::grammar::compact(json!({"anyOf": one_of, "$defs": defs}));
             let body = format!("%json {schema}");
             Ok(match format.markers() {
                 Some((s, e)) => format!("start: {} \"\\n\" call \"\\n\" {}\ncall: {body}\n", lit(s), lit(e)),
@@ -300,11 +348,12 @@ pub fn call_grammar(
         ToolFormat::QwenXml => {
             let mut alts = Vec::new();
             for t in &chosen {
-                let mut seq = format!("\"<function={}>\\n\"", tool_name(t).unwrap_or(""));
+                let mut seq = lark_str(&format!("<function={}>\n", tool_name(t).unwrap_or("")));
                 for (k, schema) in params(t)["properties"].as_object().cloned().unwrap_or_default() {
-                    seq += &format!(" \"<parameter={k}>\\n\" {} \"\\n</parameter>\\n\"", typed_value(&schema, None));
+                    let open = lark_str(&format!("<parameter={k}>\n"));
+                    seq += &format!(" {open} {} {}", typed_value(&schema, None), lark_str("\n</parameter>\n"));
                 }
-                seq += " \"</function>\"";
+                seq += &format!(" {}", lark_str("</function>"));
                 alts.push(seq);
             }
             Ok(format!(
@@ -324,9 +373,10 @@ pub fn call_grammar(
                     .cloned()
                     .unwrap_or_default()
                     .iter()
-                    .map(|(k, s)| format!("\"{k}:\" {}", typed_value(s, Some(&q))))
+                    .map(|(k, s)| format!("{} {}", lark_str(&format!("{k}:")), typed_value(s, Some(&q))))
                     .collect();
-                alts.push(format!("\"call:{}{{\" {} \"}}\"", tool_name(t).unwrap_or(""), pairs.join(" \",\" ")));
+                let open = lark_str(&format!("call:{}{{", tool_name(t).unwrap_or("")));
+                alts.push(format!("{open} {} \"}}\"", pairs.join(" \",\" ")));
             }
             Ok(format!(
                 "start: {} ({}) {}\n{}",
@@ -337,6 +387,34 @@ pub fn call_grammar(
             ))
         }
     }
+}
+
+/// `s` as a Lark string literal (JSON's escapes): a name or key holding
+/// quotes or backslashes stays inside its literal and cannot add rules.
+fn lark_str(s: &str) -> String {
+    serde_json::to_string(s).expect("strings serialize")
+}
+
+/// `schema` with every local `$ref` (`#...`) re-pointed under `base`, where
+/// the schema now sits inside a larger document. Walked with a stack: the
+/// depth is the client's.
+fn repoint_refs(mut schema: Value, base: &str) -> Value {
+    let mut todo = vec![&mut schema];
+    while let Some(v) = todo.pop() {
+        match v {
+            Value::Object(o) => {
+                for (k, x) in o.iter_mut() {
+                    match x {
+                        Value::String(r) if k == "$ref" && r.starts_with('#') => *r = format!("{base}{}", &r[1..]),
+                        _ => todo.push(x),
+                    }
+                }
+            }
+            Value::Array(a) => todo.extend(a.iter_mut()),
+            _ => {}
+        }
+    }
+    schema
 }
 
 /// Terminals for typed parameter values: bounded, so a constrained call ends.
@@ -363,5 +441,57 @@ fn typed_value(schema: &Value, quote: Option<&str>) -> String {
         Some("number") => "NUM".into(),
         Some("boolean") => "BOOL".into(),
         _ => string("TEXT".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, params: Value) -> Value {
+        json!({"type": "function", "function": {"name": name, "parameters": params}})
+    }
+
+    #[test]
+    fn a_call_nested_past_the_bound_is_an_error_not_a_crash() {
+        // 10,000 levels would overflow the stack of a parser that trusts depth.
+        let deep = format!("call:f{{a:{}", "[".repeat(10_000));
+        let e = ToolFormat::Gemma4.parse(&deep, &[]).unwrap_err();
+        assert!(e.contains("deeper than"), "{e}");
+        let ok = format!("call:f{{a:{}1{}}}", "[".repeat(MAX_CALL_DEPTH), "]".repeat(MAX_CALL_DEPTH));
+        assert!(ToolFormat::Gemma4.parse(&ok, &[]).is_ok());
+    }
+
+    #[test]
+    fn tool_names_outside_openai_s_alphabet_are_refused() {
+        for bad in ["", "a\"b", "a b", "x\" | /.*/ \"", &"n".repeat(65)] {
+            let tools = [tool(bad, json!({"type": "object"}))];
+            let e = ToolChoice::parse(None, Some(&tools)).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("tools[0].function.name"), "{bad:?}: {e:?}");
+        }
+        let tools = [tool("get_weather-2.v1", json!({"type": "object"}))];
+        assert_eq!(ToolChoice::parse(None, Some(&tools)).unwrap(), ToolChoice::Auto);
+    }
+
+    #[test]
+    fn names_and_keys_stay_inside_their_grammar_literals() {
+        // A key with quotes and a Lark alternative in it: escaped, it is one literal.
+        let key = "k\" | /[a-z]*/ | \"";
+        let t = [tool("f", json!({"type": "object", "properties": {key: {"type": "string"}}}))];
+        for format in [ToolFormat::QwenXml, ToolFormat::Gemma4] {
+            let g = call_grammar(format, &t, &ToolChoice::Required, |_| None).unwrap();
+            let open = if format == ToolFormat::Gemma4 { format!("{key}:") } else { format!("<parameter={key}>\n") };
+            assert!(g.contains(&serde_json::to_string(&open).unwrap()), "{format:?}: {g}");
+            assert!(!g.contains(&format!("\"{key}")), "{format:?}: the key is spliced raw: {g}");
+        }
+    }
+
+    #[test]
+    fn parameter_schemas_keep_their_defs() {
+        let params = json!({"type": "object", "$defs": {"city": {"type": "string", "maxLength": 8}},
+                            "properties": {"c": {"$ref": "#/$defs/city"}}, "required": ["c"]});
+        let g = call_grammar(ToolFormat::QwenJson, &[tool("f", params)], &ToolChoice::Required, |_| None).unwrap();
+        assert!(g.contains("\"$ref\":\"#/$defs/tool0/$defs/city\""), "{g}");
+        assert!(g.contains("\"$ref\":\"#/$defs/tool0\""), "{g}");
     }
 }

@@ -32,14 +32,26 @@ pub fn sample_keyed(logits: &Array, p: &SamplerParams, key: Option<&Array>) -> R
     if p.temperature <= 0.0 {
         return logits.argmax(-1, false)?.astype(Dtype::I32);
     }
-    random::categorical(&filtered_logprobs(logits, p)?.mul_s(1.0 / p.temperature as f64)?, -1, key)?.astype(Dtype::I32)
+    random::categorical(&filtered_logprobs(logits, p)?.mul_s(inverse_temperature(p))?, -1, key)?.astype(Dtype::I32)
+}
+
+/// The largest `1 / temperature` applied. Past it a float32 scaling
+/// overflows (1 / 1e-40 is infinite), every log-probability becomes -inf
+/// and the draw is noise; at it, log-probabilities (≥ -ln(vocab), so ≥ -30)
+/// stay finite and the draw is already the argmax, as a temperature that
+/// small asks for.
+const MAX_INVERSE_TEMPERATURE: f64 = 1e30;
+
+/// `1 / temperature`, bounded so the scaled log-probabilities stay finite.
+fn inverse_temperature(p: &SamplerParams) -> f64 {
+    (1.0 / p.temperature as f64).min(MAX_INVERSE_TEMPERATURE)
 }
 
 /// The distribution [`sample`] draws from when `temperature > 0`, as
 /// probabilities over the last axis (speculative decoding's rejection test
 /// needs it for both the target and the drafter).
 pub fn probs(logits: &Array, p: &SamplerParams) -> Result<Array> {
-    filtered_logprobs(logits, p)?.mul_s(1.0 / p.temperature.max(f32::MIN_POSITIVE) as f64)?.softmax(&[-1], true)
+    filtered_logprobs(logits, p)?.mul_s(inverse_temperature(p))?.softmax(&[-1], true)
 }
 
 /// Log-probabilities at temperature 1 with the top-p, min-p and top-k

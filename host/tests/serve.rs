@@ -243,8 +243,14 @@ fn api_key_plain_http_errors_metrics() {
     let (st, _) = s.get("/nowhere");
     assert_eq!(st, 404);
     assert_eq!(s.get("/health"), (200, r#"{"status":"ok"}"#.to_string()));
-    let (st, metrics) = s.get("/metrics");
-    assert_eq!(st, 200);
+    // /metrics sits behind the key like the API (it tells about traffic).
+    assert_eq!(s.get("/metrics").0, 401);
+    let metrics = ureq::get(&format!("{}/metrics", s.base))
+        .set("Authorization", "Bearer sesame")
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
     for name in [
         "famlx_requests_total",
         "famlx_generation_tokens_total",

@@ -480,6 +480,13 @@ impl Tokenizer {
         }
     }
 
+    /// The longest token's text in bytes (vocabulary and added tokens):
+    /// with a margin for normalizers, a bound on the bytes one token
+    /// stands for, so a text can be found too long without tokenizing it.
+    pub fn longest_token_bytes(&self) -> usize {
+        self.inner.get_vocab(true).keys().map(String::len).max().unwrap_or(1).max(1) * 4
+    }
+
     /// Vocabulary size including added tokens.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)

@@ -2,7 +2,7 @@
 
 use super::args::{CacheArgs, ModelArgs, SamplingArgs, SpecArgs};
 use super::setup::{load, params};
-use crate::serve::{EngineSettings, ServerOptions};
+use crate::serve::{EngineSettings, Limits, ServerOptions};
 use anyhow::Result;
 use clap::Args;
 use std::time::Duration;
@@ -37,6 +37,9 @@ pub struct ServeArgs {
     /// Bytes the prompt cache (reused prefixes across requests) may hold (e.g. 512M, 4G; 0: off).
     #[arg(long = "prompt-cache-bytes", value_parser = cache_bytes, default_value = "2G")]
     pub prompt_cache_bytes: usize,
+    /// What one client or request may take of the server.
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// Model and plugins.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -46,6 +49,60 @@ pub struct ServeArgs {
     /// Speculative decoding, for a request that decodes alone.
     #[command(flatten)]
     pub spec: SpecArgs,
+}
+
+/// `famlx serve`'s bounds on clients and requests (defaults keep one
+/// client from starving the rest).
+#[derive(Args, Debug)]
+pub struct LimitArgs {
+    /// Open connections at once; one more is answered 503 and closed.
+    #[arg(long = "max-connections", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// Seconds a client may take to send a request's headers (idle keep-alive connections close after it).
+    #[arg(long = "header-timeout", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub header_timeout: u64,
+    /// Seconds a client may take to send a request's body; then 408.
+    #[arg(long = "body-timeout", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub body_timeout: u64,
+    /// Largest request body (e.g. 64M); larger is 413.
+    #[arg(long = "max-body-bytes", value_parser = nonzero_bytes, default_value = "64M")]
+    pub max_body_bytes: usize,
+    /// Bytes of request bodies held at once over all requests (e.g. 512M); past it, 503.
+    #[arg(long = "max-pending-bytes", value_parser = nonzero_bytes, default_value = "512M")]
+    pub max_pending_bytes: usize,
+    /// Longest prompt in tokens (the model's context also bounds it); longer is 413.
+    #[arg(long = "max-prompt-tokens", default_value_t = 131_072, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_prompt_tokens: u32,
+    /// Most images and audio clips in one request.
+    #[arg(long = "max-media-items", default_value_t = 16, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    pub max_media_items: u32,
+    /// Most bytes of decoded pixels and samples one request may hold (e.g. 256M).
+    #[arg(long = "max-media-bytes", value_parser = nonzero_bytes, default_value = "256M")]
+    pub max_media_bytes: usize,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_connections: self.max_connections as usize,
+            header_timeout: Duration::from_secs(self.header_timeout),
+            body_timeout: Duration::from_secs(self.body_timeout),
+            max_body_bytes: self.max_body_bytes,
+            max_pending_bytes: self.max_pending_bytes.max(self.max_body_bytes),
+            max_prompt_tokens: self.max_prompt_tokens as usize,
+            max_media_items: self.max_media_items as usize,
+            max_media_bytes: self.max_media_bytes,
+            ..Limits::default()
+        }
+    }
+}
+
+/// A memory size that is not 0.
+fn nonzero_bytes(s: &str) -> Result<usize, String> {
+    match crate::memory::parse_bytes(s)? {
+        0 => Err("must be more than 0".into()),
+        n => Ok(n),
+    }
 }
 
 /// Runs `famlx serve`.
@@ -62,6 +119,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
             prefill_concurrency: a.prefill_concurrency,
             prompt_cache_bytes: a.prompt_cache_bytes,
         },
+        limits: a.limits.limits(),
         model_name: a.model.model.clone().unwrap_or_else(|| crate::default_model::NAME.to_string()),
     };
     if a.max_concurrency == 0 || a.prefill_concurrency == 0 {

@@ -158,19 +158,6 @@ fn load_media(model: &LoadedModel, kind: MediaKind, paths: &[PathBuf]) -> Result
         .collect()
 }
 
-/// An image or clip from an encoded file's bytes (a request's data URL),
-/// decoded and processed for `model`; `name` names it in errors.
-pub fn media_from_bytes(model: &LoadedModel, kind: MediaKind, data: &[u8], name: &str) -> Result<Rc<PromptMedia>> {
-    if !takes(model, kind) {
-        bail!("{}", takes_none(model, kind));
-    }
-    let decoded = match kind {
-        MediaKind::Image => Decoded::Image(crate::media::decode_image(data, name)?),
-        MediaKind::Audio => Decoded::Audio(crate::audio::decode_audio(data, name)?),
-    };
-    process(model, PathBuf::from(name), decoded)
-}
-
 fn takes(model: &LoadedModel, kind: MediaKind) -> bool {
     model.plan.media.as_ref().into_option().and_then(|s| kind.placeholders(s)).is_some()
 }
@@ -185,9 +172,54 @@ fn takes_none(model: &LoadedModel, kind: MediaKind) -> String {
 }
 
 /// A decoded item, before the family's processor.
-enum Decoded {
+pub enum Decoded {
+    /// A picture's pixels.
     Image(plugin_api::RawImage),
+    /// A clip's samples at the towers' rate.
     Audio(crate::audio::RawAudio),
+}
+
+impl Decoded {
+    /// An image or WAV file's bytes decoded (`name` for errors).
+    pub fn from_bytes(kind: MediaKind, data: &[u8], name: &str) -> Result<Decoded> {
+        Ok(match kind {
+            MediaKind::Image => Decoded::Image(crate::media::decode_image(data, name)?),
+            MediaKind::Audio => Decoded::Audio(crate::audio::decode_audio(data, name)?),
+        })
+    }
+
+    /// What it is.
+    pub fn kind(&self) -> MediaKind {
+        match self {
+            Decoded::Image(_) => MediaKind::Image,
+            Decoded::Audio(_) => MediaKind::Audio,
+        }
+    }
+
+    /// The bytes it holds.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Decoded::Image(i) => i.rgb.len() + i.alpha.len(),
+            Decoded::Audio(a) => a.samples.len() * std::mem::size_of::<f32>(),
+        }
+    }
+
+    /// Made into the model's input by its family's processor.
+    pub fn process(self, model: &LoadedModel, name: &str) -> Result<Rc<PromptMedia>> {
+        if !takes(model, self.kind()) {
+            bail!("{}", takes_none(model, self.kind()));
+        }
+        process(model, PathBuf::from(name), self)
+    }
+}
+
+/// Whether `model` takes `kind`, and if not, the line that says so.
+pub fn takes_kind(model: &LoadedModel, kind: MediaKind) -> Result<(), String> {
+    if takes(model, kind) {
+        Ok(())
+    } else {
+        Err(takes_none(model, kind))
+    }
 }
 
 fn process(model: &LoadedModel, path: PathBuf, decoded: Decoded) -> Result<Rc<PromptMedia>> {

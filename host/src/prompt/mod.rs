@@ -4,7 +4,7 @@
 
 mod media;
 
-pub use media::{expand_markers, load_audio_clips, load_images, media_from_bytes, MediaKind, Prompt, PromptMedia};
+pub use media::{expand_markers, load_audio_clips, load_images, takes_kind, Decoded, MediaKind, Prompt, PromptMedia};
 
 use anyhow::{anyhow, Result};
 use famlx_text::{ChatTemplate, Tokenizer};

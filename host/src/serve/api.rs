@@ -212,7 +212,9 @@ fn message(i: usize, m: &Value, media: &mut Vec<MediaPart>) -> Result<Value, Api
                 let at = format!("{param}.content[{j}]");
                 match p.get("type").and_then(Value::as_str) {
                     Some("text") => {
-                        let t = p.get("text").and_then(Value::as_str).unwrap_or("");
+                        let t = p.get("text").and_then(Value::as_str).ok_or_else(|| {
+                            ApiError::bad(&format!("{at}.text"), format!("`{at}.text` must be a string"))
+                        })?;
                         text.push_str(t);
                         shown.push(serde_json::json!({"type": "text", "text": t}));
                     }

@@ -12,6 +12,7 @@ pub use super::job::{Event, Job, LogprobEntry, Usage};
 use super::lockstep;
 use super::metrics::Metrics;
 use super::output::THINK;
+use super::prepare::Preparer;
 use super::row::{Row, Vocab};
 use super::tools::{ToolFormat, GEMMA_QUOTE};
 use crate::cache::{BatchCaches, DraftHit, DraftState, PrefixCache, SharedCache};
@@ -19,7 +20,6 @@ use crate::decode::{
     decode_alone, decode_step, logprob_of, prefill_step, Drafter, GenParams, Interrupted, RoundGuide, RowDraft,
     SpecParams, TokenLogprob,
 };
-use crate::grammar::Grammars;
 use crate::model::LoadedModel;
 use crate::sample::sample;
 use mlx::Array;
@@ -53,7 +53,9 @@ pub struct Engine {
     model: LoadedModel,
     base: GenParams,
     settings: EngineSettings,
-    grammars: Option<Result<Grammars, String>>,
+    /// Prepares a request that came without being prepared (a rank that
+    /// follows rank 0); the HTTP side prepares with the same.
+    preparer: Arc<Preparer>,
     tool_format: Option<ToolFormat>,
     /// Special tokens whose text the reply keeps: reasoning and tool-call
     /// markers (other special tokens are left out, as `famlx generate` does).
@@ -79,6 +81,7 @@ impl Engine {
         settings: EngineSettings,
         metrics: Arc<Metrics>,
         drafter: Option<(Drafter, SpecParams)>,
+        preparer: Arc<Preparer>,
     ) -> Engine {
         let tok = model.tokenizer.as_ref();
         let tool_format = tok.and_then(|t| t.chat_template()).and_then(ToolFormat::detect);
@@ -91,7 +94,7 @@ impl Engine {
             model,
             base,
             settings,
-            grammars: None,
+            preparer,
             tool_format,
             markers,
             prefix,
@@ -186,8 +189,11 @@ impl Engine {
                     r.halt = Some(if why == "cancelled" { "cancelled" } else { "length" });
                 }
             }
-            for job in arrived {
-                match self.admit_inner(&job) {
+            for mut job in arrived {
+                // A panic in one request's admission fails that request, not the server.
+                let admitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.admit_inner(&mut job)))
+                    .unwrap_or_else(|p| Err(ApiError::status(500, format!("internal error: {}", panic_text(&p)))));
+                match admitted {
                     Ok(mut parts) => {
                         self.serial += 1;
                         let hit = parts.draft.take();
@@ -516,6 +522,11 @@ enum Role {
     Lead,
     /// Another rank: runs the turns rank 0 sends.
     Follow,
+}
+
+/// What a caught panic said.
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default()
 }
 
 /// The ranks no longer agree (a peer died): this rank ends, with one line.

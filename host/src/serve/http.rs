@@ -1,20 +1,22 @@
 //! The HTTP side: routes, the API key, the queue in front of the engine,
 //! and the reply in OpenAI's shapes, whole or as server-sent events.
 
-use super::api::{self, ApiError};
+use super::api::{self, ApiError, JobSpec};
 use super::job::{Event, Job, LogprobEntry, Usage};
+use super::limits::Limits;
 use super::metrics::Metrics;
 use super::output::Delta;
+use super::prepare::{Prepared, Preparer};
 use super::tools::ToolCall;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,6 +24,7 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What the handlers share.
 pub struct AppState {
@@ -35,6 +38,39 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// Server start (the model's `created`).
     pub created: u64,
+    /// Makes requests ready for the engine, under the server's limits.
+    preparer: Arc<Preparer>,
+    /// Request bodies held at once, in KiB (`max_pending_bytes`).
+    pending: Arc<Semaphore>,
+    /// Requests being checked and prepared at once.
+    preparing: Arc<Semaphore>,
+}
+
+impl AppState {
+    /// The handlers' state: the engine's `queue`, and `preparer` with the
+    /// limits every request is held to.
+    pub fn new(
+        queue: SyncSender<Job>,
+        metrics: Arc<Metrics>,
+        model_ids: Vec<String>,
+        api_key: Option<String>,
+        preparer: Arc<Preparer>,
+    ) -> AppState {
+        let l = preparer.limits();
+        let pending = Arc::new(Semaphore::new(kib(l.max_pending_bytes).min(Semaphore::MAX_PERMITS)));
+        let preparing = Arc::new(Semaphore::new(l.prepare_concurrency.max(1)));
+        let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        AppState { queue, metrics, model_ids, api_key, created, preparer, pending, preparing }
+    }
+
+    fn limits(&self) -> &Limits {
+        self.preparer.limits()
+    }
+}
+
+/// Bytes in whole KiB, rounded up (the pending-bytes budget's unit).
+fn kib(bytes: usize) -> usize {
+    bytes.div_ceil(1024).max(1)
 }
 
 type Shared = Arc<AppState>;
@@ -50,10 +86,6 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The largest request body taken: images and clips come inline as
-/// base64, far past axum's 2 MB default.
-pub const MAX_BODY: usize = 64 << 20;
-
 /// The router.
 pub fn router(state: Shared) -> Router {
     let api = Router::new()
@@ -63,12 +95,10 @@ pub fn router(state: Shared) -> Router {
         .route("/chat/completions", post(chat))
         .route("/completions", post(completions))
         .route("/models", get(models))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
-        .route_layer(middleware::from_fn_with_state(state.clone(), declared_size))
-        .layer(DefaultBodyLimit::max(MAX_BODY));
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/metrics", get(metrics))
         .merge(api)
         .fallback(|| async { ApiError::status(404, "no such route") })
         .with_state(state)
@@ -85,20 +115,53 @@ async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-/// A body whose `Content-Length` is over [`MAX_BODY`] is refused before
-/// any of it is read. (axum's limit only trips once that many bytes have
-/// come in, so a client would first upload the whole body for nothing.)
-async fn declared_size(State(st): State<Shared>, req: Request, next: Next) -> Response {
-    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        st.metrics.rejected.fetch_add(1, Ordering::SeqCst);
-        return ApiError::status(413, too_big()).into_response();
-    }
-    next.run(req).await
+fn too_big(max: usize) -> ApiError {
+    ApiError::status(
+        413,
+        format!("the request body is over the {} MiB this server takes (--max-body-bytes)", max >> 20),
+    )
 }
 
-fn too_big() -> String {
-    format!("the request body is over the {} MiB this server takes", MAX_BODY >> 20)
+/// A request's body, read within the server's bounds: a body declared or
+/// found over `max_body_bytes` is 413 (a declared one before any of it is
+/// read), one that does not arrive within `body_timeout` is 408, and one
+/// that would take the bytes held by all requests past
+/// `max_pending_bytes` is 503. The permit holds its share of that budget.
+async fn read_body(st: &Shared, req: Request) -> Result<(Bytes, OwnedSemaphorePermit), ApiError> {
+    let l = st.limits();
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > l.max_body_bytes as u64) {
+        return Err(too_big(l.max_body_bytes));
+    }
+    // A body of unknown length may grow to the largest taken.
+    let want = declared.map_or(l.max_body_bytes, |n| n as usize);
+    let permits = u32::try_from(kib(want)).unwrap_or(u32::MAX);
+    let hold = st.pending.clone().try_acquire_many_owned(permits).map_err(|_| {
+        ApiError::status(
+            503,
+            "the server is busy: it holds as many request bytes as it takes (--max-pending-bytes); retry shortly",
+        )
+    })?;
+    let mut stream = req.into_body().into_data_stream();
+    let mut body = Vec::with_capacity(want.min(1 << 20));
+    let read = async {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| ApiError::status(400, format!("the request body could not be read: {e}")))?;
+            if body.len() + chunk.len() > l.max_body_bytes {
+                return Err(too_big(l.max_body_bytes));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(l.body_timeout, read).await {
+        Ok(Ok(())) => Ok((Bytes::from(body), hold)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ApiError::status(
+            408,
+            format!("the request body did not arrive within {} s (--body-timeout)", l.body_timeout.as_secs()),
+        )),
+    }
 }
 
 async fn metrics(State(st): State<Shared>) -> Response {
@@ -111,30 +174,12 @@ async fn models(State(st): State<Shared>) -> Json<Value> {
     ]}))
 }
 
-async fn chat(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    match body {
-        Ok(body) => handle(st, &body, true, "chatcmpl").await,
-        Err(e) => body_refused(&st, e),
-    }
+async fn chat(State(st): State<Shared>, req: Request) -> Response {
+    handle(st, req, true, "chatcmpl").await
 }
 
-async fn completions(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    match body {
-        Ok(body) => handle(st, &body, false, "cmpl").await,
-        Err(e) => body_refused(&st, e),
-    }
-}
-
-/// A body that could not be read (over [`MAX_BODY`], or cut off), in
-/// OpenAI's error shape.
-fn body_refused(st: &Shared, e: BytesRejection) -> Response {
-    st.metrics.rejected.fetch_add(1, Ordering::SeqCst);
-    let status = e.status().as_u16();
-    let message = match status {
-        413 => too_big(),
-        _ => format!("the request body could not be read: {}", e.body_text()),
-    };
-    ApiError::status(status, message).into_response()
+async fn completions(State(st): State<Shared>, req: Request) -> Response {
+    handle(st, req, false, "cmpl").await
 }
 
 fn new_id(prefix: &str) -> String {
@@ -156,32 +201,65 @@ impl Drop for CancelOnDrop {
     }
 }
 
-async fn handle(st: Shared, body: &[u8], chat: bool, kind: &str) -> Response {
-    let check = if chat { api::chat } else { api::completion };
+/// The checked request, made ready for the engine, with the text it
+/// came as (for the ranks of a split server).
+type Checked = (JobSpec, Prepared, String);
+
+/// Checks and prepares a body on a blocking thread (parsing, templates,
+/// tokenizing, media decoding and grammar compiling take time in
+/// proportion to what the client sent), at most `prepare_concurrency` at once.
+async fn check_and_prepare(st: &Shared, body: Bytes, chat: bool) -> Result<Checked, ApiError> {
+    let _turn =
+        st.preparing.clone().acquire_owned().await.map_err(|_| ApiError::status(503, "the server is shutting down"))?;
+    let st2 = st.clone();
+    let work = tokio::task::spawn_blocking(move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Some(m) = api::requested_model(&body) {
+                if !m.is_empty() && !st2.model_ids.contains(&m) {
+                    return Err(ApiError {
+                        status: 404,
+                        message: format!("model {m:?} is not served here (this server serves {:?})", st2.model_ids[0]),
+                        param: Some("model".into()),
+                    });
+                }
+            }
+            let spec = if chat { api::chat(&body) } else { api::completion(&body) }?;
+            let prepared = st2.preparer.prepare(&spec)?;
+            Ok((spec, prepared, String::from_utf8_lossy(&body).into_owned()))
+        }))
+        .unwrap_or_else(|_| Err(ApiError::status(500, "internal error while checking the request")))
+    });
+    work.await.unwrap_or_else(|_| Err(ApiError::status(500, "internal error while checking the request")))
+}
+
+async fn handle(st: Shared, req: Request, chat: bool, kind: &str) -> Response {
     let refuse = |e: ApiError| {
         st.metrics.rejected.fetch_add(1, Ordering::SeqCst);
         e.into_response()
     };
-    if let Some(m) = api::requested_model(body) {
-        if !m.is_empty() && !st.model_ids.contains(&m) {
-            return refuse(ApiError {
-                status: 404,
-                message: format!("model {m:?} is not served here (this server serves {:?})", st.model_ids[0]),
-                param: Some("model".into()),
-            });
-        }
-    }
-    let spec = match check(body) {
-        Ok(s) => s,
+    let (body, hold) = match read_body(&st, req).await {
+        Ok(b) => b,
         Err(e) => return refuse(e),
     };
+    let (spec, prepared, origin) = match check_and_prepare(&st, body, chat).await {
+        Ok(c) => c,
+        Err(e) => return refuse(e),
+    };
+    drop(hold);
     let (tx, mut rx) = unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(cancel.clone());
     let id = new_id(kind);
-    let stream = spec.stream;
-    let origin = (chat, String::from_utf8_lossy(body).into_owned());
-    let job = Job { spec: spec.clone(), id: id.clone(), cancel, events: tx, received: Instant::now(), origin };
+    let (stream_opts, chat_reply) = ((spec.stream, spec.include_usage, spec.logprobs.is_some()), spec.chat);
+    let job = Job {
+        spec,
+        id: id.clone(),
+        cancel,
+        events: tx,
+        received: Instant::now(),
+        origin: (chat, origin),
+        prepared: Some(prepared),
+    };
     st.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
     match st.queue.try_send(job) {
         Ok(()) => {}
@@ -201,11 +279,12 @@ async fn handle(st: Shared, body: &[u8], chat: bool, kind: &str) -> Response {
         Some(Event::Error(e)) => return e.into_response(),
         _ => return ApiError::status(500, "the engine stopped").into_response(),
     }
-    let reply = Reply { id, model: st.model_ids[0].clone(), created: now(), chat: spec.chat, calls: 0 };
+    let reply = Reply { id, model: st.model_ids[0].clone(), created: now(), chat: chat_reply, calls: 0 };
+    let (stream, include_usage, want_lp) = stream_opts;
     if stream {
-        sse(reply, rx, guard, spec.include_usage, spec.logprobs.is_some())
+        sse(reply, rx, guard, include_usage, want_lp)
     } else {
-        whole(reply, rx, guard, spec.logprobs.is_some()).await
+        whole(reply, rx, guard, want_lp).await
     }
 }
 

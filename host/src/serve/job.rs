@@ -3,6 +3,7 @@
 
 use super::api::{ApiError, JobSpec};
 use super::output::Delta;
+use super::prepare::Prepared;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
@@ -68,4 +69,7 @@ pub struct Job {
     /// The request as it came (`true`: a chat completion), which ranks of
     /// a distributed server check again into the same job.
     pub origin: (bool, String),
+    /// Its prompt, media and grammar made ready by the HTTP side (none:
+    /// the engine prepares it).
+    pub prepared: Option<Prepared>,
 }

@@ -63,6 +63,7 @@ pub fn job_of(a: &Arrival) -> Result<Job, ApiError> {
         events,
         received: Instant::now(),
         origin: (a.chat, a.body.clone()),
+        prepared: None,
     })
 }
 

@@ -3,25 +3,24 @@
 //! placeholder runs, the towers run once at admission, and a prompt-cache
 //! key in which each item's run stands for its pixels or samples.
 
-use super::api::{ApiError, MediaPart};
+use super::api::ApiError;
+use super::prepare::DecodedPart;
 use crate::model::{LoadedModel, MediaSpan, MediaState};
-use crate::prompt::{expand_markers, media_from_bytes, MediaKind, Prompt};
+use crate::prompt::{expand_markers, MediaKind, Prompt};
 
 /// The prompt of `ids` (the rendered messages, one marker per item) with
-/// `parts` decoded and processed, each marker expanded into the item's
-/// placeholders.
-pub fn prompt(model: &LoadedModel, ids: Vec<u32>, parts: &[MediaPart]) -> Result<Prompt, ApiError> {
-    if parts.is_empty() {
+/// `parts` (decoded already) processed by the family, each marker expanded
+/// into the item's placeholders.
+pub fn prompt(model: &LoadedModel, ids: Vec<u32>, parts: Vec<DecodedPart>) -> Result<Prompt, ApiError> {
+    let Some(first) = parts.first().map(|p| p.param.clone()) else {
         return Ok(Prompt::text(ids));
-    }
+    };
     let items = parts
-        .iter()
-        .map(|p| {
-            media_from_bytes(model, p.kind, &p.data, &p.param).map_err(|e| ApiError::bad(&p.param, format!("{e:#}")))
-        })
+        .into_iter()
+        .map(|p| p.decoded.process(model, &p.param).map_err(|e| ApiError::bad(&p.param, format!("{e:#}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let spec = model.plan.media.as_ref().into_option();
-    let spec = spec.ok_or_else(|| ApiError::bad(&parts[0].param, "this model takes no images or audio"))?;
+    let spec = spec.ok_or_else(|| ApiError::bad(&first, "this model takes no images or audio"))?;
     let bad = |e: anyhow::Error| ApiError::bad("messages", format!("{e:#}"));
     let ids = expand_markers(&ids, spec, &items).map_err(bad)?;
     Prompt::with_media(ids, Some(spec), items).map_err(bad)

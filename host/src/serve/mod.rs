@@ -10,10 +10,13 @@ pub mod engine;
 pub mod error;
 pub mod http;
 pub mod job;
+pub mod limits;
+pub mod listen;
 pub mod lockstep;
 pub mod media;
 pub mod metrics;
 pub mod output;
+pub mod prepare;
 pub mod row;
 pub mod tools;
 
@@ -22,7 +25,9 @@ use crate::model::LoadedModel;
 use anyhow::{Context, Result};
 use engine::Engine;
 pub use engine::EngineSettings;
+pub use limits::Limits;
 use metrics::Metrics;
+use prepare::{ModelFacts, Preparer};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +44,8 @@ pub struct ServerOptions {
     pub max_queue: usize,
     /// What the engine applies to every request.
     pub engine: EngineSettings,
+    /// What one request or client may take.
+    pub limits: Limits,
     /// The name the model is served as.
     pub model_name: String,
 }
@@ -59,27 +66,33 @@ pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<Built> + Send + 'stat
         return follow(o, load, metrics);
     }
     let (queue, jobs) = std::sync::mpsc::sync_channel(o.max_queue);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Arc<Preparer>, String>>();
     let settings = o.engine.clone();
+    let limits = o.limits.clone();
     let m = metrics.clone();
-    let engine = std::thread::Builder::new().name("famlx-engine".into()).spawn(move || {
-        let built = load().map(|(s, base, d)| Engine::new(s, base, settings, m, d));
-        match built {
-            Ok(e) => {
-                let _ = ready_tx.send(Ok(()));
-                e.serve(jobs);
+    let engine = std::thread::Builder::new().name("famlx-engine".into()).stack_size(limits::WORK_STACK_BYTES).spawn(
+        move || {
+            let built = load().map(|(s, base, d)| {
+                let preparer = Arc::new(Preparer::new(facts(&s, &base), limits));
+                (Engine::new(s, base, settings, m, d, preparer.clone()), preparer)
+            });
+            match built {
+                Ok((e, preparer)) => {
+                    let _ = ready_tx.send(Ok(preparer));
+                    e.serve(jobs);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!("{e:#}")));
+                }
             }
-            Err(e) => {
-                let _ = ready_tx.send(Err(format!("{e:#}")));
-            }
-        }
-        let _ = mlx::synchronize();
-    })?;
-    match ready_rx.recv() {
-        Ok(Ok(())) => {}
+            let _ = mlx::synchronize();
+        },
+    )?;
+    let preparer = match ready_rx.recv() {
+        Ok(Ok(p)) => p,
         Ok(Err(e)) => anyhow::bail!("{e}"),
         Err(_) => anyhow::bail!("the engine thread stopped while loading the model"),
-    }
+    };
     let name = o.model_name.clone();
     let mut ids = vec![name.clone()];
     if let Some(base) = std::path::Path::new(&name).file_name().and_then(|b| b.to_str()) {
@@ -87,14 +100,15 @@ pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<Built> + Send + 'stat
             ids.push(base.to_string());
         }
     }
-    let state = Arc::new(http::AppState {
-        queue,
-        metrics,
-        model_ids: ids,
-        api_key: o.api_key.clone(),
-        created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-    });
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let state = Arc::new(http::AppState::new(queue, metrics, ids, o.api_key.clone(), preparer));
+    // Blocking threads prepare requests (templates, tokenizing, grammars):
+    // as many as may prepare at once, on stacks sized for grammar limits.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(o.limits.prepare_concurrency.max(1) + 2)
+        .thread_stack_size(limits::WORK_STACK_BYTES)
+        .enable_all()
+        .build()?;
     let app = http::router(state.clone());
     rt.block_on(async move {
         let addr = format!("{}:{}", o.host, o.port);
@@ -102,7 +116,7 @@ pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<Built> + Send + 'stat
             tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         eprintln!("famlx: serving {name} on http://{local}/v1 (Ctrl-C to stop)");
-        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+        listen::serve(listener, app, &o.limits, shutdown_signal()).await?;
         Ok::<_, anyhow::Error>(())
     })?;
     // The queue closes with the last handle: the engine finishes what it holds, then ends.
@@ -116,15 +130,44 @@ pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<Built> + Send + 'stat
 /// A rank other than 0 of a distributed server: no HTTP, the engine runs
 /// the turns rank 0 sends until rank 0 closes. SIGINT and SIGTERM are left
 /// to rank 0, which finishes what it holds and then closes every rank.
-fn follow(o: ServerOptions, load: impl FnOnce() -> Result<Built>, metrics: Arc<Metrics>) -> Result<()> {
+fn follow(
+    o: ServerOptions,
+    load: impl FnOnce() -> Result<Built> + Send + 'static,
+    metrics: Arc<Metrics>,
+) -> Result<()> {
     // SAFETY: setting the disposition of two signals to ignored.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
     }
-    let (model, base, _) = load()?;
-    Engine::new(model, base, o.engine.clone(), metrics, None).follow();
-    Ok(())
+    // Requests are prepared on the engine here: its stack is sized for that.
+    let engine = std::thread::Builder::new().name("famlx-engine".into()).stack_size(limits::WORK_STACK_BYTES).spawn(
+        move || {
+            let (model, base, _) = load()?;
+            let preparer = Arc::new(Preparer::new(facts(&model, &base), o.limits.clone()));
+            Engine::new(model, base, o.engine.clone(), metrics, None, preparer).follow();
+            Ok(())
+        },
+    )?;
+    engine.join().map_err(|_| anyhow::anyhow!("the engine thread panicked"))?
+}
+
+/// What preparing requests needs of the model.
+fn facts(model: &LoadedModel, base: &GenParams) -> ModelFacts {
+    let tokenizer = model.tokenizer().cloned().map_err(|e| format!("{e:#}"));
+    let tool_format = tokenizer.as_ref().ok().and_then(|t| t.chat_template()).and_then(tools::ToolFormat::detect);
+    let ctx = model.plan.max_position_embeddings as usize;
+    ModelFacts {
+        tokenizer,
+        tool_format,
+        vocab_size: model.plan.vocab_size,
+        eos: base.stop_ids.first().copied().unwrap_or(0),
+        media: [crate::prompt::MediaKind::Image, crate::prompt::MediaKind::Audio]
+            .into_iter()
+            .map(|k| (k, crate::prompt::takes_kind(model, k)))
+            .collect(),
+        context: (ctx > 0 && model.cache_opts.max_kv_size.is_none()).then_some(ctx),
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM: in-flight requests then finish (graceful shutdown).

@@ -4,15 +4,13 @@
 
 use super::Engine;
 use crate::cache::{make_caches, DraftHit, SharedCache};
-use crate::grammar::{Grammar, Grammars};
 use crate::model::MediaState;
-use crate::prompt::{render_chat, Prompt};
-use crate::serve::api::{ApiError, JobSpec, PromptSource};
+use crate::serve::api::{ApiError, PromptSource};
 use crate::serve::job::{Event, Job};
 use crate::serve::media;
 use crate::serve::output::{Delta, ReplyText};
+use crate::serve::prepare::Prepared;
 use crate::serve::row::Row;
-use crate::serve::tools::{call_grammar, ToolChoice};
 use famlx_text::Tokenizer;
 use std::time::Instant;
 
@@ -21,75 +19,18 @@ impl Engine {
         self.model.tokenizer().map_err(|e| ApiError::status(400, format!("{e:#}")))
     }
 
-    /// The prompt (ids, and the request's images and clips), and whether
-    /// the template opened a think block.
-    pub(super) fn prompt(&self, spec: &JobSpec) -> Result<(Prompt, bool), ApiError> {
-        let vocab = self.model.plan.vocab_size;
-        let (ids, in_think) = match &spec.prompt {
-            PromptSource::Ids(ids) => (ids.clone(), false),
-            PromptSource::Text(t) => {
-                let tok = self.tokenizer()?;
-                (tok.encode(t, true).map_err(|e| ApiError::bad("prompt", e.to_string()))?, false)
-            }
-            PromptSource::Chat { messages, tools, kwargs } => {
-                let tok = self.tokenizer()?;
-                let text = render_chat(tok, messages, tools.as_deref(), kwargs)
-                    .map_err(|e| ApiError::bad("messages", format!("{e:#}")))?;
-                let think = text.trim_end().ends_with("<think>");
-                (tok.encode(&text, true).map_err(|e| ApiError::bad("messages", e.to_string()))?, think)
-            }
-        };
-        if ids.is_empty() {
-            return Err(ApiError::bad("prompt", "the prompt is empty"));
-        }
-        if let Some(&bad) = ids.iter().find(|&&i| i >= vocab) {
-            return Err(ApiError::bad("prompt", format!("token id {bad} is outside the vocabulary ({vocab} tokens)")));
-        }
-        Ok((media::prompt(&self.model, ids, &spec.media)?, in_think))
-    }
-
-    /// The constraint a job needs: its response format, or a required tool call.
-    pub(super) fn grammar(&self, spec: &JobSpec) -> Result<Option<Grammar>, ApiError> {
-        if let Some(g) = &spec.grammar {
-            return Ok(Some(g.clone()));
-        }
-        let PromptSource::Chat { tools: Some(tools), .. } = &spec.prompt else { return Ok(None) };
-        if !matches!(spec.tool_choice, ToolChoice::Required | ToolChoice::Named(_)) {
-            return Ok(None);
-        }
-        let Some(format) = self.tool_format else {
-            return Err(ApiError::bad("tool_choice", "this model's chat template has no tool-call markup to require"));
-        };
-        let tok = self.tokenizer()?;
-        let single = |s: &str| match tok.encode(s, false) {
-            Ok(ids) if ids.len() == 1 => Some(ids[0]),
-            _ => None,
-        };
-        Ok(Some(Grammar::Lark(call_grammar(format, tools, &spec.tool_choice, single)?)))
-    }
-
-    pub(super) fn grammars(&mut self) -> Result<&Grammars, ApiError> {
-        if self.grammars.is_none() {
-            let built = (|| {
-                let tok = self.model.tokenizer()?;
-                let eos = self.base.stop_ids.first().copied().unwrap_or(0);
-                Grammars::new(tok, eos)
-            })()
-            .map_err(|e| format!("{e:#}"));
-            self.grammars = Some(built);
-        }
-        match self.grammars.as_ref().expect("just set") {
-            Ok(g) => Ok(g),
-            Err(e) => Err(ApiError::bad("response_format", e.clone())),
-        }
-    }
-
     /// A job checked against the model, made into a row's parts: its
     /// prompt ids, its caches (from the prompt cache when a prefix is
     /// there), its constraint and sampler.
-    pub(super) fn admit_inner(&mut self, job: &Job) -> Result<RowParts, ApiError> {
+    pub(super) fn admit_inner(&mut self, job: &mut Job) -> Result<RowParts, ApiError> {
+        // Prepared on the HTTP side; a rank that follows rank 0 prepares here.
+        let prepared = match job.prepared.take() {
+            Some(p) => p,
+            None => self.preparer.prepare(&job.spec)?,
+        };
         let spec = &job.spec;
-        let (prompt, in_think) = self.prompt(spec)?;
+        let Prepared { ids, in_think, media, constraint } = prepared;
+        let prompt = media::prompt(&self.model, ids, media)?;
         let ids = prompt.ids.clone();
         let room = self.model.context_room(ids.len()).map_err(|e| ApiError::status(413, format!("{e:#}")))?;
         let mut max = spec.max_tokens.unwrap_or(self.settings.default_max_tokens);
@@ -99,13 +40,6 @@ impl Engine {
             }
             max = max.min(r);
         }
-        let constraint = match self.grammar(spec)? {
-            Some(g) => {
-                let param = if spec.grammar.is_some() { "response_format" } else { "tools" };
-                Some(self.grammars()?.matcher(&g).map_err(|e| ApiError::bad(param, format!("{e:#}")))?)
-            }
-            None => None,
-        };
         let tools = match &spec.prompt {
             PromptSource::Chat { tools: Some(t), .. } => self.tool_format.map(|f| (f, t.clone())),
             _ => None,

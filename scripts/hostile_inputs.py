@@ -121,6 +121,59 @@ def default_gguf(famlx):
     return os.path.join(cache, "models", "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def server_cases(c, famlx):
+    """Hostile requests against a real `famlx serve` (the inputs of
+    scripts/serve_hostile_load.py): each row is the answer, then whether
+    /health and a normal request still answer right after it."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import serve_hostile_load as h
+
+    model = os.path.join(FIX, "llama-bf16")
+    proc = subprocess.Popen(
+        [famlx, "serve", "--model", model, "--port", "0", "--header-timeout", "2", "--body-timeout", "2",
+         "--max-prompt-tokens", "4096"],
+        stderr=subprocess.PIPE, env={**os.environ, "FAMLX_LOG": "warn"},
+    )
+    base = None
+    for line in proc.stderr:
+        line = line.decode("utf-8", "replace")
+        if "on http://" in line:
+            base = line.split("on ")[1].split()[0].removesuffix("/v1")
+            break
+    if base is None:
+        c.rows.append(("server", "famlx serve starts", "CRASH", "it did not say where it listens"))
+        return
+    host, port = base.split("//")[1].split(":")
+    normal = {"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}
+    want = h.post(base, "/v1/completions", normal)[1]
+    want = json.loads(want)["choices"][0]["text"] if want.startswith(b"{") else None
+    expected = {"400", "408", "413", "503", "closed"}
+    for name, f in h.HOSTILE + [
+        ("tool name with a quote", lambda b, _h, _p: h.post(b, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {
+                "name": "f\" | /.*/ | \"", "parameters": {"type": "object"}}}], "tool_choice": "required"})[0]),
+        ("text part that is a number", lambda b, _h, _p: h.post(b, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": [{"type": "text", "text": 7}]}]})[0]),
+        ("temperature 1e-40 (greedy)", lambda b, _h, _p: json.loads(h.post(b, "/v1/completions", {
+            **normal, "temperature": 1e-40})[1])["choices"][0]["text"] == want),
+    ]:
+        got = str(f(base, host, int(port)))
+        alive = proc.poll() is None and h.health(base)
+        after = h.post(base, "/v1/completions", normal) if alive else (None, b"")
+        same = after[0] == 200 and json.loads(after[1])["choices"][0]["text"] == want
+        if not alive:
+            result = "CRASH (server gone)"
+        elif not same:
+            result = "CRASH (normal request wrong after it)"
+        elif got in expected or got == "True" or (got == "200" and "Lark" in name):
+            result = "served" if got in ("200", "True") else "clear error"
+        else:
+            result = f"unexpected answer {got}"
+        c.rows.append(("server", name, result, f"answer: {got}; then /health and a normal request: ok"))
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--famlx", default=os.path.join(ROOT, "target", "debug", "famlx"))
@@ -300,6 +353,8 @@ def main():
     c.row("repl", "/help, an unknown /command, then /exit", ["chat", "--model", q, "--max-tokens", "2"], stdin=b"/help\n/frobnicate\n/exit\n", expect=S)
     c.row("repl", "a line of invalid UTF-8, then a question", ["chat", "--model", q, "--max-tokens", "2"], stdin=b"\xff\xfe\xfd\nhello\n", expect=W)
     c.row("repl", "a 300 KB line (longer than the context), then hi", ["chat", "--model", q, "--max-tokens", "2"], stdin=b"word " * 60000 + b"\nhi\n", expect="clear error, REPL went on")
+
+    server_cases(c, famlx)
 
     print("| area | input | result | first stderr line |")
     print("|---|---|---|---|")

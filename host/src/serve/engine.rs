@@ -213,19 +213,30 @@ impl Engine {
                 }
                 continue;
             }
-            self.prefill(&mut prefilling, &mut decoding);
+            // A panic in a prefill drops the rows it held (their clients get
+            // an error: their event channels close); the others go on.
+            let prefilled =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prefill(&mut prefilling, &mut decoding)));
+            if let Err(p) = prefilled {
+                self.metrics.failed.fetch_add(1, Ordering::SeqCst);
+                tracing::error!(target: "famlx::serve", "a prefill panicked: {}", panic_text(&p));
+            }
             if !decoding.is_empty() {
                 self.metrics.running_max.fetch_max(decoding.len(), Ordering::SeqCst);
-                let stepped = if decoding.len() == 1 && decoding[0].draft.is_some() {
-                    // A row with drafter caches never took a plain step: a
-                    // step still in flight is for rows that have ended.
-                    self.inflight = None;
-                    self.spec_step(&mut decoding[0])
-                } else {
-                    // Drafter caches follow a request only while it decodes alone.
-                    decoding.iter_mut().for_each(|r| r.draft = None);
-                    self.step(&mut decoding)
-                };
+                // A panic in a step fails the rows in it (below), not the server.
+                let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if decoding.len() == 1 && decoding[0].draft.is_some() {
+                        // A row with drafter caches never took a plain step: a
+                        // step still in flight is for rows that have ended.
+                        self.inflight = None;
+                        self.spec_step(&mut decoding[0])
+                    } else {
+                        // Drafter caches follow a request only while it decodes alone.
+                        decoding.iter_mut().for_each(|r| r.draft = None);
+                        self.step(&mut decoding)
+                    }
+                }))
+                .unwrap_or_else(|p| Err(anyhow::anyhow!("internal error: {}", panic_text(&p))));
                 if let Err(e) = stepped {
                     let e = ApiError::status(500, format!("generation failed: {e:#}"));
                     for r in decoding.drain(..) {

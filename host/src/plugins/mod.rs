@@ -167,6 +167,7 @@ pub fn load_plugin(path: &Path, fresh: bool) -> Result<LoadedPlugin> {
         Some(
             tempfile::Builder::new()
                 .prefix("famlx-plugin-")
+                .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
                 .tempdir()
                 .map_err(|e| anyhow!("{}: cannot make a folder for a fresh copy: {e}", path.display()))?,
         )

@@ -174,6 +174,75 @@ def server_cases(c, famlx):
     proc.wait(timeout=30)
 
 
+def plugin_launch_cases(c, famlx):
+    """Issue 34 items 9, 10 and 12 (parts): files named like plugins that
+    the loader must not be handed, --plugin-dir that is not a folder,
+    launch's bounds and temporary folders, integer flags past their range,
+    `plugin new` names whose code could not compile."""
+    E, W, S = "clear error", "degraded with warning", "served"
+    m = os.path.join(FIX, "llama-tied-f32")
+    here = os.path.dirname(famlx)
+    real = next(
+        (p for d in (here, os.path.join(here, "deps")) for p in [os.path.join(d, "libfamlx_plugin_llama.so")] if os.path.isfile(p)),
+        None,
+    )
+    pd = os.path.join(c.scratch, "plugins-34")
+    os.makedirs(pd)
+    if real:
+        data = open(real, "rb").read()
+        shutil.copy(real, os.path.join(pd, "libfamlx_plugin_llama.so"))
+        open(os.path.join(pd, "libfamlx_plugin_trunc.so"), "wb").write(data[:4096])
+        foreign = bytearray(data)
+        foreign[18:20] = struct.pack("<H", 62 if os.uname().machine == "aarch64" else 183)
+        open(os.path.join(pd, "libfamlx_plugin_foreign.so"), "wb").write(foreign)
+    os.mkfifo(os.path.join(pd, "libfamlx_plugin_fifo.so"))
+    if shutil.which("cc"):
+        src = os.path.join(pd, "stamp.c")
+        open(src, "w").write("const unsigned int famlx_plugin_abi_version = 8;\n")
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", os.path.join(pd, "libfamlx_plugin_datastamp.so"), src])
+        os.remove(src)
+    c.row("plugins", "a truncated plugin (4 KB), a FIFO, an aarch64 ELF, a data ABI stamp: famlx plugins", ["plugins", "--plugin-dir", pd], expect=S)
+    c.row("plugins", "the same folder, generate with a family that loaded", ["generate", "--plugin-dir", pd, *gen(m)[1:]], expect=W if real else E)
+    f = c.file("not-a-folder", b"x")
+    loop = os.path.join(c.scratch, "loop-34")
+    os.symlink(loop, loop)
+    for what, d in [("missing", os.path.join(c.scratch, "nope-34")), ("a file", f), ("a symlink loop", loop)]:
+        c.row("plugins", f"--plugin-dir that is {what}", ["plugins", "--plugin-dir", d], expect=E)
+
+    c.row("launch", "-n 70000", ["launch", "-n", "70000", "--", "plugins"], expect=E)
+    c.row("launch", "--hosts a,b -n 600 (1200 ranks)", ["launch", "--hosts", "a,b", "-n", "600", "--", "plugins"], expect=E)
+    c.row("launch", "-n 2 --starting-port 65535", ["launch", "-n", "2", "--starting-port", "65535", "--", "plugins"], expect=E)
+    good = os.path.join(c.scratch, "plugins-34-good")
+    os.makedirs(good)
+    if real:
+        shutil.copy(real, good)
+    c.row("launch", "-n 1 (runs in process)", ["launch", "-n", "1", "--", "generate", "--plugin-dir", good, *gen(m)[1:]], expect=S)
+    tmp = os.path.join(c.scratch, "tmp-34")
+    os.makedirs(tmp)
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = tmp
+    try:
+        c.row("launch", "-n 2 whose ranks fail", ["launch", "-n", "2", "--", "generate", "--model", os.path.join(c.scratch, "nope"), "--prompt", "x"], expect=E)
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR")
+        else:
+            os.environ["TMPDIR"] = old
+    left = os.listdir(tmp)
+    c.rows.append(("launch", "its temporary folder afterwards", "CRASH (left behind)" if left else "removed", " ".join(left)))
+
+    for what, args in [
+        ("bench -p 4294967297", ["bench", "--model", m, "-p", "4294967297"]),
+        ("generate --max-kv-size 4294967297", [*gen(m), "--max-kv-size", "4294967297"]),
+        ("serve --max-queue 4294967296", ["serve", "--model", m, "--max-queue", "4294967296"]),
+        ("serve --request-timeout 18446744073709551615", ["serve", "--model", m, "--request-timeout", "18446744073709551615"]),
+    ]:
+        c.row("flags", what, args, expect=E)
+    for name in ["self", "self_", "array", "model_plan"]:
+        c.row("plugin new", f"plugin new {name}", ["plugin", "new", name, "--dir", os.path.join(c.scratch, "new-" + name)], expect=E)
+    c.row("plugin new", "plugin new phi3", ["plugin", "new", "phi3", "--dir", os.path.join(c.scratch, "new-phi3")], expect=S)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--famlx", default=os.path.join(ROOT, "target", "debug", "famlx"))
@@ -347,6 +416,8 @@ def main():
     c.row("plugins", "a garbage file named like a plugin", ["generate", "--plugin-dir", pd, *gen(m)[1:]], expect=W)
     open(os.path.join(pd, "libfamlx_plugin_empty.so"), "wb").write(b"")
     c.row("plugins", "an empty plugin file (next to the junk)", ["plugins", "--plugin-dir", pd], expect=S)
+
+    plugin_launch_cases(c, famlx)
 
     # --- Chat REPL input
     q = os.path.join(FIX, "qwen3-bf16")

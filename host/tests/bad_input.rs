@@ -223,3 +223,43 @@ fn empty_chat_template_is_ignored_with_a_warning() {
     let v = common::json_of(&o);
     assert!(v["prompt_tokens"].as_u64().unwrap() > 2, "the prompt was dropped: {v}");
 }
+
+/// Integer flags past what their use can hold are usage errors naming the
+/// flag and the value, never truncated (`bench -p 4294967297` ran one token
+/// and reported 4294967297; `--max-kv-size 4294967297` made a window of 1)
+/// nor sized into memory (`--max-queue`, `--request-timeout`).
+#[test]
+fn integer_flags_out_of_range_are_usage_errors_not_truncated() {
+    let m = fixture("llama-tied-f32").display().to_string();
+    let generate = ["generate", "--model", &m, "--prompt-ids", "1,2"];
+    for (cmd, flag, value) in [
+        (&["bench", "--model", &m][..], "--prompt-tokens", "4294967297"),
+        (&["bench", "--model", &m][..], "--generation-tokens", "4294967297"),
+        (&generate[..], "--max-tokens", "4294967297"),
+        (&generate[..], "--max-kv-size", "4294967297"),
+        (&generate[..], "--prefill-step-size", "2147483648"),
+        (&generate[..], "--quantized-kv-start", "9223372036854775808"),
+        (&["serve", "--model", &m][..], "--max-queue", "4294967296"),
+        (&["serve", "--model", &m][..], "--request-timeout", "18446744073709551615"),
+        (&["launch", "--", "plugins"][..], "--repeat-hosts", "4294967297"),
+    ] {
+        let mut a: Vec<&str> = cmd.to_vec();
+        // Before `--` where there is one.
+        let at = a.iter().position(|x| *x == "--").unwrap_or(a.len());
+        a.splice(at..at, [flag, value]);
+        let o = run(&a);
+        let (_, err) = texts(&o);
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {err}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("error: invalid value") && first.contains(flag) && first.contains(value),
+            "{a:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // In range but more than the model's context: refused before the
+    // random prompt (8 GiB of ids here) is drawn.
+    let t0 = std::time::Instant::now();
+    expect_error(&["bench", "--model", &m, "-p", "2147483647", "-g", "1"], &["-p 2147483647 + -g 1", "context"]);
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30), "took {:?}", t0.elapsed());
+}

@@ -2,8 +2,10 @@
 //! over MLX's ring backend on 127.0.0.1, tensor and pipeline parallel, give
 //! exactly the greedy tokens of one process; the ranks really hold only
 //! their share; chat answers as one process; `mlx.launch` (the reference
-//! launcher) starts famlx ranks too; and a killed rank ends the run with
-//! one error naming it. (A server split over ranks: tests/serve.rs.)
+//! launcher) starts famlx ranks too; a killed rank ends the run with
+//! one error naming it; a launch is bounded (ranks, ports), one rank runs
+//! in process, and no temporary file outlives a launch. (A server split
+//! over ranks: tests/serve.rs.)
 
 mod common;
 
@@ -198,7 +200,8 @@ fn ranks_started_by_mlx_launch_work_too() {
 /// the line (the ring hostfile, MLX_RANK, `--env`, `--cwd`: `model` in the
 /// scratch folder names `model`), its stdin piped from ssh's, and no signal
 /// passed on when ssh ends. Both addresses are loopback on Linux, so the
-/// ranks' ring really binds the addresses the launcher gave them.
+/// ranks' ring really binds the addresses the launcher gave them. The
+/// ranks' TMPDIR is the scratch folder's `tmp` (see [`remote_tmp`]).
 fn through_ssh(scratch: &Scratch, model: &Path, command: &[String]) -> Command {
     std::os::unix::fs::symlink(model, scratch.path().join("model")).unwrap();
     let bin = scratch.path().join("bin");
@@ -229,14 +232,26 @@ fn through_ssh(scratch: &Scratch, model: &Path, command: &[String]) -> Command {
     };
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let plugins = format!("FAMLX_PLUGIN_PATH={}", common::deps_dir().display());
+    std::fs::create_dir_all(remote_tmp(scratch)).unwrap();
+    let tmp = format!("TMPDIR={}", remote_tmp(scratch).display());
     let mut c = famlx();
     c.args(["launch", "--hosts", "127.0.0.2,127.0.0.3", "--backend", "ring", "-p", &port.to_string()]);
     // A rank whose peer never comes waits this long (the stand-in keeps a
     // stopped rank's stderr open until it ends, and the launcher reads it).
-    c.args(["--env", &plugins, "--env", "FAMLX_DIST_TIMEOUT=10", "--cwd"]).arg(scratch.path()).arg("--");
+    c.args(["--env", &plugins, "--env", "FAMLX_DIST_TIMEOUT=10", "--env", &tmp, "--cwd"]).arg(scratch.path()).arg("--");
     c.args(command);
     c.env("PATH", path);
     c
+}
+
+/// The TMPDIR of [`through_ssh`]'s ranks, where each writes the ring's hostfile.
+fn remote_tmp(scratch: &Scratch) -> PathBuf {
+    scratch.path().join("tmp")
+}
+
+/// What is left in `dir`.
+fn left_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
 }
 
 /// Kills what a failed test would leave running.
@@ -277,6 +292,9 @@ fn ranks_on_other_hosts_start_through_ssh() {
     let mut hosts: Vec<&str> = logged.lines().collect();
     hosts.sort();
     assert_eq!(hosts, ["127.0.0.2", "127.0.0.3"], "{logged}");
+    // Each rank wrote the ring's hostfile to a temporary file of its own
+    // and removed it once it had joined.
+    assert_eq!(left_in(&remote_tmp(&scratch)), Vec::<String>::new());
 }
 
 #[test]
@@ -497,4 +515,113 @@ fn images_and_audio_across_ranks_give_the_tokens_of_one_process() {
             assert_eq!(tokens(&json_of(&o)), tokens(&want), "{name}: 2 ranks, {mode}, with {flag}");
         }
     }
+}
+
+/// One rank on this machine is no group: `famlx launch -n 1` runs the
+/// command in its own process (with `--env` set), at once, with the tokens
+/// of a plain run.
+#[test]
+fn one_rank_runs_in_process() {
+    let _one = one_at_a_time();
+    let model = fixture("llama-deep-f32");
+    let want = alone(&model);
+    let t0 = Instant::now();
+    let o = famlx().args(["launch", "-n", "1", "--"]).args(generate_args(&model, &[])).output().unwrap();
+    assert_eq!(tokens(&json_of(&o)), tokens(&want));
+    assert!(t0.elapsed() < Duration::from_secs(20), "took {:?}", t0.elapsed());
+    // In this process: no rank started, so no rank's launcher pipe.
+    let o =
+        famlx().args(["launch", "-n", "1", "--env", "FAMLX_PLUGIN_PATH=/famlx-launch-env", "--", "plugins"]).output();
+    let (out, err) = texts(&o.unwrap());
+    assert!(out.lines().any(|l| l.trim() == "/famlx-launch-env"), "--env not applied:\n{out}\n{err}");
+    // Its usage errors are the command's own.
+    let o = famlx().args(["launch", "-n", "1", "--", "generate", "--frobnicate"]).output().unwrap();
+    let (_, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--frobnicate"), "{err}");
+}
+
+/// Ranks and ports have bounds, checked before anything starts: one line
+/// naming the flag, at once (`-n 70000` used to reach 12 GB building the
+/// ranks' environments).
+#[test]
+fn launches_are_bounded() {
+    let _one = one_at_a_time();
+    for (args, must) in [
+        (vec!["--hosts", "127.0.0.1,localhost", "-n", "600"], vec!["-n 600 with 2 hosts", "at most 1024 ranks"]),
+        (vec!["-n", "2", "-p", "65535"], vec!["--starting-port 65535", "65535-65536, past 65535"]),
+        (vec!["-n", "3", "-p", "65534"], vec!["--starting-port 65534", "past 65535"]),
+        (vec!["-n", "2", "-p", "0"], vec!["--starting-port 0"]),
+        (vec!["-n", "2", "--backend", "nccl", "--hosts", "127.0.0.2", "--nccl-port", "0"], vec!["--nccl-port 0"]),
+    ] {
+        let mut a = vec!["launch"];
+        a.extend(args);
+        a.extend(["--", "plugins"]);
+        common::expect_error(&a, &must);
+    }
+    let hosts = Scratch::new("many-hosts");
+    let file = hosts.path().join("hosts.json");
+    let many: Vec<String> = (0..1025).map(|_| r#"{"ssh":"127.0.0.1","ips":["127.0.0.1"]}"#.to_string()).collect();
+    std::fs::write(&file, format!("[{}]", many.join(","))).unwrap();
+    let f = file.display().to_string();
+    common::expect_error(&["launch", "--hostfile", &f, "--", "plugins"], &[&f, "1025 hosts", "at most 1024 ranks"]);
+    // -n itself: a usage error, at once.
+    let t0 = Instant::now();
+    let o = famlx().args(["launch", "-n", "70000", "--", "plugins"]).output().unwrap();
+    let (_, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.lines().next().is_some_and(|l| l.contains("'70000'") && l.contains("1..=1024")), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+}
+
+/// The launcher's temporary folder is private and goes when the launch
+/// ends, however it ends: ranks that fail, or an ssh that cannot start.
+#[test]
+fn a_launch_leaves_no_temporary_folder() {
+    let _one = one_at_a_time();
+    let tmp = Scratch::new("launch-tmp");
+    let model = fixture("llama-deep-f32");
+    // While the ranks run, their ring's hostfile is in a folder only this
+    // user can enter, named unpredictably.
+    let mut c = famlx();
+    c.args(["launch", "-n", "2", "--", "bench", "-p", "8", "-g", "100000", "-n", "1", "--max-kv-size", "16"]);
+    let launcher = c.arg("--model").arg(&model).env("TMPDIR", tmp.path()).stdout(Stdio::null());
+    let mut launcher = launcher.stderr(Stdio::null()).spawn().unwrap();
+    let t0 = Instant::now();
+    let folder = loop {
+        if let Some(d) = left_in(tmp.path()).into_iter().next() {
+            break tmp.path().join(d);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no temporary folder");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&folder).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{}", folder.display());
+    let name = folder.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("famlx-launch-") && !name.ends_with(&launcher.id().to_string()), "{name}");
+    // SAFETY: signalling the launcher this test started; it stops its ranks.
+    unsafe { libc::kill(launcher.id() as i32, libc::SIGTERM) };
+    assert!(wait_for(&mut launcher, Duration::from_secs(30)).is_some(), "the launcher did not stop");
+    assert_eq!(left_in(tmp.path()), Vec::<String>::new(), "after a stopped launch");
+
+    // Ranks that fail.
+    let o = famlx()
+        .args(["launch", "-n", "2", "--", "generate", "--model", "/nonexistent/model", "--prompt", "x"])
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert_eq!(left_in(tmp.path()), Vec::<String>::new(), "after failed ranks");
+    // A rank that cannot be started at all (no ssh on PATH).
+    let empty = Scratch::new("no-ssh");
+    let o = famlx()
+        .args(["launch", "--hosts", "127.0.0.2,127.0.0.3", "--backend", "ring", "--", "plugins"])
+        .env("TMPDIR", tmp.path())
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    let (_, err) = texts(&o);
+    assert!(err.contains("famlx: error: cannot run ssh to 127.0.0.2"), "{err}");
+    assert_eq!(left_in(tmp.path()), Vec::<String>::new(), "after a rank that could not start");
 }

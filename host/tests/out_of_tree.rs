@@ -88,3 +88,44 @@ fn plugin_new_builds_out_of_tree_and_serves_its_checkpoint() {
     assert_eq!(tokens[..], want[..tokens.len()], "out-of-tree plugin disagrees with mlx-lm");
     assert!(tokens.len() == want.len() || got["finish_reason"] == "stop");
 }
+
+/// Names whose generated code could not compile are refused, one line
+/// naming them, nothing written: a Rust keyword, or a type name (`self_` →
+/// `Self`, `array` → `Array`, `model_plan` → `ModelPlan`) that is a keyword,
+/// a prelude name or one the template already uses. Other names scaffold,
+/// each replaced whole (`xmytiny` contains the template's own name).
+#[test]
+fn plugin_new_refuses_names_its_code_cannot_take() {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("oot-names-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    for (name, says) in [
+        ("self", "a Rust keyword"),
+        ("self_", "`Self`, a Rust keyword"),
+        ("fn", "a Rust keyword"),
+        ("array", "`Array`, a name the plugin's code already uses"),
+        ("model_plan", "`ModelPlan`, a name the plugin's code already uses"),
+        ("config", "`Config`, a name the plugin's code already uses"),
+        ("vec", "`Vec`, a name of Rust's prelude"),
+        ("result", "`Result`"),
+    ] {
+        let dir = tmp.join(name);
+        let out = famlx().args(["plugin", "new", name, "--dir"]).arg(&dir).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
+        assert!(err.starts_with(&format!("famlx: error: plugin name `{name}`")) && err.contains(says), "{name}: {err}");
+        assert!(!dir.exists(), "{name}: wrote {}", dir.display());
+    }
+    for (name, ty) in [("phi3", "Phi3"), ("xmytiny", "Xmytiny"), ("array_lm", "ArrayLm")] {
+        let dir = tmp.join(name);
+        let out = famlx().args(["plugin", "new", name, "--dir"]).arg(&dir).output().unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap();
+        assert!(lib.contains(&format!("pub struct {ty};")), "{name}: {lib}");
+        assert!(lib.contains(&format!("export_plugin!(\"famlx-plugin-{name}\", [{ty}]);")), "{name}: {lib}");
+        assert!(lib.contains(&format!("&[\"{name}\"]")) && !lib.contains("mytiny\"") || name == "xmytiny", "{lib}");
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        assert!(manifest.contains(&format!("name = \"famlx_plugin_{name}\"")), "{manifest}");
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -1,6 +1,8 @@
 //! Plugin loading: several plugins from one folder, refusals (wrong ABI, wrong
-//! MLX, a family with no model_type, not a plugin, no root module) with a
-//! reason, and a panicking plugin and one returning wrongly shaped logits
+//! MLX, a family with no model_type, not a plugin, no root module; files the
+//! dynamic loader must never see: truncated, a FIFO, another machine's, a
+//! version stamp that is data) with a reason, `--plugin-dir`s that are not
+//! folders, and a panicking plugin and one returning wrongly shaped logits
 //! contained, with the other plugins still serving.
 
 mod common;
@@ -12,7 +14,8 @@ use famlx::model::LoadedModel;
 use famlx::plugins::{load_plugin, plugin_pattern, Registry};
 use plugin_api::ABI_VERSION;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Copies the cdylib `lib` into `dir` under the plugin name `libfamlx_plugin_<as_name>.so`.
 fn install(lib: &str, dir: &Path, as_name: &str) -> PathBuf {
@@ -183,7 +186,6 @@ fn famlx_testplugin_panicky_msg() -> &'static str {
 
 /// Compiles a C shared library, exporting the famlx stamps when `stamps`.
 fn c_library(dir: &Path, name: &str, stamps: bool) -> PathBuf {
-    let src = dir.join(format!("{name}.c"));
     let code = if stamps {
         format!(
             "unsigned int famlx_plugin_abi_version(void) {{ return {ABI_VERSION}; }}\n\
@@ -193,6 +195,12 @@ fn c_library(dir: &Path, name: &str, stamps: bool) -> PathBuf {
     } else {
         "int not_a_plugin(void) { return 42; }\n".to_string()
     };
+    c_code_library(dir, name, &code)
+}
+
+/// Compiles the C source `code` into a shared library named like a plugin.
+fn c_code_library(dir: &Path, name: &str, code: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, code).unwrap();
     let (pre, suf) = plugin_pattern();
     let out = dir.join(format!("{pre}{name}{suf}"));
@@ -217,7 +225,7 @@ fn non_plugins_are_refused_with_a_reason() {
 
     let reason = |p: &Path| load_plugin(p, false).err().expect("must be refused").to_string();
     let e = reason(&junk);
-    assert!(e.starts_with(&junk.display().to_string()) && e.contains("cannot load"), "{e}");
+    assert!(e.starts_with(&junk.display().to_string()) && e.contains("not a shared library (no ELF header)"), "{e}");
     let e = reason(&plain);
     assert!(e.contains("not a famlx plugin") && e.contains("famlx_plugin_abi_version"), "{e}");
     let e = reason(&rootless);
@@ -323,4 +331,211 @@ fn wrong_logits_shape_is_an_error_and_the_host_keeps_running() {
 
     // The same process goes on to load and run the real llama fixture.
     llama_still_serves(&registry());
+}
+
+/// `famlx ARGS` with FAMLX_PLUGIN_PATH unset, killed (and the test failed)
+/// if it runs past `limit`: a FIFO opened as a plugin would block it for
+/// ever. Returns (exit code, stdout, stderr); a signal fails the test.
+fn famlx_bounded(args: &[&str], dirs: &[&Path], limit: Duration) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_famlx"));
+    c.args(args).env_remove("FAMLX_PLUGIN_PATH").stdout(Stdio::piped()).stderr(Stdio::piped());
+    for d in dirs {
+        c.arg("--plugin-dir").arg(d);
+    }
+    let mut child = c.spawn().unwrap();
+    let read = |r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::BufReader::new(r).read_to_string(&mut s);
+            s
+        })
+    };
+    use std::io::Read;
+    let (out, err) = (read(Box::new(child.stdout.take().unwrap())), read(Box::new(child.stderr.take().unwrap())));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("famlx {args:?} still ran after {limit:?} (a hang): {}", err.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    assert!(!err.contains("panicked at"), "famlx {args:?} panicked: {err}");
+    let code = status.code().unwrap_or_else(|| panic!("famlx {args:?} died of {status}:\n{err}"));
+    (code, out, err)
+}
+
+/// The ELF machine number of another architecture than this build's, and its name.
+fn foreign_machine() -> (u16, &'static str) {
+    if std::env::consts::ARCH == "aarch64" {
+        (62, "x86_64")
+    } else {
+        (183, "aarch64")
+    }
+}
+
+/// `elf` (a 64-bit little-endian ELF file) with its first PT_LOAD segment
+/// claiming twice the file's size: the loader would map pages past its end.
+fn segment_past_the_end(mut elf: Vec<u8>) -> Vec<u8> {
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
+    let (size, count) = (u16_at(&elf, 0x36), u16_at(&elf, 0x38));
+    let load = (0..count).map(|i| phoff + i * size).find(|&o| elf[o..o + 4] == 1u32.to_le_bytes()).unwrap();
+    let twice = (elf.len() as u64 * 2).to_le_bytes();
+    elf[load + 32..load + 40].copy_from_slice(&twice);
+    elf
+}
+
+/// Files named like plugins that the loader must not be handed, each with
+/// what its refusal must say: built in `dir` from a real plugin.
+fn broken_plugin_files(dir: &Path) -> Vec<(PathBuf, String)> {
+    let (pre, suf) = plugin_pattern();
+    let named = |n: &str| dir.join(format!("{pre}{n}{suf}"));
+    let real = std::fs::read(cdylib("famlx_plugin_qwen3")).unwrap();
+    let mut out = Vec::new();
+
+    let truncated = named("truncated");
+    std::fs::write(&truncated, &real[..4096]).unwrap();
+    out.push((truncated, "truncated or damaged library (the file has 4096 bytes".to_string()));
+
+    let segment = named("segment");
+    std::fs::write(&segment, segment_past_the_end(real.clone())).unwrap();
+    out.push((
+        segment,
+        format!("truncated: a segment needs bytes 0..{} but the file has {}", real.len() * 2, real.len()),
+    ));
+
+    let fifo = named("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    out.push((fifo, "not a regular file (a FIFO)".to_string()));
+
+    let folder = named("folder");
+    std::fs::create_dir(&folder).unwrap();
+    out.push((folder, "not a regular file (a folder)".to_string()));
+
+    let (machine, name) = foreign_machine();
+    let mut other = real.clone();
+    other[18..20].copy_from_slice(&machine.to_le_bytes());
+    let foreign = named("foreign");
+    std::fs::write(&foreign, other).unwrap();
+    out.push((foreign, format!("built for {name}, this famlx runs on {}", std::env::consts::ARCH)));
+
+    let mlx = format!("{:?}", mlx::build_version());
+    let abi_data = c_code_library(
+        dir,
+        "abidata",
+        &format!(
+            "const unsigned int famlx_plugin_abi_version = {ABI_VERSION};\n\
+             const char *famlx_plugin_mlx_version(void) {{ return {mlx}; }}\n"
+        ),
+    );
+    out.push((abi_data, "famlx_plugin_abi_version is a data symbol, not a function".to_string()));
+    let mlx_data = c_code_library(
+        dir,
+        "mlxdata",
+        &format!(
+            "unsigned int famlx_plugin_abi_version(void) {{ return {ABI_VERSION}; }}\n\
+             const char famlx_plugin_mlx_version[] = {mlx};\n"
+        ),
+    );
+    out.push((mlx_data, "famlx_plugin_mlx_version is a data symbol, not a function".to_string()));
+    out
+}
+
+#[test]
+fn files_the_loader_must_not_see_are_refused_and_the_others_still_serve() {
+    let dir = Scratch::new("broken-files");
+    let bad = broken_plugin_files(dir.path());
+
+    // The library: each refused with its reason (also when loading a fresh
+    // copy, as --watch does: a FIFO is never opened to be copied).
+    for (path, want) in &bad {
+        for fresh in [false, true] {
+            let e = load_plugin(path, fresh).err().unwrap_or_else(|| panic!("{} loaded", path.display())).to_string();
+            assert!(e.starts_with(&path.display().to_string()) && e.contains(want.as_str()), "want `{want}` in: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    // Among good plugins: every bad file refused, llama loads and serves.
+    let llama = install("famlx_plugin_llama", dir.path(), "llama");
+    let reg = Registry::discover(&[dir.path().to_path_buf()]);
+    let mut refused: Vec<(&Path, &str)> = reg.refused.iter().map(|r| (r.path.as_path(), r.reason.as_str())).collect();
+    refused.sort();
+    let mut want: Vec<&(PathBuf, String)> = bad.iter().collect();
+    want.sort();
+    assert_eq!(refused.len(), want.len(), "{refused:?}");
+    for ((path, reason), (want_path, want_reason)) in refused.iter().zip(want) {
+        assert_eq!(path, want_path);
+        assert!(reason.contains(want_reason.as_str()), "want `{want_reason}` in: {reason}");
+    }
+    assert_eq!(reg.resolve("llama", None).unwrap().plugin_path, llama);
+    {
+        let _g = mlx_lock();
+        llama_still_serves(&reg);
+    }
+
+    // The binary: `famlx plugins` lists each as refused and succeeds; a
+    // model of a family that loaded still runs, each bad file named once in
+    // a one-line warning. Never a signal, never a hang.
+    let limit = Duration::from_secs(60);
+    let (code, out, err) = famlx_bounded(&["plugins"], &[dir.path()], limit);
+    assert_eq!(code, 0, "{err}");
+    let listed = section(&out, "refused:");
+    for (path, reason) in &bad {
+        let line = listed.lines().find(|l| l.contains(&path.display().to_string()));
+        assert!(
+            line.is_some_and(|l| l.contains(reason.as_str())),
+            "{} not refused with `{reason}`:\n{out}",
+            path.display()
+        );
+    }
+    assert!(section(&out, "loaded:").contains("famlx-plugin-llama"), "{out}");
+    let m = fixture("llama-bf16").display().to_string();
+    let args = ["generate", "--model", &m, "--prompt-ids", "1,2,3", "--max-tokens", "2", "--json"];
+    let (code, out, err) = famlx_bounded(&args, &[dir.path()], limit);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"tokens\""), "{out}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("refused plugin")).collect();
+    assert_eq!(warnings.len(), bad.len(), "{err}");
+    for (path, reason) in &bad {
+        let named: Vec<&&str> = warnings.iter().filter(|l| l.contains(&path.display().to_string())).collect();
+        assert_eq!(named.len(), 1, "{}: {err}", path.display());
+        assert!(named[0].starts_with("famlx: warning: refused plugin ") && named[0].contains(reason.as_str()));
+    }
+}
+
+#[test]
+fn a_plugin_dir_that_is_not_a_folder_is_an_error() {
+    let dir = Scratch::new("plugin-dirs");
+    let missing = dir.path().join("missing");
+    let file = dir.path().join("file");
+    std::fs::write(&file, "not a folder").unwrap();
+    let (a, b) = (dir.path().join("loop-a"), dir.path().join("loop-b"));
+    std::os::unix::fs::symlink(&b, &a).unwrap();
+    std::os::unix::fs::symlink(&a, &b).unwrap();
+    let m = fixture("llama-bf16").display().to_string();
+    for (d, why) in [(&missing, "no such folder"), (&file, "not a folder"), (&a, "a symlink loop")] {
+        let d = d.display().to_string();
+        let flag = format!("--plugin-dir {d}: {why}");
+        common::expect_error(&["plugins", "--plugin-dir", &d], &[&flag]);
+        common::expect_error(&["generate", "--plugin-dir", &d, "--model", &m, "--prompt-ids", "1"], &[&flag]);
+    }
+
+    // Directories famlx only looks in (FAMLX_PLUGIN_PATH): a missing one
+    // holds no plugins, silently; one that cannot be listed is a warning.
+    let deps = common::deps_dir();
+    let path = std::env::join_paths([missing.as_path(), file.as_path(), deps.as_path()]).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_famlx")).arg("plugins").env("FAMLX_PLUGIN_PATH", path).output().unwrap();
+    let (out, err) = texts(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(section(&out, "loaded:").contains("famlx-plugin-llama"), "{out}");
+    let warnings: Vec<&str> = out.lines().filter(|l| l.starts_with("warning: plugin directory")).collect();
+    assert_eq!(warnings.len(), 1, "{out}");
+    assert!(warnings[0].contains(&file.display().to_string()) && warnings[0].contains("cannot list it"), "{out}");
 }

@@ -48,12 +48,15 @@ impl RotatingKvCache {
                 "rotating cache: need 0 <= keep < max_size, got keep {keep}, max_size {max_size}"
             )));
         }
+        let Ok(max_size) = i32::try_from(max_size) else {
+            return Err(Error(format!("rotating cache: a window of {max_size} tokens is more than {}", i32::MAX)));
+        };
         Ok(RotatingKvCache {
             buf: None,
             len: 0,
             idx: 0,
             offset: 0,
-            max_size: max_size as i32,
+            max_size,
             keep: keep as i32,
             quant,
             packed: false,

@@ -2,8 +2,19 @@
 
 use crate::cache::CacheOptions;
 use anyhow::Result;
+use clap::builder::RangedU64ValueParser;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
+
+/// The most a flag counting tokens (or token positions) may say: MLX holds
+/// shapes and positions as `i32`.
+pub const MAX_TOKENS_FLAG: u64 = i32::MAX as u64;
+
+/// The parser of an integer flag that may be at most `max`: a larger value
+/// is a usage error naming the flag, never truncated where it is used.
+pub fn at_most(max: u64) -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::<usize>::new().range(0..=max)
+}
 
 /// Where plugins and the model come from.
 #[derive(Args, Debug, Clone)]
@@ -57,7 +68,7 @@ impl From<ParallelArg> for mlx::nn::ParallelMode {
 #[derive(Args, Debug, Clone)]
 pub struct SamplingArgs {
     /// Most tokens to generate.
-    #[arg(long = "max-tokens", short = 'm', default_value_t = 256)]
+    #[arg(long = "max-tokens", short = 'm', default_value_t = 256, value_parser = at_most(MAX_TOKENS_FLAG))]
     pub max_tokens: usize,
     // Negative numbers are taken as values (and then refused by the rule),
     // not as unknown flags.
@@ -102,10 +113,10 @@ pub struct SpecArgs {
 #[derive(Args, Debug, Clone)]
 pub struct CacheArgs {
     /// Prompt tokens per prefill chunk.
-    #[arg(long = "prefill-step-size", default_value_t = 2048)]
+    #[arg(long = "prefill-step-size", default_value_t = 2048, value_parser = at_most(MAX_TOKENS_FLAG))]
     pub prefill_step_size: usize,
     /// Bound the KV cache to this many tokens (a sliding window keeping the first 4).
-    #[arg(long = "max-kv-size")]
+    #[arg(long = "max-kv-size", value_parser = at_most(MAX_TOKENS_FLAG))]
     pub max_kv_size: Option<usize>,
     /// Quantize keys and values to this many bits (2, 3, 4, 6, 8).
     #[arg(long = "kv-bits")]
@@ -120,7 +131,7 @@ pub struct CacheArgs {
     #[arg(long = "kv-group-size", default_value_t = 64)]
     pub kv_group_size: i32,
     /// Quantize the KV cache once this many tokens are cached.
-    #[arg(long = "quantized-kv-start", default_value_t = 0)]
+    #[arg(long = "quantized-kv-start", default_value_t = 0, value_parser = at_most(MAX_TOKENS_FLAG))]
     pub quantized_kv_start: usize,
     /// Stop with an error when MLX memory in use passes this (bytes, or e.g. 512M, 8G).
     #[arg(long = "memory-limit", value_parser = crate::memory::parse_bytes)]

@@ -11,7 +11,7 @@
 //! the random ids follow; every run embeds the images afresh (the vision
 //! tower's time counts in the time to first token, and is also reported).
 
-use super::args::{CacheArgs, ModelArgs, SamplingArgs, SpecArgs};
+use super::args::{at_most, CacheArgs, ModelArgs, SamplingArgs, SpecArgs, MAX_TOKENS_FLAG};
 use super::setup::{load, params};
 use crate::decode::{GenParams, GenStats};
 use crate::prompt::{expand_markers, load_audio_clips, load_images, MediaKind, Prompt};
@@ -26,10 +26,10 @@ use std::time::Instant;
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Prompt length in tokens.
-    #[arg(long = "prompt-tokens", short = 'p', default_value_t = 512)]
+    #[arg(long = "prompt-tokens", short = 'p', default_value_t = 512, value_parser = at_most(MAX_TOKENS_FLAG))]
     pub prompt_tokens: usize,
     /// Tokens to generate per trial.
-    #[arg(long = "generation-tokens", short = 'g', default_value_t = 128)]
+    #[arg(long = "generation-tokens", short = 'g', default_value_t = 128, value_parser = at_most(MAX_TOKENS_FLAG))]
     pub generation_tokens: usize,
     /// Batch size (only 1 for now).
     #[arg(long = "batch-size", short = 'b', default_value_t = 1)]
@@ -239,11 +239,14 @@ fn census_json(c: Option<&[(String, usize)]>) -> Value {
 /// (`mx.random.seed(seed)`, then `mx.random.randint(0, vocab, (1, n))`), so
 /// the same seed gives both tools the same prompt.
 pub fn random_prompt(vocab: u32, n: usize, seed: u64) -> Result<Vec<u32>> {
-    if vocab == 0 || vocab > i32::MAX as u32 {
+    let (Ok(high), Ok(len)) = (i32::try_from(vocab), i32::try_from(n)) else {
+        bail!("cannot draw {n} prompt ids from a vocabulary of {vocab} tokens (at most {} of each)", i32::MAX);
+    };
+    if high == 0 {
         bail!("cannot draw prompt ids from a vocabulary of {vocab} tokens");
     }
     mlx::random::seed(seed)?;
-    let ids = mlx::random::randint(0, vocab as i32, &[1, n as i32], mlx::Dtype::I32, None)?;
+    let ids = mlx::random::randint(0, high, &[1, len], mlx::Dtype::I32, None)?;
     Ok(ids.to_vec::<i32>()?.into_iter().map(|i| i as u32).collect())
 }
 
@@ -291,12 +294,24 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut p = params(&a.sampling, &a.cache, &s.model)?;
     p.max_tokens = a.generation_tokens;
     let seed = a.sampling.seed.unwrap_or(0);
+    // Every run generates exactly -g tokens: prompt and generation must fit
+    // (checked before the prompt is drawn, then again with its media).
+    let fits = |prompt_len: usize| s.model.context_room(prompt_len + a.generation_tokens).is_ok();
+    if !fits(a.prompt_tokens) {
+        bail!(
+            "-p {} + -g {} = {} tokens, more than the model's context of {} tokens; \
+             pass --max-kv-size N to bench with a sliding window",
+            a.prompt_tokens,
+            a.generation_tokens,
+            a.prompt_tokens + a.generation_tokens,
+            s.model.plan.max_position_embeddings
+        );
+    }
     let prompt = bench_prompt(&s, &a, seed)?;
     let image_tokens = prompt.tokens_of(MediaKind::Image);
     let audio_tokens = prompt.tokens_of(MediaKind::Audio);
-    // Every run generates exactly -g tokens: prompt and generation must fit.
     let total = prompt.ids.len() + a.generation_tokens;
-    if s.model.context_room(total).is_err() {
+    if !fits(prompt.ids.len()) {
         let images = if prompt.media.is_empty() {
             String::new()
         } else {
@@ -347,7 +362,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
             mlx::device::backend()
         );
     }
-    let mut trials = Vec::with_capacity(a.num_trials);
+    // Not sized by -n ahead: the trials come one by one, and -n is unbounded.
+    let mut trials = Vec::new();
     for i in 0..a.num_trials {
         let (t, _) = run_once(&mut s, &p)?;
         if !a.json {

@@ -98,7 +98,7 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         force: a.force,
         family: a.family.clone(),
     };
-    let reg = super::setup::registry(&a.plugin_dirs, false);
+    let reg = super::setup::registry(&a.plugin_dirs, false)?;
     mlx::memory::reset_peak();
     let s = convert::convert(&reg, &o)?;
     eprintln!(

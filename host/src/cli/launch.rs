@@ -1,16 +1,19 @@
 //! `famlx launch`: run a famlx command as the ranks of one distributed
 //! group (see [`crate::distributed::launch`]).
 
-use crate::distributed::launch::{host_list, launch, read_hostfile, LaunchOptions};
-use anyhow::{bail, Result};
+use crate::distributed::launch::{host_list, launch, read_hostfile, single_local, LaunchOptions, MAX_RANKS};
+use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 
 /// `famlx launch` flags, named as `mlx.launch` names them.
 #[derive(Args, Debug)]
 pub struct LaunchArgs {
-    /// Ranks per host (with the default host, 127.0.0.1: ranks on this machine).
-    #[arg(short = 'n', long = "repeat-hosts", default_value_t = 1)]
+    /// Ranks per host (with the default host, 127.0.0.1: ranks on this
+    /// machine); at most 1024 ranks in all. One rank on this machine runs
+    /// the command in this process.
+    #[arg(short = 'n', long = "repeat-hosts", default_value_t = 1,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_RANKS as u64))]
     pub n: usize,
     /// Comma-separated hosts (IPs are also the ring's addresses).
     #[arg(long, default_value = "127.0.0.1")]
@@ -41,11 +44,9 @@ pub struct LaunchArgs {
     pub command: Vec<String>,
 }
 
-/// Runs `famlx launch`.
-pub fn run(a: LaunchArgs) -> Result<()> {
-    if a.n == 0 {
-        bail!("-n: at least one rank per host");
-    }
+/// Runs `famlx launch`; `run_here` runs a famlx command line (without the
+/// program name) in this process, for a launch of one rank on this machine.
+pub fn run(a: LaunchArgs, run_here: impl FnOnce(Vec<String>) -> Result<()>) -> Result<()> {
     let (hosts, file_backend, mut env) = match &a.hostfile {
         Some(f) => read_hostfile(f)?,
         None => (host_list(&a.hosts, a.n)?, None, Vec::new()),
@@ -66,5 +67,12 @@ pub fn run(a: LaunchArgs) -> Result<()> {
         famlx: std::env::current_exe()?,
         command: a.command,
     };
+    if let Some(env) = single_local(&o)? {
+        for (k, v) in env {
+            // Before the command starts: none of its threads reads the environment yet.
+            std::env::set_var(k, v);
+        }
+        return run_here(o.command);
+    }
     launch(&o)
 }

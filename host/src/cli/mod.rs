@@ -75,7 +75,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Convert(a) => convert::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Plugins(a) => plugins::run(a),
-        Command::Launch(a) => launch::run(a),
+        // One local rank runs in this process: its command line parsed as
+        // the binary's own (a usage error ends the process as one would).
+        Command::Launch(a) => launch::run(a, |argv| {
+            let line = std::iter::once("famlx".to_string()).chain(argv);
+            run(Cli::try_parse_from(line).unwrap_or_else(|e| e.exit()))
+        }),
         Command::Plugin { command: PluginCommand::New(a) } => plugins::new(a),
         Command::CachePrompt(a) => generate::run_cache_prompt(a),
     }

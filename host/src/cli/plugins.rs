@@ -2,12 +2,12 @@
 //! a new out-of-tree family.
 
 use super::args::{NewPluginArgs, PluginArgs};
-use crate::plugins::{search_dirs, Registry};
+use crate::plugins::{plugin_search_path, Registry};
 use anyhow::Result;
 
 /// Runs `famlx plugins`.
 pub(crate) fn run(a: PluginArgs) -> Result<()> {
-    let dirs = search_dirs(&a.plugin_dirs);
+    let dirs = plugin_search_path(&a.plugin_dirs)?;
     println!("search directories:");
     for d in &dirs {
         println!("  {}", d.display());

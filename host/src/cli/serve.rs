@@ -1,6 +1,6 @@
 //! `famlx serve`: the flags, and the model loaded for the server.
 
-use super::args::{CacheArgs, ModelArgs, SamplingArgs, SpecArgs};
+use super::args::{at_most, CacheArgs, ModelArgs, SamplingArgs, SpecArgs, MAX_TOKENS_FLAG};
 use super::setup::{load, params};
 use crate::serve::{EngineSettings, Limits, ServerOptions};
 use anyhow::Result;
@@ -19,14 +19,17 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on the API routes.
     #[arg(long = "api-key")]
     pub api_key: Option<String>,
-    /// Requests that may wait for the engine; more get 503.
-    #[arg(long = "max-queue", default_value_t = 64)]
+    /// Requests that may wait for the engine (at most 65536: the queue is
+    /// made at its full size); more get 503.
+    #[arg(long = "max-queue", default_value_t = 64, value_parser = at_most(65536))]
     pub max_queue: usize,
-    /// Longest a request may run, in seconds (0: no limit); then it ends with finish_reason "length".
-    #[arg(long = "request-timeout", default_value_t = 600)]
+    /// Longest a request may run, in seconds (0: no limit; at most a year,
+    /// 31536000); then it ends with finish_reason "length".
+    #[arg(long = "request-timeout", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
     pub request_timeout: u64,
     /// `max_tokens` for requests that give none.
-    #[arg(long = "max-tokens", short = 'm', default_value_t = 512)]
+    #[arg(long = "max-tokens", short = 'm', default_value_t = 512, value_parser = at_most(MAX_TOKENS_FLAG))]
     pub max_tokens: usize,
     /// Most requests decoded together (rows of one batched step); more wait in the queue.
     #[arg(long = "max-concurrency", default_value_t = 32)]

@@ -5,7 +5,7 @@ use super::args::{CacheArgs, ModelArgs, PromptArgs, SamplingArgs, SpecArgs, Thin
 use crate::decode::{Drafter, GenParams, SpecParams};
 use crate::default_model;
 use crate::model::LoadedModel;
-use crate::plugins::{search_dirs, Registry};
+use crate::plugins::{plugin_search_path, Registry};
 use crate::prompt::{chat_prompt, expand_markers, load_audio_clips, load_images, parse_ids, Message, Prompt};
 use crate::sample::SamplerParams;
 use crate::session::Session;
@@ -29,7 +29,7 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
         Some(name) => crate::hub::resolve_model(name, m.revision.as_deref())?,
         None => default_model::resolve(None)?,
     };
-    let reg = registry(&m.plugin_dirs, watch);
+    let reg = registry(&m.plugin_dirs, watch)?;
     let opts = c.cache_options()?;
     for w in opts.warnings() {
         eprintln!("famlx: warning: {w}");
@@ -157,9 +157,10 @@ pub(crate) fn params(s: &SamplingArgs, c: &CacheArgs, model: &LoadedModel) -> Re
     })
 }
 
-/// The plugins of the search path (`--plugin-dir` first), warnings printed.
-pub(crate) fn registry(dirs: &[PathBuf], fresh: bool) -> Registry {
-    let r = Registry::discover_with(&search_dirs(dirs), fresh);
+/// The plugins of the search path (`--plugin-dir` first, each checked:
+/// one that is not a folder is an error), warnings printed.
+pub(crate) fn registry(dirs: &[PathBuf], fresh: bool) -> Result<Registry> {
+    let r = Registry::discover_with(&plugin_search_path(dirs)?, fresh);
     for w in &r.warnings {
         eprintln!("famlx: warning: {w}");
     }
@@ -167,7 +168,7 @@ pub(crate) fn registry(dirs: &[PathBuf], fresh: bool) -> Registry {
         // The reason starts with the path.
         eprintln!("famlx: warning: refused plugin {}", f.reason);
     }
-    r
+    Ok(r)
 }
 
 /// A spinner on stderr while `msg` runs (terminals only).

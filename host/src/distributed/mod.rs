@@ -5,6 +5,7 @@
 //! agree); rank 0 alone writes output. [`launch`] starts the ranks.
 
 pub mod launch;
+mod watch;
 
 use anyhow::{anyhow, bail, Result};
 use mlx::nn::{Parallel, ParallelMode};
@@ -93,7 +94,9 @@ pub fn join(mode: ParallelMode) -> Result<Option<Parallel>> {
         let _ = tx.send(mlx::distributed::init(&b, true));
     });
     let wait = join_timeout();
-    let g = match rx.recv_timeout(wait) {
+    let joined = rx.recv_timeout(wait);
+    remove_temporary_hostfile();
+    let g = match joined {
         Ok(r) => r.map_err(|e| anyhow!("rank {rank}: joining the {backend} group failed: {}", e.0))?,
         Err(_) => bail!(
             "rank {rank}: the other ranks of the {backend} group could not be reached within {} s",
@@ -106,6 +109,17 @@ pub fn join(mode: ParallelMode) -> Result<Option<Parallel>> {
         quiet_stdout()?;
     }
     Ok(p)
+}
+
+/// Removes this rank's `MLX_HOSTFILE` where the launcher wrote it for this
+/// rank alone ([`launch::HOSTFILE_IS_TEMPORARY`]): the backend read it when
+/// it started joining, and nothing else will.
+fn remove_temporary_hostfile() {
+    if std::env::var_os(launch::HOSTFILE_IS_TEMPORARY).is_some() {
+        if let Some(f) = std::env::var_os("MLX_HOSTFILE") {
+            let _ = std::fs::remove_file(f);
+        }
+    }
 }
 
 /// Ends this process when its stdin closes: the connection to the launcher

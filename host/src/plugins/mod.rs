@@ -5,7 +5,12 @@
 //! earlier ones winning when two plugins claim the same `model_type`:
 //! `--plugin-dir` flags, `FAMLX_PLUGIN_PATH` (colon-separated), the user data
 //! dir (`~/.local/share/famlx/plugins`), then the folder of the executable
-//! (so a plain `cargo build` works).
+//! (so a plain `cargo build` works). Only the files directly in each
+//! directory are looked at (no recursion, so a symlinked directory loop is
+//! never walked), and each is checked ([`file_check`]) before the dynamic
+//! loader opens it.
+
+mod file_check;
 
 use abi_stable::library::lib_header_from_path;
 use anyhow::{anyhow, bail, Result};
@@ -68,7 +73,41 @@ pub fn plugin_pattern() -> (&'static str, &'static str) {
     }
 }
 
-/// The search directories, in precedence order.
+/// The search directories, in precedence order, after checking the
+/// `--plugin-dir` ones with [`check_cli_dirs`]: what the command line uses.
+pub fn plugin_search_path(cli: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    check_cli_dirs(cli)?;
+    Ok(search_dirs(cli))
+}
+
+/// Each `--plugin-dir` must be a readable folder: one that is missing, a
+/// file or a symlink loop is an error naming it. (The directories of
+/// `FAMLX_PLUGIN_PATH`, the user data dir and the executable's folder are
+/// not checked here: they are places plugins *may* be, and a missing one,
+/// the normal case for the data dir, just holds no plugins. Their other
+/// problems are warnings, see [`Registry::discover_with`].)
+pub fn check_cli_dirs(cli: &[PathBuf]) -> Result<()> {
+    for d in cli {
+        let meta = std::fs::metadata(d).map_err(|e| anyhow!("--plugin-dir {}: {}", d.display(), io_reason(&e)))?;
+        if !meta.is_dir() {
+            bail!("--plugin-dir {}: not a folder", d.display());
+        }
+        std::fs::read_dir(d).map_err(|e| anyhow!("--plugin-dir {}: cannot list it: {}", d.display(), io_reason(&e)))?;
+    }
+    Ok(())
+}
+
+/// An I/O error in words (the OS's message, with a loop said plainly).
+fn io_reason(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ELOOP) => "a symlink loop".into(),
+        Some(libc::ENOENT) => "no such folder".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// The search directories, in precedence order (`--plugin-dir` ones as
+/// given, unchecked: see [`plugin_search_path`]).
 pub fn search_dirs(cli: &[PathBuf]) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = cli.to_vec();
     if let Some(p) = std::env::var_os("FAMLX_PLUGIN_PATH") {
@@ -93,38 +132,58 @@ pub fn search_dirs(cli: &[PathBuf]) -> Vec<PathBuf> {
     dirs
 }
 
-/// Plugin files in one directory, sorted by name.
+/// Plugin files in one directory, sorted by name (none when it cannot be
+/// listed).
 pub fn plugin_files(dir: &Path) -> Vec<PathBuf> {
+    list_plugin_files(dir).unwrap_or_default()
+}
+
+/// Plugin files in one directory, sorted by name: the entries named like
+/// plugins (whatever they are: [`load_plugin`] refuses what is not a
+/// library, so it shows up as refused instead of being skipped silently).
+fn list_plugin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let (pre, suf) = plugin_pattern();
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(pre) && n.ends_with(suf))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(pre) && n.ends_with(suf)))
+        .collect();
     v.sort();
-    v
+    Ok(v)
 }
 
 static RELOADS: AtomicUsize = AtomicUsize::new(0);
 
-/// Loads one plugin file. With `fresh`, loads a private copy so a rebuilt
-/// file is really reloaded (the dynamic loader caches by path). Libraries are
+/// Loads one plugin file, checked first (regular file, a library of this
+/// platform and machine, complete, its version stamps functions: see
+/// [`file_check`]). With `fresh`, loads a private copy so a rebuilt file is
+/// really reloaded (the dynamic loader caches by path); the copy is checked
+/// again (a plugin being rebuilt may be copied half-written). Libraries are
 /// never unloaded: MLX kernels and compile caches may point into them.
 pub fn load_plugin(path: &Path, fresh: bool) -> Result<LoadedPlugin> {
-    let load_path = if fresh {
-        let dir = std::env::temp_dir().join(format!("famlx-plugins-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let n = RELOADS.fetch_add(1, Ordering::Relaxed);
-        let name = path.file_name().ok_or_else(|| anyhow!("{}: not a file", path.display()))?;
-        let copy = dir.join(format!("{n}-{}", name.to_string_lossy()));
-        std::fs::copy(path, &copy).map_err(|e| anyhow!("{}: cannot copy for loading: {e}", path.display()))?;
-        copy
+    file_check::check_library(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    // The copy's folder is private (mode 0700, a name no one can guess) and
+    // removed once the copy is loaded: the loaded image stays mapped.
+    let copy_dir = if fresh {
+        Some(
+            tempfile::Builder::new()
+                .prefix("famlx-plugin-")
+                .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .tempdir()
+                .map_err(|e| anyhow!("{}: cannot make a folder for a fresh copy: {e}", path.display()))?,
+        )
     } else {
-        path.to_path_buf()
+        None
+    };
+    let load_path = match &copy_dir {
+        Some(dir) => {
+            let n = RELOADS.fetch_add(1, Ordering::Relaxed);
+            let name = path.file_name().ok_or_else(|| anyhow!("{}: not a file", path.display()))?;
+            let copy = dir.path().join(format!("{n}-{}", name.to_string_lossy()));
+            std::fs::copy(path, &copy).map_err(|e| anyhow!("{}: cannot copy for loading: {e}", path.display()))?;
+            file_check::check_library(&copy).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+            copy
+        }
+        None => path.to_path_buf(),
     };
     check_stamps(&load_path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let header = lib_header_from_path(&load_path).map_err(|e| match e {
@@ -203,7 +262,10 @@ fn check_stamps(path: &Path) -> Result<()> {
 }
 
 impl Registry {
-    /// Loads every plugin in `dirs` (in order). Problems are recorded, not fatal.
+    /// Loads every plugin in `dirs` (in order). Problems are recorded, not
+    /// fatal: a refused file, or a directory that exists but cannot be
+    /// listed (a warning; a missing one is skipped silently, see
+    /// [`check_cli_dirs`]).
     pub fn discover(dirs: &[PathBuf]) -> Registry {
         Self::discover_with(dirs, false)
     }
@@ -215,7 +277,15 @@ impl Registry {
         let mut r = Registry::default();
         let mut seen_names = std::collections::HashSet::new();
         for d in dirs {
-            for f in plugin_files(d) {
+            let files = match list_plugin_files(d) {
+                Ok(files) => files,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    r.warnings.push(format!("plugin directory {}: cannot list it: {}", d.display(), io_reason(&e)));
+                    continue;
+                }
+            };
+            for f in files {
                 // The same plugin in two directories: the earlier directory wins.
                 let fname = f.file_name().map(|n| n.to_os_string());
                 if !seen_names.insert(fname) {

@@ -160,7 +160,13 @@ impl Client {
             }
             url = next.to_string();
         };
-        let refused = |h: &'static str| move |e: famlx_formats::Error| Failure::Refused(format!("{h}: {e}"));
+        // The checker's line names what it checked (ETag, commit, size); the
+        // header it came from is added where that says more.
+        let refused = |h: &'static str| {
+            move |e: famlx_formats::Error| {
+                Failure::Refused(if h == "ETag" { e.to_string() } else { format!("{h}: {e}") })
+            }
+        };
         if let Some(c) = r.header("X-Repo-Commit") {
             let c = check::commit(c.trim()).map_err(refused("X-Repo-Commit"))?;
             if c != commit {

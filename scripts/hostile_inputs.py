@@ -243,6 +243,135 @@ def plugin_launch_cases(c, famlx):
     c.row("plugin new", "plugin new phi3", ["plugin", "new", "phi3", "--dir", os.path.join(c.scratch, "new-phi3")], expect=S)
 
 
+def hub_cases(c, famlx):
+    """`--model org/name` against a hostile hub: a stand-in server on
+    127.0.0.1 that puts paths in ETags and commits, loops redirects, sends
+    more than it announced, stalls or trickles. A row also fails if anything
+    was written outside the cache (a `sentinel` folder beside it)."""
+    import hashlib
+    import http.server
+    import threading
+    import time
+
+    repo, sha = "famlx-test/llama", "0123456789abcdef0123456789abcdef01234567"
+    src = os.path.join(FIX, "llama-hf-bf16")
+    files = {f: open(os.path.join(src, f), "rb").read() for f in os.listdir(src) if os.path.isfile(os.path.join(src, f))}
+    fault = {}
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def send(self, code, headers, body=b""):
+            self.send_response(code)
+            for k, v in headers:
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_HEAD(self):
+            self.do_GET(head=True)
+
+        def do_GET(self, head=False):
+            path = self.path.split("?")[0]
+            if path.startswith(f"/api/models/{repo}/revision/"):
+                body = json.dumps({"sha": fault.get("listing_sha", sha), "siblings": [{"rfilename": f} for f in files]}).encode()
+                if fault.get("slow_listing"):
+                    self.send(200, [("Content-Length", str(len(body)))])
+                    for b in body:
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                    return
+                return self.send(200, [("Content-Length", str(len(body)))], body)
+            prefix = f"/{repo}/resolve/"
+            if not path.startswith(prefix):
+                return self.send(404, [("Content-Length", "0")])
+            if fault.get("loop"):
+                return self.send(302, [("Location", path), ("Content-Length", "0")])
+            name = path[len(prefix):].split("/", 1)[-1]
+            data = files.get(name)
+            if data is None:
+                return self.send(404, [("Content-Length", "0")])
+            h = {"ETag": f'"{hashlib.sha1(data).hexdigest()}"', "X-Repo-Commit": sha}
+            h.update(fault.get("headers", {}))
+            h = list(h.items())
+            if head:
+                return self.send(200, h + [("Content-Length", str(len(data)))])
+            body = fault.get("body") if name == "config.json" else None
+            if body == "endless":
+                self.send(200, h, data)
+                try:
+                    for _ in range(1 << 17):
+                        self.wfile.write(bytes(1 << 16))
+                except OSError:
+                    pass
+                return
+            if body == "claims":
+                return self.send(200, h + [("Content-Length", str(4 << 30))], data)
+            if body == "stall":
+                self.send(200, h + [("Content-Length", str(len(data)))])
+                self.wfile.flush()
+                time.sleep(20)
+                return
+            self.send(200, h + [("Content-Length", str(len(data)))], data)
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):
+            pass  # famlx hanging up on a hostile body is the point
+
+    server = Server(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    saved = {k: os.environ.get(k) for k in ["HF_HOME", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_TOKEN", "FAMLX_HUB_TIMEOUT_SECS"]}
+    for k in saved:
+        os.environ.pop(k, None)
+    os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{server.server_address[1]}"
+    os.environ["FAMLX_HUB_TIMEOUT_SECS"] = "2"
+    E, S = "clear error", "served"
+    try:
+        def case(what, set_fault, expect=E, revision=None):
+            fault.clear()
+            fault.update(set_fault)
+            c.n += 1
+            base = os.path.join(c.scratch, f"{c.n}-hub")
+            sentinel = os.path.join(base, "sentinel")
+            os.makedirs(sentinel)
+            os.environ["HF_HOME"] = os.path.join(base, "home")
+            for k, v in list(fault.get("headers", {}).items()):
+                fault["headers"][k] = v.replace("SENTINEL", sentinel)
+            if "listing_sha" in fault:
+                fault["listing_sha"] = fault["listing_sha"].replace("SENTINEL", sentinel)
+            args = gen(repo) + (["--revision", revision.replace("SENTINEL", sentinel)] if revision else [])
+            c.row("hub", what, args, expect=expect)
+            stray = os.listdir(sentinel) + [n for n in os.listdir(base) if n not in ("home", "sentinel")]
+            if stray:
+                a, w, r, l = c.rows[-1]
+                c.rows[-1] = (a, w, f"CRASH (wrote outside the cache: {stray})", l)
+
+        case("a normal download", {}, expect=S)
+        case("ETag /abs/PWNED", {"headers": {"ETag": '"SENTINEL/PWNED"'}})
+        case("ETag ../../../../sentinel/PWNED", {"headers": {"ETag": '"../../../../sentinel/PWNED"'}})
+        case("X-Repo-Commit an absolute path", {"headers": {"X-Repo-Commit": "SENTINEL"}})
+        case("X-Repo-Commit ../x", {"headers": {"X-Repo-Commit": "../x"}})
+        case("listing sha an absolute path", {"listing_sha": "SENTINEL"})
+        case("--revision ../../x", {}, revision="../../x")
+        case("--revision an absolute path", {}, revision="SENTINEL/x")
+        case("a relative redirect loop", {"loop": True})
+        case("a body past the announced size, no Content-Length", {"body": "endless"})
+        case("Content-Length 4 GiB for a file announced smaller", {"body": "claims"})
+        case("a body that stalls (FAMLX_HUB_TIMEOUT_SECS=2)", {"body": "stall"})
+        case("a listing that trickles (FAMLX_HUB_TIMEOUT_SECS=2)", {"slow_listing": True})
+    finally:
+        server.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--famlx", default=os.path.join(ROOT, "target", "debug", "famlx"))
@@ -426,6 +555,7 @@ def main():
     c.row("repl", "a 300 KB line (longer than the context), then hi", ["chat", "--model", q, "--max-tokens", "2"], stdin=b"word " * 60000 + b"\nhi\n", expect="clear error, REPL went on")
 
     server_cases(c, famlx)
+    hub_cases(c, famlx)
 
     print("| area | input | result | first stderr line |")
     print("|---|---|---|---|")

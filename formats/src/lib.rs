@@ -9,8 +9,12 @@
 //! * [`gguf`]: llama.cpp's single-file format: metadata, tensor layout and
 //!   the decoding of its block-quantized tensors.
 //! * [`safetensors`]: the header of a safetensors file.
+//! * [`hub`]: what a Hugging Face hub server answers (commit, ETag, sizes,
+//!   file names) and the revision a user types, checked before any of it
+//!   becomes a path in the cache.
 
 pub mod gguf;
+pub mod hub;
 pub mod safetensors;
 
 use std::fmt;

@@ -1,9 +1,11 @@
 //! A stand-in for the Hugging Face hub on 127.0.0.1, for tests of `--model
 //! org/name`: the repo-info API and the `resolve` file endpoint (ranges,
-//! ETag, X-Repo-Commit, HEAD), a private repo behind a token, and a switch
-//! that cuts a file's transfers halfway. Written on std's TcpListener rather
-//! than an HTTP crate because the tests need to break responses on purpose
-//! (a body shorter than its Content-Length, then a closed socket).
+//! ETag, X-Repo-Commit, HEAD), a private repo behind a token, and switches
+//! that make it hostile: a file's transfers cut halfway, headers of the
+//! test's choosing (an ETag or commit that is a path), a listing naming any
+//! commit, a redirect loop, and bodies that run past what was announced,
+//! stall or trickle. Written on std's TcpListener rather than an HTTP crate
+//! because the tests need to break responses on purpose.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -43,7 +45,21 @@ impl HubRepo {
     }
 }
 
-/// Shared state: the repos, what was asked, and the fault switch.
+/// How a file's `GET` body misbehaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// No Content-Length, and zeros after the file's bytes until the client
+    /// hangs up (up to 8 GiB).
+    Endless,
+    /// A Content-Length of this many bytes, whatever the `HEAD` said.
+    Claims(u64),
+    /// The headers, then nothing (for 20 s).
+    Stall,
+    /// One byte every 100 ms.
+    Trickle,
+}
+
+/// Shared state: the repos, what was asked, and the fault switches.
 #[derive(Default)]
 pub struct State {
     /// Repos by id.
@@ -52,6 +68,17 @@ pub struct State {
     pub log: Vec<String>,
     /// Transfers of this file stop halfway.
     pub cut: Option<String>,
+    /// Headers set on every `resolve` answer, replacing the normal ones of
+    /// the same name (e.g. a hostile `ETag` or `X-Repo-Commit`).
+    pub headers: Vec<(String, String)>,
+    /// The commit the repo listing names instead of the repo's.
+    pub listing_sha: Option<String>,
+    /// The listing's body trickles, one byte every 100 ms.
+    pub slow_listing: bool,
+    /// Every `resolve` request is answered with a redirect to itself.
+    pub redirect_loop: bool,
+    /// This file's `GET` body misbehaves so.
+    pub body: Option<(String, Body)>,
 }
 
 /// The running server; stopped when dropped.
@@ -131,10 +158,18 @@ fn serve(mut c: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
     }
     let range = headers.get("range").cloned();
     let auth = headers.get("authorization").cloned();
-    let (repos, cut) = {
+    let (repos, cut, forced, listing_sha, slow_listing, redirect_loop, bad_body) = {
         let mut s = st.lock().unwrap();
         s.log.push(format!("{method} {path} {}", range.clone().unwrap_or_default()));
-        (s.repos.clone(), s.cut.clone())
+        (
+            s.repos.clone(),
+            s.cut.clone(),
+            s.headers.clone(),
+            s.listing_sha.clone(),
+            s.slow_listing,
+            s.redirect_loop,
+            s.body.clone(),
+        )
     };
     let path = path.split('?').next().unwrap_or("").to_string();
     let find = |id: &str| repos.get(id);
@@ -170,8 +205,13 @@ fn serve(mut c: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
                 }
                 Some(repo) => {
                     let siblings: Vec<_> = repo.files.keys().map(|f| serde_json::json!({"rfilename": f})).collect();
-                    let body = serde_json::json!({"id": id, "sha": repo.sha, "siblings": siblings}).to_string();
-                    reply(&mut c, 200, "OK", &[("Content-Type", "application/json".into())], body.as_bytes())
+                    let sha = listing_sha.unwrap_or_else(|| repo.sha.clone());
+                    let body = serde_json::json!({"id": id, "sha": sha, "siblings": siblings}).to_string();
+                    let h = [("Content-Type", "application/json".to_string())];
+                    if slow_listing {
+                        return reply_trickle(&mut c, &h, body.as_bytes());
+                    }
+                    reply(&mut c, 200, "OK", &h, body.as_bytes())
                 }
             };
         }
@@ -179,6 +219,10 @@ fn serve(mut c: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
     // GET|HEAD /{org}/{name}/resolve/{rev}/{file}
     let segs: Vec<&str> = path.trim_start_matches('/').splitn(5, '/').collect();
     if segs.len() == 5 && segs[2] == "resolve" {
+        if redirect_loop {
+            // Relative, to itself: a client that follows it without a cap never stops.
+            return reply(&mut c, 302, "Found", &[("Location", path.clone())], b"");
+        }
         let id = format!("{}/{}", segs[0], segs[1]);
         let Some(repo) = find(&id) else { return reply(&mut c, 404, "Not Found", &[], b"Repository not found") };
         if denied(repo) {
@@ -190,7 +234,7 @@ fn serve(mut c: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
         let Some(data) = repo.files.get(segs[4]) else {
             return reply(&mut c, 404, "Not Found", &[], b"Entry not found");
         };
-        let etag = format!("\"{:016x}{:024x}\"", fnv(data), data.len());
+        let etag = format!("\"{}\"", etag_of(data));
         let mut h = vec![("ETag", etag), ("X-Repo-Commit", repo.sha.clone()), ("Accept-Ranges", "bytes".into())];
         let size = data.len();
         let (start, end) = match range.as_deref().and_then(|r| r.strip_prefix("bytes=")) {
@@ -207,9 +251,30 @@ fn serve(mut c: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
             h.push(("Content-Range", format!("bytes {start}-{end}/{size}")));
         }
         let (code, why) = if range.is_some() { (206, "Partial Content") } else { (200, "OK") };
+        for (k, v) in &forced {
+            h.retain(|(n, _)| !n.eq_ignore_ascii_case(k));
+            h.push((k.as_str(), v.clone()));
+        }
         if method == "HEAD" {
             h.push(("Content-Length", size.to_string()));
             return head(&mut c, code, why, &h);
+        }
+        match bad_body {
+            Some((f, Body::Endless)) if f == segs[4] => return reply_endless(&mut c, code, why, &h, body),
+            Some((f, Body::Claims(n))) if f == segs[4] => {
+                h.push(("Content-Length", n.to_string()));
+                head(&mut c, code, why, &h)?;
+                return c.write_all(body);
+            }
+            Some((f, Body::Stall)) if f == segs[4] => {
+                h.push(("Content-Length", body.len().to_string()));
+                head(&mut c, code, why, &h)?;
+                c.flush()?;
+                std::thread::sleep(std::time::Duration::from_secs(20));
+                return Ok(());
+            }
+            Some((f, Body::Trickle)) if f == segs[4] => return reply_trickle(&mut c, &h, body),
+            _ => {}
         }
         // The fault: a transfer of more than one byte stops halfway.
         if cut.as_deref() == Some(segs[4]) && body.len() > 1 {
@@ -218,6 +283,11 @@ fn serve(mut c: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
         return reply(&mut c, code, why, &h, body);
     }
     reply(&mut c, 404, "Not Found", &[], b"Not Found")
+}
+
+/// The ETag the server gives a file (and so its blob's name in the cache).
+pub fn etag_of(data: &[u8]) -> String {
+    format!("{:016x}{:024x}", fnv(data), data.len())
 }
 
 fn fnv(b: &[u8]) -> u64 {
@@ -248,6 +318,31 @@ fn reply_cut(c: &mut TcpStream, code: u16, why: &str, h: &[(&str, String)], body
     c.write_all(&body[..body.len() / 2])?;
     c.flush()?;
     c.shutdown(std::net::Shutdown::Both)
+}
+
+/// A body with no Content-Length that never ends: `body`, then zeros until
+/// the client hangs up (8 GiB at most).
+fn reply_endless(c: &mut TcpStream, code: u16, why: &str, h: &[(&str, String)], body: &[u8]) -> std::io::Result<()> {
+    head(c, code, why, h)?;
+    c.write_all(body)?;
+    let zeros = vec![0u8; 64 << 10];
+    for _ in 0..(8u64 << 30) / zeros.len() as u64 {
+        c.write_all(&zeros)?;
+    }
+    Ok(())
+}
+
+/// A 200 answer whose body comes one byte every 100 ms.
+fn reply_trickle(c: &mut TcpStream, h: &[(&str, String)], body: &[u8]) -> std::io::Result<()> {
+    let mut h = h.to_vec();
+    h.push(("Content-Length", body.len().to_string()));
+    head(c, 200, "OK", &h)?;
+    for b in body {
+        c.write_all(&[*b])?;
+        c.flush()?;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Ok(())
 }
 
 /// Reads a whole response from `url` (for sanity checks in tests).

@@ -81,7 +81,7 @@ const PRELUDE: [&str; 37] = [
 ];
 
 /// A family name usable as a crate, library and `model_type` name, whose
-/// type name ([`camel`]) the template's code can take: lowercase ASCII
+/// type name (`MyFamily` for `my_family`) the template's code can take: lowercase ASCII
 /// letters, digits and `_`, starting with a letter; not a Rust keyword; a
 /// type name that is no keyword and no name the code already uses (the
 /// prelude's, or one the template imports or defines: `array` would make a

@@ -7,7 +7,7 @@
 //! dir (`~/.local/share/famlx/plugins`), then the folder of the executable
 //! (so a plain `cargo build` works). Only the files directly in each
 //! directory are looked at (no recursion, so a symlinked directory loop is
-//! never walked), and each is checked ([`file_check`]) before the dynamic
+//! never walked), and each is checked (`file_check.rs`) before the dynamic
 //! loader opens it.
 
 mod file_check;
@@ -155,7 +155,7 @@ static RELOADS: AtomicUsize = AtomicUsize::new(0);
 
 /// Loads one plugin file, checked first (regular file, a library of this
 /// platform and machine, complete, its version stamps functions: see
-/// [`file_check`]). With `fresh`, loads a private copy so a rebuilt file is
+/// `file_check.rs`). With `fresh`, loads a private copy so a rebuilt file is
 /// really reloaded (the dynamic loader caches by path); the copy is checked
 /// again (a plugin being rebuilt may be copied half-written). Libraries are
 /// never unloaded: MLX kernels and compile caches may point into them.

@@ -9,8 +9,11 @@
 //! * [`gguf`]: llama.cpp's single-file format: metadata, tensor layout and
 //!   the decoding of its block-quantized tensors.
 //! * [`safetensors`]: the header of a safetensors file.
+//! * [`input`]: how every file a user names is opened: regular files
+//!   only, each kind up to its size bound.
 
 pub mod gguf;
+pub mod input;
 pub mod safetensors;
 
 use std::fmt;

@@ -26,6 +26,11 @@ pub const MIN_RATE: u32 = 1_000;
 /// is what keeps it to a few megabytes whatever the rate.
 pub const MAX_RATE: u32 = 384_000;
 
+/// The largest float sample read, in magnitude. Full scale is 1.0, but some
+/// tools write float files on an integer scale (up to 2^31); far beyond
+/// that the resampler's FFT overflows f32 (and rubato panics on the result).
+pub const MAX_FLOAT_SAMPLE: f32 = 2_147_483_648.0;
+
 /// Longest file read (seconds): models take far less (Gemma 4: 30 s); this
 /// only bounds memory before the family's own limit applies.
 pub const MAX_SECONDS: u64 = 30 * 60;
@@ -155,16 +160,14 @@ fn read_wav<R: std::io::Read>(mut r: hound::WavReader<R>, name: &str) -> Result<
         bail!("audio {name}: truncated: {} of {} samples", interleaved.len(), frames as usize * ch);
     }
     // NaN or infinity would pass through every later step as garbage.
-    if let Some(i) = interleaved.iter().position(|x| !x.is_finite()) {
-        bail!("audio {name}: sample {i} is {}, not a finite number", interleaved[i]);
+    if let Some(i) = interleaved.iter().position(|x| !x.is_finite() || x.abs() > MAX_FLOAT_SAMPLE) {
+        match interleaved[i] {
+            v if v.is_finite() => bail!("audio {name}: sample {i} is {v:e}, beyond the ±2^31 famlx reads"),
+            v => bail!("audio {name}: sample {i} is {v}, not a finite number"),
+        }
     }
     let mono: Vec<f32> = interleaved.chunks_exact(ch).map(|f| f.iter().sum::<f32>() / ch as f32).collect();
     let samples = resample(&mono, spec.sample_rate).map_err(|e| anyhow!("audio {name}: resampling: {e}"))?;
-    // Finite float samples near the limit of f32 can still overflow when
-    // mixed or filtered.
-    if samples.iter().any(|x| !x.is_finite()) {
-        bail!("audio {name}: float samples too large to mix down and resample (they overflow f32)");
-    }
     Ok(RawAudio { samples, source_rate: spec.sample_rate, channels: spec.channels })
 }
 

@@ -218,7 +218,8 @@ fn sample_rates_outside_the_range_are_refused() {
 }
 
 /// NaN and infinite float samples are refused, naming the sample; so are
-/// finite ones so large that mixing them down overflows.
+/// finite ones so large that mixing or resampling them would overflow f32
+/// (rubato panicked on them: found by the `wav` fuzz target).
 #[test]
 fn non_finite_samples_are_refused() {
     let dir = Scratch::new("audio-nan");
@@ -235,11 +236,16 @@ fn non_finite_samples_are_refused() {
         let e = format!("{:#}", load_audio(&p).expect_err(name));
         assert!(e.contains(&p.display().to_string()) && e.contains(says), "{e}");
     }
-    let huge = vec![f32::MAX; 300];
-    let p = dir.path().join("huge.wav");
-    std::fs::write(&p, raw_wav(3, 2, SAMPLE_RATE, 32, &[], &f32s(&huge))).unwrap();
-    let e = format!("{:#}", load_audio(&p).expect_err("huge"));
-    assert!(e.contains("huge.wav") && e.contains("too large"), "{e}");
+    for (rate, v) in [(SAMPLE_RATE, f32::MAX), (22_050, 3e38), (44_100, -2.2e9)] {
+        let p = dir.path().join(format!("huge{rate}.wav"));
+        std::fs::write(&p, raw_wav(3, 2, rate, 32, &[], &f32s(&[v; 600]))).unwrap();
+        let e = format!("{:#}", load_audio(&p).expect_err("huge"));
+        assert!(e.contains(&p.display().to_string()) && e.contains("sample 0 is") && e.contains("beyond"), "{e}");
+    }
+    // Integer-scaled float files (up to 2^31) still read.
+    let p = dir.path().join("int-scaled.wav");
+    std::fs::write(&p, raw_wav(3, 1, 22_050, 32, &[], &f32s(&[30_000.0; 600]))).unwrap();
+    assert!(load_audio(&p).unwrap().samples.iter().all(|x| x.is_finite()));
 }
 
 /// An odd-sized chunk before the data (LIST, JUNK) is followed by the pad
@@ -316,4 +322,37 @@ fn clips_too_short_for_the_tower_are_refused() {
             assert!(o.status.success(), "{n} samples: {}", common::texts(&o).1);
         }
     }
+}
+
+/// `famlx serve`: a clip too short for the tower, a WAV at a prime rate of
+/// a billion Hz and one with a NaN sample are each a 400 naming the message
+/// part; the server keeps answering /health and a good clip.
+#[test]
+fn bad_clips_in_requests_are_400_and_the_server_goes_on() {
+    use base64::Engine as _;
+    let m = fixture("gemma4-audio-f32");
+    let s = common::server::Server::start(&["--model", m.to_str().unwrap()]);
+    let ask = |wav: &[u8]| {
+        let data = base64::engine::general_purpose::STANDARD.encode(wav);
+        serde_json::json!({"max_tokens": 2, "messages": [{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}},
+            {"type": "text", "text": "Hear."}]}]})
+        .to_string()
+    };
+    let mut nan = vec![0.1f32; 400];
+    nan[3] = f32::NAN;
+    let nan: Vec<u8> = nan.iter().flat_map(|x| x.to_le_bytes()).collect();
+    for (wav, says) in [
+        (raw_wav(1, 1, SAMPLE_RATE, 16, &[], &pcm16(&[0.1; 64])), "at least 161"),
+        (raw_wav(1, 1, 1_000_000_007, 8, &[], &[128; 300]), "sample rate 1000000007 Hz"),
+        (raw_wav(3, 1, SAMPLE_RATE, 32, &[], &nan), "sample 3 is NaN"),
+    ] {
+        let (status, body) = s.post("/v1/chat/completions", &ask(&wav), None);
+        assert_eq!(status, 400, "{says}: {body}");
+        assert!(body.contains(says) && body.contains("messages[0].content[0]"), "{body}");
+        assert_eq!(s.get("/health").0, 200);
+    }
+    let good = pcm16(&sine(SAMPLE_RATE, 0.5, 440.0));
+    let (status, body) = s.post("/v1/chat/completions", &ask(&raw_wav(1, 1, SAMPLE_RATE, 16, &[], &good)), None);
+    assert_eq!(status, 200, "{body}");
 }

@@ -146,6 +146,7 @@ def files_cases(c, famlx):
     nan = struct.pack("<f", float("nan")) + struct.pack("<f", 0.1) * 2000
     audio_row("float samples with a NaN", wav(16000, nan, tag=3, bits=32), E)
     audio_row("float samples with +inf", wav(16000, struct.pack("<f", float("inf")) * 2000, tag=3, bits=32), E)
+    audio_row("float samples of 3e38 at 22.05 kHz (overflow the resampler)", wav(22050, struct.pack("<f", 3e38) * 2000, tag=3, bits=32), E)
     info = b"INFOISFT\x03\0\0\0ab\0"  # 15 bytes: odd, so a pad byte follows
     listc = b"LIST" + struct.pack("<I", len(info)) + info + b"\0"
     audio_row("an odd-sized LIST chunk with its pad byte", wav(44100, tone, extra=listc), S)

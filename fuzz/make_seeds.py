@@ -12,6 +12,7 @@ import os
 import shutil
 import struct
 
+import make_wav_seeds
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter, quants
@@ -136,6 +137,7 @@ def main():
     ]
     for i, t in enumerate(extra):
         put("template", f"features-{i}", t.encode() + b"\0" + b'[{"role": "user", "content": "hi there"}]')
+    make_wav_seeds.main()
 
 
 if __name__ == "__main__":

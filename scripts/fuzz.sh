@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../fuzz"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf safetensors config_plan tokenizer template tool_call request_body hub)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf safetensors config_plan tokenizer template tool_call request_body hub wav)
 
 # What cargo-fuzz passes for a build without a sanitizer: SanitizerCoverage
 # for libFuzzer's feedback. These are stable rustc flags, so no nightly.

@@ -120,6 +120,146 @@ def default_gguf(famlx):
     )
     return os.path.join(cache, "models", "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
+def files_cases(c, famlx):
+    """Issue 34, items 2, 7, 8 and the REPL's Ctrl-C: WAV headers and
+    samples, special files as every kind of input, `convert` onto its own
+    source, and chat stdin that never ends a line."""
+    E, W, S = "clear error", "degraded with warning", "served"
+    audio = os.path.join(FIX, "gemma4-audio-f32")
+
+    def wav(rate, data, tag=1, bits=16, channels=1, extra=b""):
+        align = channels * bits // 8
+        fmt = struct.pack("<HHIIHH", tag, channels, rate, (rate * align) & 0xFFFFFFFF, align, bits)
+        body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + extra
+        body += b"data" + struct.pack("<I", len(data)) + data
+        return b"RIFF" + struct.pack("<I", len(body)) + body
+
+    def audio_row(what, data, expect):
+        p = c.file("clip.wav", data)
+        c.row("audio", what, ["generate", "--model", audio, "-p", "Hear.", "--audio", p, "--max-tokens", "2"], expect=expect)
+
+    tone = b"".join(struct.pack("<h", int(8000 * ((i // 20) % 2 * 2 - 1))) for i in range(8000))
+    for rate in [1_000_000_007, 2_147_483_647, 4_294_967_291, 1, 7]:
+        audio_row(f"a WAV at {rate} Hz", wav(rate, tone[:200]), E)
+    audio_row("a 64-sample clip (4 ms)", wav(16000, tone[:128]), E)
+    audio_row("a 161-sample clip (the shortest the tower reads)", wav(16000, tone[:322]), S)
+    nan = struct.pack("<f", float("nan")) + struct.pack("<f", 0.1) * 2000
+    audio_row("float samples with a NaN", wav(16000, nan, tag=3, bits=32), E)
+    audio_row("float samples with +inf", wav(16000, struct.pack("<f", float("inf")) * 2000, tag=3, bits=32), E)
+    audio_row("float samples of 3e38 at 22.05 kHz (overflow the resampler)", wav(22050, struct.pack("<f", 3e38) * 2000, tag=3, bits=32), E)
+    info = b"INFOISFT\x03\0\0\0ab\0"  # 15 bytes: odd, so a pad byte follows
+    listc = b"LIST" + struct.pack("<I", len(info)) + info + b"\0"
+    audio_row("an odd-sized LIST chunk with its pad byte", wav(44100, tone, extra=listc), S)
+
+    # Special files as inputs: each refused at once, by name.
+    fifo = os.path.join(c.scratch, "fifo")
+    os.mkfifo(fifo)
+    for name, target in [
+        ("config.json", fifo),
+        ("config.json", "/dev/zero"),
+        ("tokenizer.json", "/dev/urandom"),
+        ("chat_template.jinja", fifo),
+        ("generation_config.json", "/dev/zero"),
+        ("model.safetensors.index.json", fifo),
+        ("model.safetensors", fifo),
+    ]:
+        d = c.copy("llama-bf16")
+        os.remove(os.path.join(d, name))
+        os.symlink(target, os.path.join(d, name))
+        what = "a FIFO" if target == fifo else target
+        c.row("special files", f"{name} -> {what}", ["generate", "--model", d, "-p", "hi", "--max-tokens", "1"], expect=E)
+    d = c.copy("llama-bf16")
+    with open(os.path.join(d, "config.json"), "r+b") as f:
+        f.truncate(65 << 20)
+    c.row("special files", "a 65 MiB config.json", ["generate", "--model", d, "-p", "hi", "--max-tokens", "1"], expect=E)
+    vision = os.path.join(FIX, "gemma4-vision-f32")
+    for flag, model, target in [("--image", vision, "/dev/zero"), ("--image", vision, fifo), ("--audio", audio, "/dev/urandom"), ("--audio", audio, fifo)]:
+        what = "a FIFO" if target == fifo else target
+        c.row("special files", f"{flag} {what}", ["generate", "--model", model, "-p", "hi", flag, target, "--max-tokens", "1"], expect=E)
+    c.row("special files", "--prompt-cache-file a FIFO", ["generate", "--model", os.path.join(FIX, "llama-bf16"), "-p", "hi", "--prompt-cache-file", fifo], expect=E)
+    c.row("special files", "launch --hostfile a FIFO", ["launch", "--hostfile", fifo, "--", "generate", "-p", "hi"], expect=E)
+    g = os.path.join(c.scratch, "model.gguf")
+    os.mkfifo(g)
+    c.row("special files", "--model a FIFO named .gguf", ["generate", "--model", g, "-p", "hi"], expect=E)
+
+    # convert --force onto, into or above its own source: refused, the source intact.
+    src = c.copy("llama-hf-bf16")
+    before = sorted(os.listdir(src))
+    parent = os.path.dirname(src)
+    base = os.path.basename(src)
+    for what, out in [
+        ("SRC", src),
+        ("SRC/.", src + "/."),
+        ("SRC/../src", f"{src}/../{base}"),
+        ("SRC/sub", src + "/sub"),
+        ("SRC/.. (holds the source)", src + "/.."),
+    ]:
+        c.row("convert", f"--mlx-path {what} --force", ["convert", "--hf-path", src, "--mlx-path", out, "--force"], expect=E)
+    if sorted(os.listdir(src)) != before or any("famlx-partial" in n for n in os.listdir(parent)):
+        c.rows.append(("convert", "the source after those", "CRASH (source changed or partial folder left)", ""))
+    secret = c.file("secret.txt", b"private")
+    src2 = c.copy("llama-hf-bf16")
+    os.symlink(secret, os.path.join(src2, "README.md"))
+    out = os.path.join(c.scratch, "converted")
+    c.row("convert", "README.md a link to a private file", ["convert", "--hf-path", src2, "--mlx-path", out], expect=W)
+    if os.path.exists(os.path.join(out, "README.md")):
+        c.rows.append(("convert", "the link's target", "CRASH (the private file was copied)", ""))
+    src3 = c.copy("llama-hf-bf16")
+    open(os.path.join(src3, "added_tokens.json"), "w").write('{"<x>": 5')
+    c.row("convert", "added_tokens.json not JSON", ["convert", "--hf-path", src3, "--mlx-path", out + "2"], expect=E)
+
+    # Chat stdin: a 2 MiB line, then a question; /dev/zero (never a newline).
+    q = os.path.join(FIX, "qwen3-bf16")
+    c.row("repl", "a 2 MiB line, then hi", ["chat", "--model", q, "--max-tokens", "2"], stdin=b"a" * (2 << 20) + b"\nhi\n", expect=W)
+    import signal
+    import time
+
+    with open("/dev/zero", "rb") as zero:
+        p = subprocess.Popen([famlx, "chat", "--model", q], stdin=zero, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+        def rss_kb():
+            if p.poll() is not None:
+                return -1
+            return [int(l.split()[1]) for l in open(f"/proc/{p.pid}/status") if l.startswith("VmRSS:")][0]
+
+        time.sleep(4)
+        rss = rss_kb()
+        time.sleep(2)
+        rss2 = rss_kb()
+        for _ in range(2):
+            p.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+        try:
+            rc = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = "hang"
+        err = [l for l in p.stderr.read().decode("utf-8", "replace").splitlines() if l.startswith("famlx:")]
+        ok = rc == 0 and rss > 0 and rss2 > 0 and rss2 - rss < 65536
+        result = "bounded; Ctrl-C twice quit" if ok else f"CRASH (exit {rc}, RSS {rss} -> {rss2} kB)"
+        c.rows.append(("repl", f"stdin /dev/zero (RSS {rss // 1024} -> {rss2 // 1024} MB over 2 s)", result, err[-1] if err else ""))
+    # A burst of Ctrl-C during a long prefill, then /history: the first turn is kept.
+    p = subprocess.Popen(
+        [famlx, "chat", "--model", q, "--max-tokens", "3", "--prefill-step-size", "16"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    p.stdin.write(b"hello there\n" + b"word " * 10000 + b"\n")
+    p.stdin.flush()
+    time.sleep(4)
+    for _ in range(6):
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.04)
+    time.sleep(1.5)
+    alive = p.poll() is None
+    try:
+        out, err = p.communicate(b"/history\n", timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    kept = b"user: hello there" in out
+    result = "reply stopped; conversation kept" if alive and kept else f"CRASH (alive={alive}, history kept={kept})"
+    c.rows.append(("repl", "6 Ctrl-C in 240 ms during a reply, then /history", result, ""))
+
 
 def server_cases(c, famlx):
     """Hostile requests against a real `famlx serve` (the inputs of
@@ -556,6 +696,7 @@ def main():
 
     server_cases(c, famlx)
     hub_cases(c, famlx)
+    files_cases(c, famlx)
 
     print("| area | input | result | first stderr line |")
     print("|---|---|---|---|")

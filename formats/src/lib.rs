@@ -12,9 +12,12 @@
 //! * [`hub`]: what a Hugging Face hub server answers (commit, ETag, sizes,
 //!   file names) and the revision a user types, checked before any of it
 //!   becomes a path in the cache.
+//! * [`input`]: how every file a user names is opened: regular files
+//!   only, each kind up to its size bound.
 
 pub mod gguf;
 pub mod hub;
+pub mod input;
 pub mod safetensors;
 
 use std::fmt;

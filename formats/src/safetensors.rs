@@ -153,8 +153,7 @@ pub fn index_shards(json: &[u8]) -> Result<Vec<String>> {
 /// start with the path.
 pub fn check_file(path: &Path) -> Result<Header> {
     let p = path.display();
-    let mut f = std::fs::File::open(path).map_err(|e| Error(format!("{p}: cannot open: {e}")))?;
-    let size = f.metadata().map_err(|e| Error(format!("{p}: cannot stat: {e}")))?.len();
+    let (mut f, size) = crate::input::open_input(path).map_err(|e| Error(format!("{p}: cannot open: {e}")))?;
     let mut len = [0u8; 8];
     f.read_exact(&mut len).map_err(|_| Error(format!("{p}: truncated ({size} bytes, no safetensors header)")))?;
     let n = u64::from_le_bytes(len);

@@ -118,8 +118,10 @@ impl LoadedModel {
     /// size, quantization start, `--max-kv-size`) than this run's, as
     /// mlx-lm does: the caches would silently not be what the flags say.
     pub fn load_prompt_cache(&mut self, path: &Path) -> Result<Vec<u32>> {
-        let (arrays, meta) = mlx::io::load_safetensors(path)?;
         let shown = path.display();
+        // MLX's reader would block on a FIFO and trusts the header it reads.
+        famlx_formats::safetensors::check_file(path)?;
+        let (arrays, meta) = mlx::io::load_safetensors(path)?;
         if meta.get("format").map(String::as_str) != Some(FORMAT) {
             bail!("{shown}: not a famlx prompt cache (no `format: {FORMAT}` metadata)");
         }

@@ -17,7 +17,8 @@ pub const MAX_PIXELS: u64 = 64 << 20;
 /// Reads and decodes the image at `path`.
 pub fn load_image(path: &Path) -> Result<RawImage> {
     let shown = path.display().to_string();
-    let data = std::fs::read(path).with_context(|| format!("image {shown}"))?;
+    let data = famlx_formats::input::read_input(path, "an image", famlx_formats::input::MAX_IMAGE)
+        .with_context(|| format!("image {shown}: cannot read"))?;
     decode_image(&data, &shown)
 }
 

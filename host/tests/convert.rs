@@ -349,3 +349,92 @@ fn bad_inputs_get_one_line_and_leave_no_output() {
         .any(|e| e.file_name().to_string_lossy().contains("famlx-partial"));
     assert!(!partial, "a failed conversion left its temporary folder");
 }
+
+/// Every file of a folder with its bytes, names sorted.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap_or_default()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// An output that is the source, inside it or above it, however it is
+/// spelt (`SRC/.`, `SRC/../src`, a link to it, its parent), is refused
+/// with --force before anything is touched: the source keeps every file
+/// and byte, and no partial folder is left.
+#[test]
+fn output_onto_into_or_above_the_source_is_refused() {
+    let s = Scratch::new("convert-self");
+    let src = s.path().join("src");
+    common::copy_dir(&fixture("llama-hf-bf16"), &src);
+    std::fs::write(src.join("notes.txt"), b"mine").unwrap();
+    std::os::unix::fs::symlink(&src, s.path().join("link")).unwrap();
+    let before = snapshot(&src);
+    let sp = src.display().to_string();
+    let outs = [
+        (sp.clone(), "is the source"),
+        (format!("{sp}/."), "is the source"),
+        (format!("{sp}/../src"), "is the source"),
+        (s.path().join("link").display().to_string(), "is the source"),
+        (format!("{sp}/sub/out"), "is inside the source"),
+        (format!("{sp}/nothere/../sub"), "is inside the source"),
+        (s.path().display().to_string(), "holds the source"),
+        (format!("{sp}/.."), "holds the source"),
+    ];
+    for (out, why) in outs {
+        let e = convert_fails(&["--hf-path", &sp, "--mlx-path", &out, "--force"]);
+        assert!(e.contains(&format!("--mlx-path {out}: {why}")) && e.contains(&sp), "{out}: {e}");
+        assert_eq!(e.lines().filter(|l| !l.trim().is_empty()).count(), 1, "{e}");
+        assert_eq!(snapshot(&src), before, "{out}: the source changed");
+        let left: Vec<String> = std::fs::read_dir(s.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "src" && n != "link")
+            .collect();
+        assert!(left.is_empty(), "{out}: left {left:?}");
+    }
+    // A folder beside it is fine, and the notes stay behind.
+    let out = s.path().join("out");
+    convert(&["--hf-path", &sp, "--mlx-path", out.to_str().unwrap()]);
+    assert!(out.join("model.safetensors").exists() && !out.join("notes.txt").exists());
+}
+
+/// Side files are copied only when they are what they claim: a link that
+/// leads out of the source folder is left behind with one warning line; a
+/// link inside it is followed; a JSON side file that does not parse stops
+/// the run before any work, naming it.
+#[test]
+fn side_files_are_checked_before_they_are_copied() {
+    let s = Scratch::new("convert-side");
+    let src = s.path().join("src");
+    common::copy_dir(&fixture("llama-hf-bf16"), &src);
+    let secret = s.path().join("secret.txt");
+    std::fs::write(&secret, b"private").unwrap();
+    std::os::unix::fs::symlink(&secret, src.join("README.md")).unwrap();
+    std::fs::rename(src.join("special_tokens_map.json"), src.join("map.json")).unwrap();
+    std::os::unix::fs::symlink("map.json", src.join("special_tokens_map.json")).unwrap();
+    let sp = src.display().to_string();
+    let out = s.path().join("out");
+    let log = convert(&["--hf-path", &sp, "--mlx-path", out.to_str().unwrap()]);
+    let warned: Vec<&str> = log.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(warned[0].contains("README.md") && warned[0].contains("outside the source folder"), "{log}");
+    assert!(!out.join("README.md").exists(), "the link to a private file was copied");
+    let copied = std::fs::symlink_metadata(out.join("special_tokens_map.json")).unwrap();
+    assert!(copied.is_file(), "a link inside the source is copied as a file");
+    assert_eq!(
+        std::fs::read(out.join("special_tokens_map.json")).unwrap(),
+        std::fs::read(src.join("map.json")).unwrap()
+    );
+
+    // A side file that is not JSON: refused before any work.
+    std::fs::remove_file(src.join("README.md")).unwrap();
+    std::fs::write(src.join("added_tokens.json"), b"{\"<x>\": 5").unwrap();
+    let out2 = s.path().join("out2");
+    let e = convert_fails(&["--hf-path", &sp, "--mlx-path", out2.to_str().unwrap()]);
+    assert!(e.contains("added_tokens.json") && e.contains("not valid JSON"), "{e}");
+    assert!(!e.contains("[INFO]") && !out2.exists(), "{e}");
+}

@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use famlx_formats::input;
+
 use crate::detok::StreamingDetokenizer;
 use crate::error::{Error, Result};
 use crate::gguf::{self, MetaValue};
@@ -49,9 +51,10 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
-/// Reads an optional JSON file; `Ok(None)` when it does not exist.
+/// Reads an optional JSON side file (a regular file, up to
+/// [`input::MAX_JSON`]); `Ok(None)` when it does not exist.
 fn read_json_opt(path: &Path) -> Result<Option<Value>> {
-    let bytes = match std::fs::read(path) {
+    let bytes = match input::read_input(path, "a JSON side file", input::MAX_JSON) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::new(format!("{}: cannot read: {e}", path.display()))),
@@ -106,7 +109,7 @@ impl Tokenizer {
     /// from a checkpoint folder.
     pub fn from_dir(dir: &Path) -> Result<Tokenizer> {
         let tok_path = dir.join("tokenizer.json");
-        let bytes = std::fs::read(&tok_path).map_err(|e| {
+        let bytes = input::read_input(&tok_path, "a tokenizer.json", input::MAX_TOKENIZER).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 Error::new(format!("{}: not found (a checkpoint folder needs tokenizer.json)", tok_path.display()))
             } else {
@@ -242,7 +245,7 @@ impl Tokenizer {
             }
         };
         let jinja_path = dir.join("chat_template.jinja");
-        match std::fs::read_to_string(&jinja_path) {
+        match input::read_input_text(&jinja_path, "a chat template", input::MAX_TEMPLATE) {
             Ok(s) if s.trim().is_empty() => empty(jinja_path.display().to_string()),
             Ok(s) => {
                 chat_template = Some(s);

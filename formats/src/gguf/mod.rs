@@ -80,8 +80,7 @@ impl Gguf {
     /// Maps `path` read-only and parses it. Errors start with the path.
     pub fn open(path: &Path) -> Result<Gguf> {
         let p = path.display();
-        let file = std::fs::File::open(path).map_err(|e| Error(format!("{p}: cannot open: {e}")))?;
-        let len = file.metadata().map_err(|e| Error(format!("{p}: cannot stat: {e}")))?.len();
+        let (file, len) = crate::input::open_input(path).map_err(|e| Error(format!("{p}: cannot open: {e}")))?;
         if len == 0 {
             return Err(Error(format!("{p}: empty file (0 bytes), not a GGUF model")));
         }

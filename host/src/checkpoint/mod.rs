@@ -10,6 +10,7 @@ pub use quant::QuantConfig;
 
 use anyhow::{anyhow, bail, Context, Result};
 use famlx_formats::gguf::{self as formats_gguf, Decoded, Gguf, MetaValue, PlainDtype};
+use famlx_formats::input::{read_input_text, MAX_JSON};
 use famlx_text::Tokenizer;
 use mlx::{Array, Dtype};
 use serde_json::{Map, Value};
@@ -60,29 +61,31 @@ impl Checkpoint {
         if !path.exists() {
             bail!("{}: no such file or directory", path.display());
         }
-        if path.is_file() {
-            if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-                return Self::open_gguf(path);
-            }
-            bail!("{}: not a checkpoint folder or .gguf file", path.display());
+        if path.is_dir() {
+            return Self::open_dir(path);
         }
-        Self::open_dir(path)
+        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+            // Gguf::open refuses what is not a regular file (a FIFO, a device).
+            return Self::open_gguf(path);
+        }
+        bail!("{}: not a checkpoint folder or .gguf file", path.display())
     }
 
     fn open_dir(dir: &Path) -> Result<Checkpoint> {
         let cfg_path = dir.join("config.json");
-        let text =
-            std::fs::read_to_string(&cfg_path).with_context(|| format!("{}: cannot read", cfg_path.display()))?;
+        let text = read_input_text(&cfg_path, "a config", MAX_JSON)
+            .with_context(|| format!("{}: cannot read", cfg_path.display()))?;
         let mut config: Value =
             serde_json::from_str(&text).map_err(|e| anyhow!("{}: invalid JSON: {e}", cfg_path.display()))?;
         // The image processor's settings ride along for the family's media
         // processor, under the file's own name.
         for name in ["processor_config", "preprocessor_config"] {
             let p = dir.join(format!("{name}.json"));
-            if !p.is_file() || config.get(name).is_some() {
+            if !p.exists() || config.get(name).is_some() {
                 continue;
             }
-            let text = std::fs::read_to_string(&p).with_context(|| format!("{}: cannot read", p.display()))?;
+            let text = read_input_text(&p, "a processor config", MAX_JSON)
+                .with_context(|| format!("{}: cannot read", p.display()))?;
             let v: Value = serde_json::from_str(&text).map_err(|e| anyhow!("{}: invalid JSON: {e}", p.display()))?;
             if let Some(o) = config.as_object_mut() {
                 o.insert(name.to_string(), v);

@@ -75,7 +75,8 @@ impl OnDisk {
         let inner: u64 = self.shape[ax + 1..].iter().map(|&d| d as u64).product::<u64>() * elem;
         let (run, stride) = ((stop - start) as u64 * inner, self.shape[ax] as u64 * inner);
         let mut bytes = vec![0u8; (outer * run) as usize];
-        let f = std::fs::File::open(&self.path).with_context(|| format!("{}: cannot open", self.path.display()))?;
+        let (f, _) = famlx_formats::input::open_input(&self.path)
+            .with_context(|| format!("{}: cannot open", self.path.display()))?;
         for (o, chunk) in bytes.chunks_mut(run as usize).enumerate() {
             let at = self.start + o as u64 * stride + start as u64 * inner;
             f.read_exact_at(chunk, at).with_context(|| format!("{}: cannot read at byte {at}", self.path.display()))?;

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.exists() {
-        let text = std::fs::read(&index).with_context(|| format!("{}: cannot read", index.display()))?;
+        let text = famlx_formats::input::read_input(&index, "a safetensors index", famlx_formats::input::MAX_JSON)
+            .with_context(|| format!("{}: cannot read", index.display()))?;
         let names = famlx_formats::safetensors::index_shards(&text).map_err(|e| anyhow!("{}: {e}", index.display()))?;
         let mut out = Vec::new();
         for f in names {

@@ -1,7 +1,9 @@
 //! `famlx chat`: the REPL. A conversation whose caches stay warm across
 //! turns (each turn prefills only what is new), slash commands, Ctrl-C that
 //! stops whatever runs (a long prefill included) and quits on a second
-//! press at the prompt, and hot reload of the serving plugin with `--watch`.
+//! press at the prompt (a burst of presses that stopped a reply is not one
+//! at the prompt), input lines bounded in length, and hot reload of the
+//! serving plugin with `--watch`.
 
 use super::args::ChatArgs;
 use super::setup::{load, params, template_kwargs};
@@ -17,12 +19,22 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The longest line the REPL reads (1 MiB); a longer one is skipped with a
+/// warning, and input that never ends a line (`/dev/zero`) is read and
+/// dropped in pieces, never held whole.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Ctrl-C presses closer together than this are one burst: after a press
+/// that stopped a reply, the rest of its burst does not count at the prompt.
+const BURST_GAP: Duration = Duration::from_secs(1);
 
 /// The REPL's commands, for `/help`.
 const COMMANDS: &[(&str, &str)] = &[
     ("/help", "list these commands"),
     ("/reset", "forget the conversation (the system message stays)"),
+    ("/history", "show the conversation so far"),
     ("/image PATH", "attach an image to the next message"),
     ("/audio PATH", "attach a WAV audio clip to the next message"),
     ("/exit, /quit", "leave (also Ctrl-D, or Ctrl-C twice at the prompt)"),
@@ -34,10 +46,12 @@ enum Event {
     Line(String),
     /// A line that is not UTF-8.
     NotText,
+    /// A line longer than [`MAX_LINE`] (the rest of it is skipped).
+    TooLong,
     /// End of input (Ctrl-D).
     Eof,
-    /// Ctrl-C.
-    Interrupt,
+    /// Ctrl-C, and when it was pressed.
+    Interrupt(Instant),
 }
 
 /// What a typed line asks for.
@@ -51,6 +65,8 @@ enum Command<'a> {
     Help,
     /// `/reset`
     Reset,
+    /// `/history`
+    History,
     /// `/image PATH`
     Image(&'a str),
     /// `/audio PATH`
@@ -67,6 +83,7 @@ fn parse(line: &str) -> Command<'_> {
         "" => Command::Nothing,
         "/help" | "/?" => Command::Help,
         "/reset" | "/clear" => Command::Reset,
+        "/history" => Command::History,
         "/exit" | "/quit" | "/bye" => Command::Exit,
         _ if t.starts_with("/image ") || t == "/image" => Command::Image(t["/image".len()..].trim()),
         _ if t.starts_with("/audio ") || t == "/audio" => Command::Audio(t["/audio".len()..].trim()),
@@ -78,31 +95,75 @@ fn parse(line: &str) -> Command<'_> {
 }
 
 /// Reads stdin on a thread, so a plugin reload (and Ctrl-C) is served while
-/// the REPL waits for input. A line that is not UTF-8 is reported, not fatal.
+/// the REPL waits for input. A line that is not UTF-8 or is too long is
+/// reported, not fatal.
 fn spawn_reader(tx: std::sync::mpsc::Sender<Event>) {
-    std::thread::spawn(move || {
-        let mut input = std::io::stdin().lock();
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            let ev = match input.read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => Event::Eof,
-                Ok(_) => {
-                    while matches!(buf.last(), Some(b'\n' | b'\r')) {
-                        buf.pop();
-                    }
-                    match String::from_utf8(std::mem::take(&mut buf)) {
-                        Ok(s) => Event::Line(s),
-                        Err(_) => Event::NotText,
-                    }
+    std::thread::spawn(move || read_events(std::io::stdin().lock(), MAX_LINE, |ev| tx.send(ev).is_ok()));
+}
+
+/// The events of `input`, each given to `send` until it returns false or
+/// input ends: lines of at most `max` bytes (without the newline), and
+/// [`Event::TooLong`] as soon as a line passes `max`, whose rest is then
+/// read and dropped.
+fn read_events(mut input: impl BufRead, max: usize, mut send: impl FnMut(Event) -> bool) {
+    let mut buf = Vec::new();
+    let mut skipping = false;
+    loop {
+        let avail = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => &[][..],
+        };
+        if avail.is_empty() {
+            // A last line without a newline still counts.
+            if !buf.is_empty() && !send(line_event(std::mem::take(&mut buf))) {
+                return;
+            }
+            send(Event::Eof);
+            return;
+        }
+        let newline = avail.iter().position(|&b| b == b'\n');
+        let piece = &avail[..newline.unwrap_or(avail.len())];
+        if !skipping {
+            if buf.len() + piece.len() > max {
+                buf = Vec::new();
+                skipping = true;
+                if !send(Event::TooLong) {
+                    return;
                 }
-            };
-            let eof = matches!(ev, Event::Eof);
-            if tx.send(ev).is_err() || eof {
-                break;
+            } else {
+                buf.extend_from_slice(piece);
             }
         }
-    });
+        let used = newline.map_or(avail.len(), |i| i + 1);
+        input.consume(used);
+        if newline.is_some() {
+            if !skipping && !send(line_event(std::mem::take(&mut buf))) {
+                return;
+            }
+            skipping = false;
+        }
+    }
+}
+
+/// A read line (its newline gone) as an event: trailing `\r` dropped.
+fn line_event(mut buf: Vec<u8>) -> Event {
+    while buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    match String::from_utf8(buf) {
+        Ok(s) => Event::Line(s),
+        Err(_) => Event::NotText,
+    }
+}
+
+/// The warning for a skipped line.
+fn skipped(ev: &Event) -> Option<String> {
+    match ev {
+        Event::NotText => Some("famlx: warning: that line is not UTF-8 text; skipped".into()),
+        Event::TooLong => Some(format!("famlx: warning: that line is longer than {} MiB; skipped", MAX_LINE >> 20)),
+        _ => None,
+    }
 }
 
 /// The next line for every rank of a distributed chat: read by rank 0
@@ -112,8 +173,8 @@ fn shared_event(rx: &std::sync::mpsc::Receiver<Event>, pending: &mut VecDeque<Ev
         loop {
             match pending.pop_front().or_else(|| rx.recv().ok()) {
                 Some(Event::Line(l)) => break Some(l),
-                Some(Event::NotText) => eprintln!("famlx: warning: that line is not UTF-8 text; skipped"),
-                Some(Event::Interrupt) => continue,
+                Some(ev @ (Event::NotText | Event::TooLong)) => eprintln!("{}", skipped(&ev).unwrap_or_default()),
+                Some(Event::Interrupt(_)) => continue,
                 Some(Event::Eof) | None => break None,
             }
         }
@@ -145,7 +206,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         let (c, tx) = (cancel.clone(), tx.clone());
         let _ = ctrlc::set_handler(move || {
             c.store(true, Ordering::SeqCst);
-            let _ = tx.send(Event::Interrupt);
+            let _ = tx.send(Event::Interrupt(Instant::now()));
         });
     }
     if crate::distributed::rank() == 0 {
@@ -161,6 +222,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let kwargs = template_kwargs(a.think);
     let mut pending: VecDeque<Event> = VecDeque::new();
     let mut armed = false;
+    // Until when Ctrl-C presses still belong to a burst that stopped a reply.
+    let mut burst_until: Option<Instant> = None;
     // Images and clips attached with /image and /audio, waiting for the next message.
     let mut attached: Vec<Rc<PromptMedia>> = Vec::new();
     loop {
@@ -184,20 +247,25 @@ pub fn run(a: ChatArgs) -> Result<()> {
         };
         let line = match ev {
             Event::Eof => break,
-            Event::Interrupt if armed => break,
-            Event::Interrupt => {
+            Event::Interrupt(at) if burst_until.is_some_and(|t| at < t) => {
+                burst_until = Some(at + BURST_GAP);
+                continue;
+            }
+            Event::Interrupt(_) if armed => break,
+            Event::Interrupt(_) => {
                 armed = true;
                 eprintln!("\n(Ctrl-C again or Ctrl-D to quit)");
                 continue;
             }
-            Event::NotText => {
+            ev @ (Event::NotText | Event::TooLong) => {
                 armed = false;
-                eprintln!("famlx: warning: that line is not UTF-8 text; skipped");
+                eprintln!("{}", skipped(&ev).unwrap_or_default());
                 continue;
             }
             Event::Line(l) => l,
         };
         armed = false;
+        burst_until = None;
         let text = match parse(&line) {
             Command::Nothing => continue,
             Command::Exit => break,
@@ -231,6 +299,10 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 }
                 continue;
             }
+            Command::History => {
+                print_history(&history);
+                continue;
+            }
             Command::Reset => {
                 attached.clear();
                 history.retain(|m| m.role == "system");
@@ -261,15 +333,31 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 }
             }
         }
-        // A Ctrl-C that stopped this turn is not one at the prompt; lines
-        // typed meanwhile are kept.
+        // A Ctrl-C that stopped this turn is not one at the prompt, nor are
+        // the presses of its burst that come later; lines typed meanwhile
+        // are kept.
         while let Ok(ev) = rx.try_recv() {
-            if !matches!(ev, Event::Interrupt) {
-                pending.push_back(ev);
+            match ev {
+                Event::Interrupt(at) => burst_until = Some(at + BURST_GAP),
+                ev => pending.push_back(ev),
             }
         }
     }
     Ok(())
+}
+
+/// `/history`: each message of the conversation, one paragraph each.
+fn print_history(history: &[Message]) {
+    if history.is_empty() {
+        println!("(no conversation yet)");
+    }
+    for m in history {
+        let media = match m.media.len() {
+            0 => String::new(),
+            n => format!(" [{n} attachment{}]", if n == 1 { "" } else { "s" }),
+        };
+        println!("{}{media}: {}", m.role, m.content);
+    }
 }
 
 /// Waits for the next event; with a watcher, serves plugin reloads while
@@ -382,9 +470,62 @@ mod tests {
         assert_eq!(parse("  "), Command::Nothing);
         assert_eq!(parse("/help"), Command::Help);
         assert_eq!(parse("/reset"), Command::Reset);
+        assert_eq!(parse("/history"), Command::History);
         assert_eq!(parse(" /quit "), Command::Exit);
         assert_eq!(parse("/frobnicate now"), Command::Unknown("/frobnicate"));
         assert_eq!(parse("//usr/bin is a path"), Command::Say("/usr/bin is a path"));
         assert_eq!(parse("hello"), Command::Say("hello"));
+    }
+
+    fn events(input: &[u8], max: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        read_events(input, max, |ev| {
+            out.push(match ev {
+                Event::Line(l) => l,
+                Event::NotText => "<not text>".into(),
+                Event::TooLong => "<too long>".into(),
+                Event::Eof => "<eof>".into(),
+                Event::Interrupt(_) => "<interrupt>".into(),
+            });
+            true
+        });
+        out
+    }
+
+    #[test]
+    fn lines_past_the_bound_are_skipped_and_reading_goes_on() {
+        assert_eq!(events(b"ab\r\n\xff\nlast", 8), ["ab", "<not text>", "last", "<eof>"]);
+        // Exactly the bound fits; one more byte is too long, and the rest of
+        // that line is dropped, not read as lines.
+        assert_eq!(events(b"12345678\n123456789abc\nok\n", 8), ["12345678", "<too long>", "ok", "<eof>"]);
+        // Through a reader that hands out a few bytes at a time.
+        let slow = std::io::BufReader::with_capacity(3, &b"0123456789\nhi\n"[..]);
+        let mut got = Vec::new();
+        read_events(slow, 4, |ev| {
+            got.push(matches!(ev, Event::TooLong));
+            true
+        });
+        assert_eq!(got, [true, false, false]);
+    }
+
+    /// Input that never ends a line is read and dropped: a 64 MiB "line"
+    /// never grows the buffer past the bound.
+    #[test]
+    fn endless_line_is_held_to_the_bound() {
+        struct Zeros(usize);
+        impl std::io::Read for Zeros {
+            fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+                let n = b.len().min(self.0);
+                b[..n].fill(0);
+                self.0 -= n;
+                Ok(n)
+            }
+        }
+        let mut got = Vec::new();
+        read_events(std::io::BufReader::new(Zeros(64 << 20)), MAX_LINE, |ev| {
+            got.push(matches!(ev, Event::TooLong));
+            true
+        });
+        assert_eq!(got, [true, false], "one warning, then the end of input");
     }
 }

@@ -4,11 +4,13 @@
 //! rewriter (the same one the loader runs) names it and its quantization
 //! class says whether and how it may be quantized ([`policy`]); the host
 //! does the rest once for every family: shards ([`shards`]), config and
-//! side files ([`output`]), the all-or-nothing output folder.
+//! the all-or-nothing output folder (`output`), side files checked before
+//! they are copied (`side_files`).
 
 mod output;
 pub mod policy;
 pub mod shards;
+mod side_files;
 mod verify;
 
 pub use verify::{verify, Verification};
@@ -80,7 +82,9 @@ pub fn convert(reg: &Registry, o: &ConvertOptions) -> Result<Summary> {
     if o.quantize.is_some() && o.dequantize {
         bail!("choose either --quantize or --dequantize, not both");
     }
-    output::check_target(&o.out, o.force)?;
+    let out_dir = output::check_target(&o.src, &o.out, o.force)?;
+    // Read and checked now, so a bad one fails the run before any work.
+    let side = if o.src.is_dir() { Some(side_files::SideFiles::read(&o.src)?) } else { None };
     let (mut src, ck) = Source::open(&o.src)?;
     let fam = reg.resolve(&src.model_type, o.family.as_deref()).with_context(|| format!("{}", o.src.display()))?;
     let plan = fam
@@ -163,7 +167,7 @@ pub fn convert(reg: &Registry, o: &ConvertOptions) -> Result<Summary> {
     };
     drop(weights);
 
-    let tmp = output::TempDir::beside(&o.out)?;
+    let tmp = output::TempDir::beside(&out_dir)?;
     let written = shards::write(tmp.path(), out, o.max_shard_bytes)?;
     let config =
         if is_gguf { output::gguf_config(&plan, &ck, target, has_head)? } else { output::folder_config(&o.src)? };
@@ -173,10 +177,10 @@ pub fn convert(reg: &Registry, o: &ConvertOptions) -> Result<Summary> {
             anyhow!("{}: {}", o.src.display(), ck.tokenizer_error.clone().unwrap_or_else(|| "no tokenizer".into()))
         })?;
         tok.save_hf(tmp.path()).map_err(|e| anyhow!("{e}"))?;
-    } else {
-        output::copy_side_files(&o.src, tmp.path())?;
+    } else if let Some(side) = &side {
+        side.write(tmp.path())?;
     }
-    tmp.commit(&o.out, o.force)?;
+    tmp.commit(&out_dir, o.force)?;
     Ok(Summary {
         tensors,
         shards: written.shards,

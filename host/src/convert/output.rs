@@ -1,14 +1,15 @@
-//! The converted folder around the shards: `config.json` (with its
-//! quantization block), the tokenizer and generation files copied byte for
-//! byte, and the temporary folder that becomes the output only once
-//! everything is written.
+//! The converted folder around the shards: where it may go (never onto,
+//! into or above its source), `config.json` (with its quantization block),
+//! and the temporary folder that becomes the output only once everything is
+//! written.
 
 use crate::checkpoint::Checkpoint;
 use anyhow::{anyhow, bail, Context, Result};
+use famlx_formats::input::{read_input_text, MAX_JSON};
 use mlx::Dtype;
 use plugin_api::ModelPlan;
 use serde_json::{json, Map, Value};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// What the written config says about quantization.
 pub enum QuantBlock {
@@ -25,8 +26,12 @@ pub enum QuantBlock {
     Drop,
 }
 
-/// Refuses an output folder that is a file or is not empty (unless `force`).
-pub fn check_target(out: &Path, force: bool) -> Result<()> {
+/// Refuses an output folder that is a file or is not empty (unless
+/// `force`), and one that resolves to its source, into it or above it
+/// ([`check_apart`]). Returns the output's resolved path, which the rest
+/// of the run writes to.
+pub fn check_target(src: &Path, out: &Path, force: bool) -> Result<PathBuf> {
+    let resolved = check_apart(src, out)?;
     if out.is_file() {
         bail!("{}: exists and is a file (the output is a folder)", out.display());
     }
@@ -36,21 +41,79 @@ pub fn check_target(out: &Path, force: bool) -> Result<()> {
             bail!("{}: exists and is not empty (pass --force to replace it)", out.display());
         }
     }
-    Ok(())
+    Ok(resolved)
+}
+
+/// `p` absolute, with symlinks, `.` and `..` resolved as far as it exists;
+/// the parts that do not exist yet (they cannot be links) are applied by
+/// name. `std::fs::canonicalize` alone needs the whole path to exist.
+pub fn resolve(p: &Path) -> Result<PathBuf> {
+    let abs = std::path::absolute(p).with_context(|| format!("{}: cannot resolve", p.display()))?;
+    let parts: Vec<Component> = abs.components().collect();
+    for k in (1..=parts.len()).rev() {
+        let head: PathBuf = parts[..k].iter().collect();
+        let Ok(mut out) = std::fs::canonicalize(&head) else { continue };
+        for c in &parts[k..] {
+            match c {
+                Component::ParentDir => {
+                    out.pop();
+                }
+                Component::Normal(n) => out.push(n),
+                _ => {}
+            }
+        }
+        return Ok(out);
+    }
+    Ok(abs)
+}
+
+/// Refuses an output that would destroy or swallow the source: the same
+/// folder, a folder inside it, or one that holds it or any file of it,
+/// compared after every link and `..` is resolved (a Hugging Face
+/// snapshot's files are links into the repo's `blobs/`).
+/// Returns the output's resolved path.
+fn check_apart(src: &Path, out: &Path) -> Result<PathBuf> {
+    let o = resolve(out)?;
+    let s = resolve(src)?;
+    let mut sources = vec![s.clone()];
+    if s.is_dir() {
+        let entries = std::fs::read_dir(&s).with_context(|| format!("{}: cannot list", src.display()))?;
+        sources.extend(entries.filter_map(|e| std::fs::canonicalize(e.ok()?.path()).ok()));
+    }
+    for f in &sources {
+        // Inside a file the source links to is harmless (or impossible).
+        let why = if &o == f {
+            "is the source"
+        } else if f == &s && o.starts_with(f) {
+            "is inside the source"
+        } else if f.starts_with(&o) {
+            "holds the source"
+        } else {
+            continue;
+        };
+        let which = if f == &s { String::new() } else { format!(" (through {})", f.display()) };
+        bail!(
+            "--mlx-path {}: {why} {}{which}; write the conversion to a folder apart from it",
+            out.display(),
+            src.display()
+        );
+    }
+    Ok(o)
 }
 
 /// The source folder's config.json with generation_config's EOS merged in,
 /// as `mlx_lm` reads a config.
 pub fn folder_config(src: &Path) -> Result<Map<String, Value>> {
     let path = src.join("config.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let text =
+        read_input_text(&path, "a config", MAX_JSON).with_context(|| format!("{}: cannot read", path.display()))?;
     let Value::Object(mut c) =
         serde_json::from_str(&text).map_err(|e| anyhow!("{}: invalid JSON: {e}", path.display()))?
     else {
         bail!("{}: not a JSON object", path.display());
     };
     let gen = src.join("generation_config.json");
-    if let Ok(text) = std::fs::read_to_string(&gen) {
+    if let Ok(text) = read_input_text(&gen, "a config", MAX_JSON) {
         if let Ok(g) = serde_json::from_str::<Value>(&text) {
             if let Some(eos) = g.get("eos_token_id").filter(|v| !v.is_null() && *v != &json!(false)) {
                 c.insert("eos_token_id".into(), eos.clone());
@@ -124,20 +187,6 @@ pub fn write_config(dir: &Path, mut c: Map<String, Value>, q: Option<&QuantBlock
     let path = dir.join("config.json");
     std::fs::write(&path, super::shards::pretty(&Value::Object(sorted.into_iter().collect())))
         .with_context(|| format!("writing {}", path.display()))
-}
-
-/// Files a converted folder keeps besides [`crate::checkpoint::SIDE_FILES`].
-const CONVERT_EXTRAS: [&str; 2] = ["video_preprocessor_config.json", "README.md"];
-
-/// Copies the tokenizer, template, generation and processor files byte for byte.
-pub fn copy_side_files(src: &Path, dst: &Path) -> Result<()> {
-    for f in crate::checkpoint::SIDE_FILES.iter().chain(&CONVERT_EXTRAS) {
-        let from = src.join(f);
-        if from.is_file() {
-            std::fs::copy(&from, dst.join(f)).with_context(|| format!("copying {}", from.display()))?;
-        }
-    }
-    Ok(())
 }
 
 /// A folder written beside the output and renamed onto it at the end; if

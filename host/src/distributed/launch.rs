@@ -55,7 +55,8 @@ pub struct LaunchOptions {
 /// object with `hosts` and optionally `backend` and `envs`. Returns the
 /// hosts, the backend it names and its variables.
 pub fn read_hostfile(path: &Path) -> Result<(Vec<Host>, Option<String>, Vec<String>)> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let text = famlx_formats::input::read_input_text(path, "a hostfile", famlx_formats::input::MAX_TEXT)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
     let v: Value = serde_json::from_str(&text).map_err(|e| anyhow!("{}: invalid JSON: {e}", path.display()))?;
     let bad = |what: &str| anyhow!("{}: {what}", path.display());
     let (hosts, backend, envs) = match &v {

@@ -212,7 +212,34 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
 /// Runs `famlx args…` and checks it fails with exactly one stderr line,
 /// `famlx: error: …`, that contains every string of `must`. Returns the line.
 pub fn expect_error(args: &[&str], must: &[&str]) -> String {
-    let o = run(args);
+    check_error(args, run(args), must)
+}
+
+/// [`expect_error`] for a command that might hang (an input that blocks):
+/// killed, and the test failed, if it runs past `secs` seconds.
+#[allow(dead_code)]
+pub fn expect_error_within(secs: u64, args: &[&str], must: &[&str]) -> String {
+    let mut child = famlx()
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running famlx");
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().expect("waiting for famlx").is_none() {
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            let (_, err) = texts(&child.wait_with_output().unwrap());
+            panic!("famlx {args:?} still ran after {secs} s (blocked?):\n{err}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    check_error(args, child.wait_with_output().expect("famlx output"), must)
+}
+
+/// The checks of [`expect_error`] on a finished run.
+fn check_error(args: &[&str], o: Output, must: &[&str]) -> String {
     let (out, err) = texts(&o);
     assert!(!err.contains("panicked at"), "famlx {args:?} panicked:\n{err}");
     assert!(!o.status.success(), "famlx {args:?} succeeded:\nstdout: {out}\nstderr: {err}");

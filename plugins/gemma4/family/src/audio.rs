@@ -4,7 +4,7 @@
 //! `ceil(ms / ms_per_token)` placeholders, capped at `audio_seq_length`, as
 //! mlx-vlm 0.7.10's Gemma4Processor counts them.
 
-use crate::audio_features::{log_mel, MEL_BINS};
+use crate::audio_features::{log_mel, MEL_BINS, MIN_SAMPLES};
 use crate::audio_tower::ConformerConfig;
 use mlx::{Array, Error, Result};
 use plugin_api::config::{field, field_or};
@@ -110,7 +110,8 @@ pub fn tokens_for(audio: &RawAudio, ms_per_token: u32, max: u32) -> u32 {
     ((ms / ms_per_token as f64).ceil() as u32).min(max)
 }
 
-/// A clip the processors take: some samples, at 16 kHz.
+/// A clip the processors take: at 16 kHz, at least
+/// [`MIN_SAMPLES`] samples long.
 pub fn check_clip(audio: &RawAudio) -> Result<()> {
     if audio.sample_rate != RawAudio::SAMPLE_RATE {
         return Err(Error(format!(
@@ -121,6 +122,13 @@ pub fn check_clip(audio: &RawAudio) -> Result<()> {
     }
     if audio.samples.is_empty() {
         return Err(Error::msg("the clip has no samples"));
+    }
+    if audio.samples.len() < MIN_SAMPLES {
+        return Err(Error(format!(
+            "the clip is {} samples long at 16 kHz; gemma4's audio features need at least {MIN_SAMPLES} (about {} ms)",
+            audio.samples.len(),
+            MIN_SAMPLES * 1000 / RawAudio::SAMPLE_RATE as usize
+        )));
     }
     Ok(())
 }

@@ -14,6 +14,11 @@ pub const SAMPLE_RATE: usize = 16_000;
 pub const MAX_SAMPLES: usize = 480_000;
 /// Mel bins per frame.
 pub const MEL_BINS: usize = 128;
+/// The shortest clip the features describe (161 samples, about 10 ms):
+/// the first frame, which starts half a frame of zeros before the clip,
+/// must end inside it. A shorter clip gives only padding frames (no frames
+/// at all under 129 samples), which the tower cannot read.
+pub const MIN_SAMPLES: usize = FRAME / 2 + 1;
 const FRAME: usize = 320;
 const HOP: usize = 160;
 const FFT: usize = 512;

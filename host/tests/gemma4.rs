@@ -37,7 +37,7 @@ use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
 use mlx::Array;
 use plugin_api::CacheKind;
-use plugin_api::{CacheBox, DrafterBox, LogitsWanted, WeightStore_TO};
+use plugin_api::{CacheBox, DrafterBox, LogitsWanted, TokenSource, WeightStore_TO};
 
 fn load(variant: &str) -> LoadedModel {
     load_with(variant, CacheOptions::default())
@@ -372,7 +372,7 @@ fn assistant_draft_steps_match_mlx_vlm() {
             m.reset_caches().unwrap();
             let x = Array::from_slice(&prompt.iter().map(|&t| t as i32).collect::<Vec<_>>(), &[1, prompt.len() as i32])
                 .unwrap();
-            let (logits, hidden) = m.forward_io(&x, LogitsWanted::Last, true).unwrap();
+            let (logits, hidden) = m.forward_io(&x, TokenSource::Prompt, LogitsWanted::Last, true).unwrap();
             let tok = logits.unwrap().argmax(-1, false).unwrap().item_i64().unwrap() as i32;
             let steps = p["steps"].as_array().unwrap();
             assert_eq!(tok as u64, steps[0]["token"].as_u64().unwrap(), "{variant}/{name}: target token");

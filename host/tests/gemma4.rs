@@ -490,7 +490,7 @@ fn e2b_with_media_ids(config: &serde_json::Value) -> common::Scratch {
 }
 
 /// Media token ids as mlx-vlm 0.7.10 reads them in a text request
-/// (media_tokens.json, fixtures/make_gemma4_fixtures.py): a prompt token
+/// (media_tokens.json, fixtures/make_gemma4_media_tokens.py): a prompt token
 /// with the image, video or audio token id gets the pad token's per-layer
 /// input, a generated one its own. Teacher-forced logits after a prompt
 /// holding all three (its last token the video id) and after each of

@@ -512,6 +512,43 @@ def hub_cases(c, famlx):
                 os.environ[k] = v
 
 
+def gemma4_media_token_cases(c, famlx):
+    """A text request whose reply holds Gemma 4's image, video and audio
+    token ids: gemma4-e2b-bf16's weights under the multimodal config of
+    fixtures/gemma4-e2b-bf16/media_tokens.json (those ids are ordinary
+    tokens there), greedy, plain and speculative. mlx-vlm reads a generated
+    media id as text; the tokens must be its."""
+    src = os.path.join(FIX, "gemma4-e2b-bf16")
+    with open(os.path.join(src, "media_tokens.json")) as f:
+        case = json.load(f)
+    c.n += 1
+    d = os.path.join(c.scratch, f"{c.n}-gemma4-e2b-media-ids")
+    os.makedirs(d)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        shutil.copy(os.path.join(src, name), d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(case["config"], f)
+    header, data = safetensors_header(os.path.join(src, "model.safetensors"))
+    header = {k if k == "__metadata__" else "model.language_model." + k.removeprefix("model."): v
+              for k, v in header.items()}
+    write_safetensors(os.path.join(d, "model.safetensors"), header, data)
+    g = case["greedy"]
+    want = g["tokens"]
+    ids = ",".join(map(str, g["prompt"]))
+    base = ["generate", "--model", d, "--prompt-ids", ids, "--max-tokens", str(len(want)), "--json"]
+    draft = ["--draft-model", os.path.join(FIX, "gemma4-assistant-ordered-bf16")]
+    for what, args in [("greedy", base), ("greedy, speculative (E2B assistant)", base + draft)]:
+        p = subprocess.run([famlx] + args, capture_output=True, timeout=120, env={**os.environ, "FAMLX_LOG": "warn"})
+        err = p.stderr.decode("utf-8", "replace").strip().splitlines()
+        if p.returncode != 0:
+            c.rows.append(("gemma4", f"reply with media token ids, {what}", "CRASH", err[-1] if err else ""))
+            continue
+        got = json.loads(p.stdout)["tokens"]
+        result = "served" if got == want else "CRASH (wrong answer)"
+        c.rows.append(("gemma4", f"reply with media token ids, {what}", result,
+                       f"tokens {got[:8]}... (mlx-vlm: {want[:8]}...)"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--famlx", default=os.path.join(ROOT, "target", "debug", "famlx"))
@@ -697,6 +734,7 @@ def main():
     server_cases(c, famlx)
     hub_cases(c, famlx)
     files_cases(c, famlx)
+    gemma4_media_token_cases(c, famlx)
 
     print("| area | input | result | first stderr line |")
     print("|---|---|---|---|")

@@ -145,7 +145,7 @@ fn logits_f32(a: &Array) -> Vec<f32> {
 fn step(m: &mut LoadedModel, toks: &[u32]) -> Vec<f32> {
     let v: Vec<i32> = toks.iter().map(|&t| t as i32).collect();
     let x = Array::from_slice(&v, &[1, v.len() as i32]).unwrap();
-    let l = m.forward(&x, LogitsWanted::Last).unwrap().unwrap();
+    let l = m.forward(&x, plugin_api::TokenSource::Prompt, LogitsWanted::Last).unwrap().unwrap();
     logits_f32(&l)
 }
 

@@ -37,7 +37,7 @@ use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
 use mlx::Array;
 use plugin_api::CacheKind;
-use plugin_api::{CacheBox, DrafterBox, LogitsWanted, WeightStore_TO};
+use plugin_api::{CacheBox, DrafterBox, LogitsWanted, TokenSource, WeightStore_TO};
 
 fn load(variant: &str) -> LoadedModel {
     load_with(variant, CacheOptions::default())
@@ -372,7 +372,7 @@ fn assistant_draft_steps_match_mlx_vlm() {
             m.reset_caches().unwrap();
             let x = Array::from_slice(&prompt.iter().map(|&t| t as i32).collect::<Vec<_>>(), &[1, prompt.len() as i32])
                 .unwrap();
-            let (logits, hidden) = m.forward_io(&x, LogitsWanted::Last, true).unwrap();
+            let (logits, hidden) = m.forward_io(&x, TokenSource::Prompt, LogitsWanted::Last, true).unwrap();
             let tok = logits.unwrap().argmax(-1, false).unwrap().item_i64().unwrap() as i32;
             let steps = p["steps"].as_array().unwrap();
             assert_eq!(tok as u64, steps[0]["token"].as_u64().unwrap(), "{variant}/{name}: target token");
@@ -465,4 +465,112 @@ fn moe_config_without_experts_is_refused() {
     let err = LoadedModel::load(s.path(), &reg, None, CacheOptions::default()).err().expect("must be refused");
     let msg = format!("{err:#}");
     assert!(msg.contains("top_k_experts") && msg.contains("config.json"), "{msg}");
+}
+
+/// gemma4-e2b-bf16's weights under `config` (media_tokens.json's: a
+/// multimodal `gemma4` config whose image, video and audio token ids are
+/// ordinary vocabulary entries), tensors renamed to Hugging Face's
+/// multimodal naming (`model.X` → `model.language_model.X`).
+fn e2b_with_media_ids(config: &serde_json::Value) -> common::Scratch {
+    let src = fixture("gemma4-e2b-bf16");
+    let s = common::Scratch::new("gemma4-media-ids");
+    for f in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"] {
+        std::fs::copy(src.join(f), s.path().join(f)).unwrap();
+    }
+    std::fs::write(s.path().join("config.json"), config.to_string()).unwrap();
+    let (tensors, meta) = mlx::io::load_safetensors(&src.join("model.safetensors")).unwrap();
+    let renamed: Vec<(String, &Array)> = tensors
+        .iter()
+        .map(|(k, v)| (format!("model.language_model.{}", k.strip_prefix("model.").unwrap()), v))
+        .collect();
+    let arrays: Vec<(&str, &Array)> = renamed.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let meta: Vec<(&str, &str)> = meta.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    mlx::io::save_safetensors(&s.path().join("model.safetensors"), &arrays, &meta).unwrap();
+    s
+}
+
+/// Media token ids as mlx-vlm 0.7.10 reads them in a text request
+/// (media_tokens.json, fixtures/make_gemma4_media_tokens.py): a prompt token
+/// with the image, video or audio token id gets the pad token's per-layer
+/// input, a generated one its own. Teacher-forced logits after a prompt
+/// holding all three (its last token the video id) and after each of
+/// `[video, image, audio, text, video]` fed as generated tokens; then the
+/// greedy run that generates them, through every decode loop: plain,
+/// batched (the server's), and speculative with the E2B assistant drafter
+/// (verification and rollback). Without a vision_config (a checkpoint that
+/// takes no media) the prompt reads the ids the same way.
+#[test]
+fn media_token_ids_read_as_mlx_vlm_does() {
+    let _g = mlx_lock();
+    let case: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("gemma4-e2b-bf16").join("media_tokens.json")).unwrap())
+            .unwrap();
+    let dir = e2b_with_media_ids(&case["config"]);
+    let load = || LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()).unwrap();
+    let mut m = load();
+    assert!(m.plan.config.as_str().contains("\"video_token_id\":494"), "the case's config is loaded");
+    let step = case["prefill_step_size"].as_u64().unwrap() as usize;
+    let f = |a: &Array| -> Vec<f32> { a.astype(mlx::Dtype::F32).unwrap().reshape(&[-1]).unwrap().to_vec().unwrap() };
+
+    let forced = &case["forced"];
+    let forced_logits = forced["logits"].as_array().unwrap();
+    let toks = ids(&forced["tokens"]);
+    assert_eq!(forced_logits.len(), toks.len() + 1);
+    let mut errs = Vec::new();
+    let prompt = ids(&forced["prompt"]);
+    // Every prefill: one forward, and the server's into a sequence's own caches.
+    let l = prefill(&mut m, &prompt, prompt.len()).unwrap();
+    errs.extend(check_logits("media ids", "prompt in one forward", false, &f(&l), &floats(&forced_logits[0])).err());
+    let caches = famlx::cache::make_caches(&m.plan.caches, &CacheOptions::default()).unwrap();
+    let l = famlx::decode::prefill_into(&mut m, &caches, &prompt, step, None).unwrap();
+    errs.extend(check_logits("media ids", "prompt into caches", false, &f(&l), &floats(&forced_logits[0])).err());
+    m.reset_caches().unwrap();
+    let l = famlx::decode::prefill_last_alone(&mut m, &prompt, step).unwrap();
+    errs.extend(check_logits("media ids", "prompt", false, &f(&l), &floats(&forced_logits[0])).err());
+    for (i, &t) in toks.iter().enumerate() {
+        let x = Array::from_slice(&[t as i32], &[1, 1]).unwrap();
+        let l = m.forward(&x, TokenSource::Generated, LogitsWanted::Last).unwrap().unwrap();
+        errs.extend(
+            check_logits("media ids", &format!("after generated {t}"), false, &f(&l), &floats(&forced_logits[i + 1]))
+                .err(),
+        );
+    }
+    assert!(errs.is_empty(), "{} mismatches:\n{}", errs.len(), errs.join("\n"));
+
+    let greedy = &case["greedy"];
+    let (prompt, want, margins) = (ids(&greedy["prompt"]), ids(&greedy["tokens"]), floats(&greedy["margins"]));
+    for kind in [174, 494, 230] {
+        assert!(want.contains(&kind), "the greedy run generates media id {kind}");
+    }
+    let params = GenParams { max_tokens: want.len(), prefill_step: step, stop_ids: Vec::new(), ..Default::default() };
+    m.reset_caches().unwrap();
+    let plain = generate(&mut m, &prompt, &params, |_| true).unwrap().tokens;
+    check_greedy("media ids", "plain", &plain, &want, &margins).unwrap();
+
+    let caches = famlx::cache::make_caches(&m.plan.caches, &CacheOptions::default()).unwrap();
+    let l = famlx::decode::prefill_into(&mut m, &caches, &prompt, step, None).unwrap();
+    let mut batch = famlx::cache::BatchCaches::new();
+    batch.set_rows(&[(0, &caches[..])]).unwrap();
+    let mut batched = vec![l.argmax(-1, false).unwrap().item_i64().unwrap() as u32];
+    while batched.len() < want.len() {
+        let t = Array::from_slice(&[*batched.last().unwrap() as i32], &[1]).unwrap();
+        let l = famlx::decode::decode_step(&mut m, &batch, &t).unwrap();
+        batched.push(l.argmax(-1, false).unwrap().item_i64().unwrap() as u32);
+    }
+    check_greedy("media ids", "batched", &batched, &want, &margins).unwrap();
+
+    let mut s = famlx::session::Session::new(load());
+    s.drafter = Some(Drafter::load(&fixture("gemma4-assistant-ordered-bf16"), &registry(), None, &s.model).unwrap());
+    s.spec = SpecParams { depth: 3, min_confidence: 0.0 };
+    let got = s.run(&prompt, &params, |_| true).unwrap();
+    check_greedy("media ids", "speculative", &got.tokens, &want, &margins).unwrap();
+    assert!(got.draft.expect("draft stats").proposed > 0);
+
+    let mut config = case["config"].clone();
+    config.as_object_mut().unwrap().remove("vision_config");
+    let dir = e2b_with_media_ids(&config);
+    let mut m = LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()).unwrap();
+    assert!(m.plan.media.is_none(), "no vision_config, no audio_config: no media");
+    let l = famlx::decode::prefill_last_alone(&mut m, &ids(&forced["prompt"]), step).unwrap();
+    check_logits("media ids", "prompt without media", false, &f(&l), &floats(&forced_logits[0])).unwrap();
 }

@@ -1,6 +1,7 @@
 //! The gemma4 family's weight-name rules, one name at a time: Hugging Face
 //! names to mlx-lm's, fused experts split, towers and unused tensors
-//! dropped (the numerics of the same rules: tests/gemma4.rs).
+//! dropped (the numerics of the same rules: tests/gemma4.rs), and which
+//! token ids count as media.
 
 mod common;
 
@@ -78,4 +79,26 @@ fn gemma4_vision_config_defaults_as_the_reference() {
     let e = VisionConfig::parse(&serde_json::json!({"vision_config": {"hidden_size": "wide"}})).unwrap_err();
     assert!(e.to_string().contains("hidden_size"), "{e}");
     assert!(VisionConfig::parse(&serde_json::json!({"vision_config": null})).expect("parse").is_none());
+}
+
+/// The token ids whose prompt tokens read the pad token's per-layer input:
+/// the config's image, audio and video ids, an absent one at mlx-vlm's
+/// default for the model type, a null one none; none for text checkpoints.
+#[test]
+fn media_ids_take_mlx_vlms_defaults_per_model_type() {
+    use famlx_plugin_gemma4::media::media_ids;
+    use serde_json::json;
+    let ids = |c| media_ids(&c).unwrap();
+    assert_eq!(
+        ids(json!({"model_type": "gemma4", "image_token_id": 1, "video_token_id": 2, "audio_token_id": 3})),
+        [1, 3, 2]
+    );
+    assert_eq!(ids(json!({"model_type": "gemma4"})), [258880, 258881]);
+    assert_eq!(ids(json!({"model_type": "gemma4_unified"})), [258880, 258881, 258884]);
+    assert_eq!(ids(json!({"model_type": "gemma4_unified", "video_token_id": null, "audio_token_id": null})), [258880]);
+    assert!(ids(json!({"model_type": "gemma4_text", "image_token_id": 1})).is_empty());
+    for bad in [json!(-1), json!("x"), json!(1.5), json!(1u64 << 40)] {
+        let err = media_ids(&json!({"model_type": "gemma4", "video_token_id": bad})).unwrap_err().0;
+        assert!(err.contains("video_token_id") && !err.contains('\n'), "{err}");
+    }
 }

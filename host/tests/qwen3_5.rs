@@ -397,7 +397,12 @@ fn mtp_steps_match_mlx_vlm() {
             m.reset_caches().unwrap();
             let toks: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
             let (_, ours_h) = m
-                .forward_io(&Array::from_slice(&toks, &[1, l]).unwrap(), plugin_api::LogitsWanted::None, true)
+                .forward_io(
+                    &Array::from_slice(&toks, &[1, l]).unwrap(),
+                    plugin_api::TokenSource::Prompt,
+                    plugin_api::LogitsWanted::None,
+                    true,
+                )
                 .unwrap();
             let ours_h = ours_h.expect("hidden state");
             assert_eq!(ours_h.shape(), &[1, l, h]);

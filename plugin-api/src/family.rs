@@ -123,13 +123,29 @@ pub struct Input {
     pub positions: Option<Array>,
     /// What positions without explicit ids add to the cache offset.
     pub position_delta: i64,
+    /// Whether the tokens are the prompt's or the model's own output.
+    pub source: TokenSource,
 }
 
 impl Input {
-    /// A text-only input of `tokens` (`[B, L]` int32): no embeddings, media
-    /// or explicit positions, no hidden state.
+    /// A text-only input of prompt `tokens` (`[B, L]` int32): no
+    /// embeddings, media or explicit positions, no hidden state.
     pub fn tokens(tokens: Array, logits: LogitsWanted) -> Input {
-        Input { tokens, embeddings: None, logits, want_hidden: false, media: None, positions: None, position_delta: 0 }
+        Input {
+            tokens,
+            embeddings: None,
+            logits,
+            want_hidden: false,
+            media: None,
+            positions: None,
+            position_delta: 0,
+            source: TokenSource::Prompt,
+        }
+    }
+
+    /// The same input, its tokens from `source`.
+    pub fn from_source(self, source: TokenSource) -> Input {
+        Input { source, ..self }
     }
 
     /// The input embeddings: the ones given, or the tokens looked up in `table`.
@@ -396,6 +412,7 @@ impl Model for ModelAdapter {
                 media: input.media.into_option().map(ArrayHandle::into_array),
                 positions: input.positions.into_option().map(ArrayHandle::into_array),
                 position_delta: input.position_delta,
+                source: input.source,
             };
             let out = self.inner.forward(&inp, &mut Caches::new(caches))?;
             Ok(ForwardOutput {

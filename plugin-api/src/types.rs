@@ -187,6 +187,21 @@ pub enum LogitsWanted {
     None,
 }
 
+/// Where a forward call's tokens come from. mlx-vlm embeds a prompt
+/// differently from the tokens it generates (gemma4 E2B/E4B: a prompt token
+/// with a media token id reads the pad token's per-layer input, a generated
+/// one its own), so the host says which.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    /// The prompt (template, user text, media placeholders), including a
+    /// later turn's, prefilled after earlier turns.
+    Prompt,
+    /// Tokens the model produced: decode steps, speculative verification,
+    /// and re-feeding accepted tokens after a rollback.
+    Generated,
+}
+
 /// Input of one forward call.
 #[repr(C)]
 #[derive(StableAbi, Debug)]
@@ -209,6 +224,8 @@ pub struct ForwardInput {
     /// What positions without explicit ids add to the cache offset (the
     /// `delta` of the sequence's `positions`; 0 for plain text).
     pub position_delta: i64,
+    /// Whether the tokens are the prompt's or generated.
+    pub source: TokenSource,
 }
 
 /// Output of one forward call.

@@ -119,7 +119,7 @@ fn dump_logits(s: &mut Session, prompt: &crate::prompt::Prompt, path: &std::path
     let ids = &prompt.ids;
     let tokens = mlx::Array::from_slice(&ids.iter().map(|&i| i as i32).collect::<Vec<_>>(), &[1, ids.len() as i32])?;
     let logits = m
-        .forward(&tokens, plugin_api::LogitsWanted::All)?
+        .forward(&tokens, plugin_api::TokenSource::Prompt, plugin_api::LogitsWanted::All)?
         .context("--dump-logits: the model returned no logits")?
         .astype(mlx::Dtype::F32)?;
     let v = logits.dim(-1) as usize;

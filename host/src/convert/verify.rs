@@ -9,7 +9,7 @@ use crate::plugins::Registry;
 use crate::session::Session;
 use anyhow::{anyhow, Result};
 use mlx::{Array, Dtype};
-use plugin_api::LogitsWanted;
+use plugin_api::{LogitsWanted, TokenSource};
 use std::path::Path;
 
 /// How a converted model compares with its source.
@@ -58,6 +58,8 @@ pub fn verify(reg: &Registry, src: &Path, out: &Path, family: Option<&str>, step
 fn all_logits(m: &mut LoadedModel, ids: &[u32]) -> Result<Array> {
     let t: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
     let tokens = Array::from_slice(&t, &[1, t.len() as i32])?;
-    let logits = m.forward(&tokens, LogitsWanted::All)?.ok_or_else(|| anyhow!("the model returned no logits"))?;
+    let logits = m
+        .forward(&tokens, TokenSource::Prompt, LogitsWanted::All)?
+        .ok_or_else(|| anyhow!("the model returned no logits"))?;
     Ok(logits.astype(Dtype::F32)?)
 }

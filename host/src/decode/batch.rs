@@ -11,7 +11,7 @@ use crate::cache::{BatchCaches, SharedCache};
 use crate::model::{LoadedModel, MediaState};
 use anyhow::{anyhow, Result};
 use mlx::{Array, Dtype};
-use plugin_api::LogitsWanted;
+use plugin_api::{LogitsWanted, TokenSource};
 use std::sync::atomic::AtomicBool;
 
 /// Prefills `prompt` into `caches` (one sequence's own, one per plan slot)
@@ -62,7 +62,7 @@ pub fn prefill_step(
         if *fed < head {
             let end = chunk_end(m, *fed, head, step.max(1));
             let chunk = &prompt[*fed..end];
-            let (_, h) = m.forward_io(&ids_array(chunk)?, LogitsWanted::None, draft.is_some())?;
+            let (_, h) = m.forward_io(&ids_array(chunk)?, TokenSource::Prompt, LogitsWanted::None, draft.is_some())?;
             m.eval_caches()?;
             if let (Some((d, rd)), Some(h)) = (draft.as_mut(), h) {
                 rd.feed(m, d, chunk, h)?;
@@ -73,7 +73,7 @@ pub fn prefill_step(
             return Ok(None);
         }
         let last = &prompt[head..];
-        let (l, h) = m.forward_io(&ids_array(last)?, LogitsWanted::Last, draft.is_some())?;
+        let (l, h) = m.forward_io(&ids_array(last)?, TokenSource::Prompt, LogitsWanted::Last, draft.is_some())?;
         let l = l.ok_or_else(|| anyhow!("no logits"))?;
         if let (Some((d, rd)), Some(h)) = (draft.as_mut(), h) {
             rd.feed(m, d, last, h)?;
@@ -107,7 +107,7 @@ pub fn decode_alone(
 ) -> Result<Array> {
     m.with_sequence(caches, media, |m| {
         let t = token.reshape(&[1, 1])?.astype(Dtype::I32)?;
-        let l = m.forward(&t, LogitsWanted::Last)?.ok_or_else(|| anyhow!("no logits"))?;
+        let l = m.forward(&t, TokenSource::Generated, LogitsWanted::Last)?.ok_or_else(|| anyhow!("no logits"))?;
         let v = l.dim(-1);
         Ok(l.reshape(&[1, v])?)
     })

@@ -8,7 +8,7 @@ use crate::cache::Rollback;
 use crate::model::LoadedModel;
 use crate::sample::sample;
 use anyhow::{anyhow, Result};
-use plugin_api::LogitsWanted;
+use plugin_api::{LogitsWanted, TokenSource};
 use std::time::Instant;
 
 /// After a prompt's prefill: the rollback point `p` asks for.
@@ -54,7 +54,9 @@ fn generate_inner(
         let t_build = Instant::now();
         // Queue the next step before reading this token, so the device never waits on the host.
         let next = if i + 1 < p.max_tokens {
-            let l = m.forward(&y.reshape(&[1, 1])?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("no logits"))?;
+            let l = m
+                .forward(&y.reshape(&[1, 1])?, TokenSource::Generated, LogitsWanted::Last)?
+                .ok_or_else(|| anyhow!("no logits"))?;
             let v = l.dim(-1);
             let ny = sample(&l.reshape(&[1, v])?, &p.sampler)?;
             if p.census && i == 1 {

@@ -6,7 +6,7 @@ use super::params::{check_cancel, release_buffers};
 use crate::model::LoadedModel;
 use anyhow::{anyhow, bail, Result};
 use mlx::Array;
-use plugin_api::LogitsWanted;
+use plugin_api::{LogitsWanted, TokenSource};
 use std::sync::atomic::AtomicBool;
 
 /// `[1, n]` int32 token ids.
@@ -35,13 +35,14 @@ pub fn prefill(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Result<Array
     let step = step.max(1);
     let mut rest = prompt;
     while rest.len() > step {
-        m.forward(&ids_array(&rest[..step])?, LogitsWanted::None)?;
+        m.forward(&ids_array(&rest[..step])?, TokenSource::Prompt, LogitsWanted::None)?;
         m.eval_caches()?;
         release_buffers();
         rest = &rest[step..];
     }
-    let logits =
-        m.forward(&ids_array(rest)?, LogitsWanted::Last)?.ok_or_else(|| anyhow!("the model returned no logits"))?;
+    let logits = m
+        .forward(&ids_array(rest)?, TokenSource::Prompt, LogitsWanted::Last)?
+        .ok_or_else(|| anyhow!("the model returned no logits"))?;
     let v = logits.dim(-1);
     logits.reshape(&[1, v]).map_err(Into::into)
 }
@@ -125,7 +126,7 @@ pub(crate) fn prefill_chunks(
         let chunk = &head[from..end];
         from = end;
         check_cancel(cancel)?;
-        let (_, h) = m.forward_io(&ids_array(chunk)?, LogitsWanted::None, want_hidden)?;
+        let (_, h) = m.forward_io(&ids_array(chunk)?, TokenSource::Prompt, LogitsWanted::None, want_hidden)?;
         m.eval_caches()?;
         release_buffers();
         crate::memory::check()?;
@@ -133,7 +134,7 @@ pub(crate) fn prefill_chunks(
     }
     check_cancel(cancel)?;
     let last = &prompt[head.len()..];
-    let (logits, h) = m.forward_io(&ids_array(last)?, LogitsWanted::Last, want_hidden)?;
+    let (logits, h) = m.forward_io(&ids_array(last)?, TokenSource::Prompt, LogitsWanted::Last, want_hidden)?;
     let logits = logits.ok_or_else(|| anyhow!("the model returned no logits"))?;
     let v = logits.dim(-1);
     f(m, last, h, Some(logits.reshape(&[1, v])?))

@@ -24,7 +24,7 @@ use crate::model::LoadedModel;
 use crate::sample::{probs, sample};
 use anyhow::{anyhow, Result};
 use mlx::{Array, Dtype};
-use plugin_api::LogitsWanted;
+use plugin_api::{LogitsWanted, TokenSource};
 use std::time::Instant;
 
 /// Rewinds the target's caches so they hold `keep` of the `fed` tokens
@@ -37,7 +37,7 @@ fn rewind(m: &mut LoadedModel, cp: Option<&Rollback>, fed: usize, keep: usize, t
     let cp = cp.ok_or_else(|| anyhow!("internal: a cache cannot rewind and no checkpoint was taken"))?;
     cp.restore_into(&m.caches)?;
     if keep > 0 {
-        m.forward(&tokens.slice_axis(1, 0, keep as i32)?, LogitsWanted::None)?;
+        m.forward(&tokens.slice_axis(1, 0, keep as i32)?, TokenSource::Generated, LogitsWanted::None)?;
         m.eval_caches()?;
     }
     Ok(())
@@ -264,7 +264,7 @@ pub(crate) fn round(
     // Verify [y, d1..dk] in one forward.
     let fed = mlx::concatenate(&drafts.iter().collect::<Vec<_>>(), 1)?;
     let snap = Rollback::take(&m.caches, k as i64 + 1, k as i64);
-    let (vl, vh) = m.forward_io(&fed, LogitsWanted::All, true)?;
+    let (vl, vh) = m.forward_io(&fed, TokenSource::Generated, LogitsWanted::All, true)?;
     let (vl, vh) = (vl.ok_or_else(|| anyhow!("no logits"))?, vh.ok_or_else(|| anyhow!("no hidden state"))?);
     let mut vl = vl.reshape(&[k as i32 + 1, -1])?;
     if penalties.is_some() || guide.is_some() {

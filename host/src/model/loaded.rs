@@ -10,7 +10,7 @@ use abi_stable::std_types::{ROption, RVec};
 use anyhow::{anyhow, bail, Context, Result};
 use famlx_text::Tokenizer;
 use mlx::Array;
-use plugin_api::{ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan, ProcessedMedia};
+use plugin_api::{ArrayHandle, CacheBox, ForwardInput, LogitsWanted, ModelBox, ModelPlan, ProcessedMedia, TokenSource};
 use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
@@ -337,9 +337,15 @@ impl LoadedModel {
         Ok(p.into_option().map(|p| (p.ids.into_array(), p.delta)))
     }
 
-    /// Runs the model over `tokens` (`[1, L]` int32), updating the caches.
-    pub fn forward(&mut self, tokens: &Array, logits_wanted: LogitsWanted) -> Result<Option<Array>> {
-        Ok(self.forward_io(tokens, logits_wanted, false)?.0)
+    /// Runs the model over `tokens` (`[1, L]` int32) from `source` (the
+    /// prompt, or tokens the model generated), updating the caches.
+    pub fn forward(
+        &mut self,
+        tokens: &Array,
+        source: TokenSource,
+        logits_wanted: LogitsWanted,
+    ) -> Result<Option<Array>> {
+        Ok(self.forward_io(tokens, source, logits_wanted, false)?.0)
     }
 
     /// [`LoadedModel::forward`] that also returns the final hidden state
@@ -347,6 +353,7 @@ impl LoadedModel {
     pub fn forward_io(
         &mut self,
         tokens: &Array,
+        source: TokenSource,
         logits_wanted: LogitsWanted,
         want_hidden: bool,
     ) -> Result<(Option<Array>, Option<Array>)> {
@@ -362,6 +369,7 @@ impl LoadedModel {
             media: media.as_ref().and_then(|m| m.rows.clone()).map(ArrayHandle::from).into(),
             positions: media.as_ref().and_then(|m| m.positions.clone()).map(ArrayHandle::from).into(),
             position_delta: media.as_ref().map_or(0, |m| m.delta),
+            source,
         };
         let out = self
             .model
@@ -399,8 +407,9 @@ impl LoadedModel {
         Ok((logits, hidden))
     }
 
-    /// One decode step for a batch of sequences: `tokens` `[B, 1]` int32,
-    /// row `r` continuing the batch's row `r`. Returns the logits `[B, 1, V]`.
+    /// One decode step for a batch of sequences: `tokens` `[B, 1]` int32
+    /// (generated), row `r` continuing the batch's row `r`. Returns the
+    /// logits `[B, 1, V]`.
     pub fn forward_batch(&mut self, tokens: &Array, batch: &BatchCaches) -> Result<Array> {
         let b = tokens.dim(0);
         if b as usize != batch.ids().len() || tokens.dim(1) != 1 {
@@ -415,6 +424,7 @@ impl LoadedModel {
             media: ROption::RNone,
             positions: ROption::RNone,
             position_delta: 0,
+            source: TokenSource::Generated,
         };
         let out = self
             .model

@@ -191,14 +191,17 @@ pub fn check_prompts(variant: &str, m: &mut LoadedModel, exp: &Value, f32_model:
 /// steps fed greedily, as f32: for comparing two builds of one model bit
 /// for bit.
 pub fn logit_steps(m: &mut LoadedModel, steps: usize) -> Vec<Vec<f32>> {
-    use plugin_api::LogitsWanted;
+    use plugin_api::{LogitsWanted, TokenSource};
     let f32s = |a: &mlx::Array| a.astype(mlx::Dtype::F32).unwrap().to_vec::<f32>().unwrap();
     m.reset_caches().unwrap();
     let ids = mlx::Array::from_slice(&[2i32, 17, 88, 5, 301, 42, 9], &[1, 7]).unwrap();
-    let mut out = vec![f32s(&m.forward(&ids, LogitsWanted::All).unwrap().unwrap())];
+    let mut out = vec![f32s(&m.forward(&ids, TokenSource::Prompt, LogitsWanted::All).unwrap().unwrap())];
     let mut tok = 11i32;
     for _ in 0..steps {
-        let l = m.forward(&mlx::Array::from_slice(&[tok], &[1, 1]).unwrap(), LogitsWanted::Last).unwrap().unwrap();
+        let l = m
+            .forward(&mlx::Array::from_slice(&[tok], &[1, 1]).unwrap(), TokenSource::Generated, LogitsWanted::Last)
+            .unwrap()
+            .unwrap();
         let v = f32s(&l);
         tok = v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as i32;
         out.push(v);

@@ -41,7 +41,9 @@ impl crate::family::DraftForward for LmDrafter {
     }
     fn begin(&mut self, first_token: u32, own: &mut Caches<'_>) -> Result<u32> {
         let tokens = Array::from_slice(&[first_token as i32], &[1, 1])?;
-        let input = crate::family::Input::tokens(tokens, crate::LogitsWanted::None);
+        // mlx-lm's draft model reads every id as text, as a generated one.
+        let input =
+            crate::family::Input::tokens(tokens, crate::LogitsWanted::None).from_source(crate::TokenSource::Generated);
         self.model.forward(&input, own)?;
         Ok(1)
     }
@@ -52,7 +54,8 @@ impl crate::family::DraftForward for LmDrafter {
         _target: &mut Caches<'_>,
         own: &mut Caches<'_>,
     ) -> Result<(Array, Array)> {
-        let input = crate::family::Input::tokens(tokens.clone(), crate::LogitsWanted::Last);
+        let input = crate::family::Input::tokens(tokens.clone(), crate::LogitsWanted::Last)
+            .from_source(crate::TokenSource::Generated);
         let out = self.model.forward(&input, own)?;
         let logits = out.logits.ok_or_else(|| Error::msg("draft model returned no logits"))?;
         // No hidden state to chain: the next step only needs the token.

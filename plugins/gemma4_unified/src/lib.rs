@@ -110,14 +110,19 @@ impl FamilySpec for Gemma4UnifiedFamily {
     fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         let cfg = Config::from_plan(plan)?;
         let model = Gemma4Text::load(&cfg, w)?;
-        let Some(spec) = plan.media.as_ref().into_option() else { return Ok(Box::new(model)) };
         let c = config(plan)?;
+        // The prompt reads media ids as such even where the checkpoint takes
+        // no media (as mlx-vlm, which always builds the embedders).
+        let media_ids = media_ids(&c)?;
+        let Some(spec) = plan.media.as_ref().into_option() else {
+            return Ok(Box::new(model.with_media(MediaTokens { media_ids, ..Default::default() }, None, None)));
+        };
         let vision = if spec.image.is_some() { UnifiedVision::parse(&c)? } else { None };
         let audio = if spec.audio.is_some() { UnifiedAudio::parse(&c)? } else { None };
         let tokens = MediaTokens {
             image_token_id: vision.as_ref().map(|v| v.image.image_token_id),
             audio_token_id: audio.as_ref().map(|a| a.audio_token_id),
-            media_ids: media_ids(&c)?,
+            media_ids,
             bidirectional_images: vision.as_ref().is_some_and(|v| v.image.bidirectional),
         };
         let h = cfg.hidden_size;

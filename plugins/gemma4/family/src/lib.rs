@@ -220,14 +220,19 @@ impl FamilySpec for Gemma4Family {
         }
         let cfg = Config::from_plan(plan)?;
         let model = Gemma4Text::load(&cfg, w)?;
-        let Some(spec) = plan.media.as_ref().into_option() else { return Ok(Box::new(model)) };
         let c = plan.config_as::<Value>()?;
+        // A multimodal checkpoint's prompt reads media ids as such even
+        // where it takes no media (as mlx-vlm, which always builds the towers).
+        let media_ids = media::media_ids(&c)?;
+        let Some(spec) = plan.media.as_ref().into_option() else {
+            return Ok(Box::new(model.with_media(MediaTokens { media_ids, ..Default::default() }, None, None)));
+        };
         let image = if spec.image.is_some() { ImageConfig::parse(&c)? } else { None };
         let audio = if spec.audio.is_some() { AudioConfig::parse(&c)? } else { None };
         let tokens = MediaTokens {
             image_token_id: image.as_ref().map(|i| i.image_token_id),
             audio_token_id: audio.as_ref().map(|a| a.audio_token_id),
-            media_ids: media::media_ids(&c)?,
+            media_ids,
             bidirectional_images: image.as_ref().is_some_and(|i| i.bidirectional),
         };
         let h = cfg.hidden_size;

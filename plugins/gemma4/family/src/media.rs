@@ -5,7 +5,7 @@
 //! embedders).
 
 use mlx::{Array, Error, Result};
-use plugin_api::config::field_or;
+use plugin_api::config::field;
 use plugin_api::media::MediaInput;
 use plugin_api::{MediaSpec, Placeholders};
 use serde_json::Value;
@@ -25,8 +25,8 @@ pub struct MediaTokens {
     pub image_token_id: Option<u32>,
     /// The soft token audio rows replace.
     pub audio_token_id: Option<u32>,
-    /// Image, video and audio token ids: their per-layer input is the pad
-    /// token's (E2B/E4B).
+    /// Image, video and audio token ids: in the prompt, their per-layer
+    /// input is the pad token's (E2B/E4B); see [`media_ids`].
     pub media_ids: Vec<u32>,
     /// Image tokens see their whole image (`use_bidirectional_attention:
     /// "vision"`).
@@ -70,12 +70,26 @@ pub fn media_spec(
     Some(MediaSpec { keep_images_whole: images_both_ways && image.is_some(), image: image.into(), audio: audio.into() })
 }
 
-/// Image, video and audio token ids of a multimodal config (their
-/// per-layer input is the pad token's); an error for an id that is not one.
+/// The token ids whose prompt tokens read the pad token's per-layer input
+/// (E2B/E4B), as mlx-vlm 0.7.10's multimodal models take them from the
+/// config: the image, audio and video token ids, an absent one at that
+/// model's default (`gemma4`: 258880, 258881, none; `gemma4_unified`:
+/// 258880, 258881, 258884), a `null` one none. None for `gemma4_text`
+/// (mlx-lm's and mlx-vlm's text models read every id as itself). An error
+/// names a field whose value is not an id.
 pub fn media_ids(c: &Value) -> Result<Vec<u32>> {
-    let ids = ["image_token_id", "video_token_id", "audio_token_id"]
-        .iter()
-        .map(|n| field_or::<Option<u32>>(c, n, None))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(ids.into_iter().flatten().collect())
+    let defaults: [Option<u32>; 3] = match c.get("model_type").and_then(Value::as_str) {
+        Some("gemma4") => [Some(258880), Some(258881), None],
+        Some("gemma4_unified") => [Some(258880), Some(258881), Some(258884)],
+        _ => return Ok(Vec::new()),
+    };
+    ["image_token_id", "audio_token_id", "video_token_id"]
+        .into_iter()
+        .zip(defaults)
+        .filter_map(|(name, default)| match c.get(name) {
+            None => default.map(Ok),
+            Some(Value::Null) => None,
+            Some(_) => Some(field::<u32>(c, name)),
+        })
+        .collect()
 }

@@ -12,6 +12,7 @@ use mlx::{Array, Dtype, Error, Result};
 use plugin_api::family::{Caches, Input, ModelForward, Output};
 use plugin_api::layers::{lm_output, splice_rows, SharedKv, Stage};
 use plugin_api::media::MediaInput;
+use plugin_api::TokenSource;
 
 /// Per-layer input embeddings (E2B/E4B).
 #[derive(Debug, Clone)]
@@ -144,10 +145,17 @@ impl Gemma4Text {
         Ok(Some(q.eq(&k)?.logical_and(&q.gt(&Array::i32(0))?)?))
     }
 
-    /// The token ids the per-layer embedding reads: image, video and audio
-    /// tokens read the pad token's row.
-    fn per_layer_ids(&self, tokens: &Array) -> Result<Array> {
-        let mut ids = tokens.clone();
+    /// The token ids the per-layer embedding reads. As in mlx-vlm 0.7.10:
+    /// a prompt token with an image, video or audio token id reads the pad
+    /// token's row, whether or not the request gives media (its
+    /// `get_input_embeddings` masks the whole prompt); a generated token
+    /// reads its own row (its decode steps call the language model with the
+    /// ids alone).
+    fn per_layer_ids(&self, input: &Input) -> Result<Array> {
+        let mut ids = input.tokens.clone();
+        if input.source == TokenSource::Generated {
+            return Ok(ids);
+        }
         for &m in &self.media.media_ids {
             ids = mlx::where_(&ids.eq(&Array::i32(m as i32))?, &Array::i32(0), &ids)?;
         }
@@ -183,7 +191,7 @@ impl ModelForward for Gemma4Text {
         let h0 = if first_stage || self.per_layer.is_some() { Some(embedded()?) } else { None };
         let overlay = self.image_overlay(input)?;
         let pli = match (&self.per_layer, &h0) {
-            (Some(pl), Some(h0)) => Some(self.per_layer_inputs(pl, &self.per_layer_ids(&input.tokens)?, h0)?),
+            (Some(pl), Some(h0)) => Some(self.per_layer_inputs(pl, &self.per_layer_ids(input)?, h0)?),
             _ => None,
         };
         let shape = [input.tokens.dim(0), input.tokens.dim(1), self.embed.width()];

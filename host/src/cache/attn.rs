@@ -13,7 +13,7 @@ pub struct AttnArgs {
     /// Score scale.
     pub scale: f32,
     /// The mask. `Causal` asks for the cache's own causal mask, which it
-    /// makes concrete (windowed for a rotating cache, see [`attend`]).
+    /// makes concrete (windowed for a rotating cache, see `attend`).
     pub mask: KvMask,
     /// Per-head sink logits.
     pub sinks: Option<Array>,

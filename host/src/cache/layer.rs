@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 
 /// A cache as written to a file: its arrays by field name, cut to the valid
-/// positions, and the JSON that [`load`] rebuilds it from (`kind`, `offset`
+/// positions, and the JSON that [`crate::cache::load`] rebuilds it from (`kind`, `offset`
 /// and whatever else the kind needs).
 pub type SavedCache = (Vec<(String, Array)>, Value);
 
@@ -56,7 +56,7 @@ pub trait CacheImpl: Send {
     }
     /// A cheap copy to restore later.
     fn snapshot(&self) -> Box<dyn CacheImpl>;
-    /// What a file needs to rebuild this cache exactly (see [`load`]).
+    /// What a file needs to rebuild this cache exactly (see [`crate::cache::load`]).
     fn save(&self) -> Result<SavedCache>;
     /// Attention mask for `l` new queries given the keys [`CacheImpl::update`] returned.
     fn mask_for(&self, l: i32) -> Result<KvMask> {

@@ -1,5 +1,5 @@
 //! The `famlx` command line: the subcommands, each in its own module, over
-//! the arguments they share ([`args`]) and the setup they share ([`setup`]).
+//! the arguments they share ([`args`]) and the setup they share (`setup`).
 
 pub mod args;
 mod bench;

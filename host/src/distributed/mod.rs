@@ -26,7 +26,7 @@ pub fn rank() -> i32 {
     parallel().map_or(0, |p| p.rank)
 }
 
-/// This process's rank as the environment gives it ([`RANK_VARS`]),
+/// This process's rank as the environment gives it (`RANK_VARS`),
 /// before (or without) joining: 0 when absent.
 pub fn rank_from_env() -> i32 {
     RANK_VARS.iter().find_map(|v| std::env::var(v).ok()).and_then(|r| r.parse().ok()).unwrap_or(0)
@@ -37,7 +37,7 @@ pub fn rank_from_env() -> i32 {
 const RANK_VARS: [&str; 3] = ["MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"];
 
 /// Whether the environment says this process is one rank of a group (see
-/// [`RANK_VARS`]).
+/// `RANK_VARS`).
 pub fn launched() -> bool {
     RANK_VARS.iter().any(|v| std::env::var_os(v).is_some())
 }

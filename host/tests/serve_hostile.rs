@@ -10,11 +10,10 @@ mod common;
 mod text_common;
 
 use common::server::Server;
-use common::{copy_dir, fixture, reference, Scratch};
+use common::{copy_dir, fixture, Scratch};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The normal request every test repeats after the bad ones.
@@ -216,15 +215,10 @@ fn hostile_and_normal_clients_mixed() {
     let m = model.to_str().unwrap();
     let s =
         Server::start(&["--model", m, "--header-timeout", "2", "--body-timeout", "2", "--max-prompt-tokens", "4096"]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/serve_hostile_load.py");
-    let o = std::process::Command::new(reference::python())
-        .arg(script)
-        .args([&s.base, "--pid", &s.pid().to_string(), "--seconds", &secs.max(5).to_string()])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{out}\n{}\n{}", String::from_utf8_lossy(&o.stderr), s.log());
-    let r: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let r = s.script_report(
+        "serve_hostile_load.py",
+        &["--pid", &s.pid().to_string(), "--seconds", &secs.max(5).to_string()],
+    );
     eprintln!("hostile load: {r}");
     assert_eq!(r["health_at_end"], true, "{r}");
     assert_eq!(r["normal_failed"], json!([]), "{r}");

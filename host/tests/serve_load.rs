@@ -7,26 +7,16 @@
 
 mod common;
 
+use common::fixture;
 use common::server::Server;
-use common::{fixture, reference};
 use serde_json::Value;
-use std::path::Path;
-use std::process::Command;
 
 /// Runs scripts/serve_load.py with `clients` for `secs` against `s` and
 /// checks what every run must show: no lost, duplicated or wrong tokens,
 /// only 200 answers, a batch of more than one, the prompt cache within
 /// `bound`. Returns the script's report.
 fn load(s: &Server, clients: u32, secs: u64, bound: usize) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/serve_load.py");
-    let o = Command::new(reference::python())
-        .arg(script)
-        .args([&s.base, "--clients", &clients.to_string(), "--seconds", &secs.to_string()])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{out}\n{}\n{}", String::from_utf8_lossy(&o.stderr), s.log());
-    let r: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let r = s.script_report("serve_load.py", &["--clients", &clients.to_string(), "--seconds", &secs.to_string()]);
     eprintln!("load test, {clients} clients: {r}");
     assert_eq!(r["mismatch_count"], 0, "lost, duplicated or wrong tokens: {}", r["mismatches"]);
     assert_eq!(r["bad_status"], serde_json::json!([]), "non-200 answers");

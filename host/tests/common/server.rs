@@ -148,6 +148,23 @@ impl Server {
         serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {out}"))
     }
 
+    /// Runs `scripts/SCRIPT` with the reference Python against this
+    /// server (the base URL, then `args`); it must succeed, and its last
+    /// line is its JSON report.
+    #[allow(dead_code)]
+    pub fn script_report(&self, script: &str, args: &[&str]) -> serde_json::Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts").join(script);
+        let o = std::process::Command::new(super::reference::python())
+            .arg(path)
+            .arg(&self.base)
+            .args(args)
+            .output()
+            .expect("python runs");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{out}\n{}\n{}", String::from_utf8_lossy(&o.stderr), self.log());
+        serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
     /// POST `body` to /v1/completions, which must answer 200: the reply.
     #[allow(dead_code)]
     pub fn completion(&self, body: &serde_json::Value) -> serde_json::Value {

@@ -5,9 +5,9 @@
 //! launcher) starts famlx ranks too; a killed rank ends the run with
 //! one error naming it; a launch is bounded (ranks, ports), one rank runs
 //! in process, and no temporary file outlives a launch. (A server split
-//! over ranks: tests/serve.rs.)
+//! over ranks: tests/it/serve/api.rs.)
 
-mod common;
+use crate::common;
 
 use common::{famlx, fixture, json_of, texts, Scratch};
 use serde_json::Value;
@@ -17,11 +17,9 @@ use std::time::{Duration, Instant};
 
 const PROMPT: &str = "The river ran past the old mill, and the mill wheel turned";
 
-/// One distributed run at a time: each picks free ports for its ring just
-/// before its ranks bind them, which a run beside it could take meanwhile.
+/// One distributed run at a time ([`common::distributed_lock`]).
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    common::distributed_lock()
 }
 
 fn generate_args(model: &Path, extra: &[&str]) -> Vec<String> {

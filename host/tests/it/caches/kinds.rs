@@ -2,7 +2,7 @@
 //! fixtures, snapshot / restore / trim exactness for every kind, the ring
 //! logic against a direct computation, and the memory-limit error.
 
-mod common;
+use crate::common;
 
 use common::{expected, fixture, ids, mlx_lock, registry, run, texts, FIXTURES};
 use famlx::cache::{AttnArgs, CacheImpl, CacheOptions, KvMask, RecurrentCache, RotatingKvCache, SharedCache};

@@ -3,7 +3,7 @@
 //! continue exactly as the saved ones would have, a file for another model
 //! is refused naming the file, and the CLI prefills only the new suffix.
 
-mod common;
+use crate::common;
 
 use famlx::cache::{self, CacheImpl, CacheOptions, RecurrentCache};
 use famlx::decode::{prefill, prefill_last_alone, GenParams};

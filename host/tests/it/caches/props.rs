@@ -6,7 +6,7 @@
 //! `-pos`), so what a cache returns can be read back as positions, through
 //! quantization too.
 
-mod common;
+use crate::common;
 
 use famlx::cache::{self, CacheImpl, KvCache, QBits, QuantizedKvCache, RecurrentCache, RotatingKvCache};
 use mlx::{Array, Dtype};

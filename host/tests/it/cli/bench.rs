@@ -2,7 +2,7 @@
 //! each), its figures and the decode-time split, and clear refusals of flags
 //! it cannot honour.
 
-mod common;
+use crate::common;
 
 use common::{fixture, json_of, run, texts};
 

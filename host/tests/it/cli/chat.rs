@@ -2,7 +2,7 @@
 //! not text or too long, endless input, and Ctrl-C (a real SIGINT, alone or
 //! in a burst) during a long prefill and at the prompt.
 
-mod common;
+use crate::common;
 
 use common::{famlx, fixture};
 use std::io::{BufRead, BufReader, Write};

@@ -1,11 +1,11 @@
 //! `famlx convert` against `mlx_lm.convert` (run from the reference
-//! environment, tests/common/reference.rs): the same tensors byte for byte
+//! environment, tests/it/common/reference.rs): the same tensors byte for byte
 //! and the same quantization block for every family, outputs mlx-lm loads
 //! and agrees with famlx on, the other quantization modes and recipes, GGUF
 //! to safetensors, re-sharding, dequantizing, streaming memory, and every
 //! bad input refused with one line and no output folder.
 
-mod common;
+use crate::common;
 
 use common::reference;
 use common::{fixture, json_of, run, texts, Scratch};
@@ -175,7 +175,7 @@ fn dequantize_matches_mlx_lm() {
 
 #[test]
 fn gguf_converts_to_safetensors_that_generate_the_same() {
-    let gguf = famlx::default_model::ensure().expect("fetching the default model");
+    let gguf = common::default_gguf();
     let s = Scratch::new("convert-gguf");
     let out = s.path().join("smollm2");
     convert(&["--hf-path", gguf.to_str().unwrap(), "--mlx-path", out.to_str().unwrap()]);

@@ -2,7 +2,7 @@
 //! pip into the user cache) answers "Paris", and `--json` reports what
 //! DESIGN §7 asks for.
 
-mod common;
+use crate::common;
 
 use common::{famlx, ids, json_of, texts};
 use famlx::prompt::{chat_ids, Message};
@@ -13,8 +13,7 @@ const QUESTION: &str = "What is the capital of France?";
 /// Fetches the default model once (cached in the user cache dir) before the
 /// tests start binaries, so they do not all download it at the same time.
 fn setup() -> std::path::PathBuf {
-    static GGUF: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    GGUF.get_or_init(|| famlx::default_model::ensure().expect("fetching the default model")).clone()
+    common::default_gguf()
 }
 
 #[test]
@@ -81,6 +80,7 @@ fn bytes_of(a: &mlx::Array) -> Vec<u8> {
 /// tensor comes out bit for bit as MLX's own GGUF loader gives it.
 #[test]
 fn gguf_reader_matches_mlx_on_the_default_model() {
+    let _g = crate::common::mlx_lock();
     let gguf = setup();
     let ours = famlx::checkpoint::Checkpoint::open(&gguf).unwrap().tensors;
     let (theirs, _) = mlx::io::load_gguf(&gguf).unwrap();

@@ -1,5 +1,5 @@
 //! `--model org/name` against a hub stand-in on 127.0.0.1
-//! (tests/common/hub_server.rs), started and stopped by each test: only the
+//! (tests/it/common/hub_server.rs), started and stopped by each test: only the
 //! files a checkpoint needs are fetched into the standard cache layout, a
 //! cut download resumes, a filled cache (famlx's or Python
 //! huggingface_hub's) is reused, offline mode, and one clear line for each
@@ -7,7 +7,7 @@
 //! bodies longer than announced, stalls) is refused in one line, with
 //! nothing written outside the cache.
 
-mod common;
+use crate::common;
 
 use common::hub_server::{etag_of, Body, HubRepo, HubServer};
 use common::{famlx, fixture, json_of, texts, Scratch};

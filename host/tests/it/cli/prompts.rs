@@ -2,7 +2,7 @@
 //! default, plain text with `--raw`, ids untouched with `--prompt-ids`, and
 //! never a second BOS when the template already starts with one.
 
-mod common;
+use crate::common;
 
 use common::{expected, fixture, ids, json_of, mlx_lock, registry, run};
 use famlx::cache::CacheOptions;

@@ -1,12 +1,16 @@
 //! Helpers shared by the integration tests: fixture paths, scratch folders,
 //! plugin folders, running the `famlx` binary, and one lock around MLX.
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code)] // not every helper has a user in every build
 
 pub mod hub_server;
 pub mod names;
 pub mod parity;
 pub mod reference;
 pub mod server;
+/// The text crate's test data (real tokenizers fetched once), included once
+/// here so its fetch lock is one for the whole binary.
+#[path = "../../../../text/tests/common/mod.rs"]
+pub mod text;
 pub mod vision;
 
 use std::path::{Path, PathBuf};
@@ -18,7 +22,8 @@ use std::sync::{Mutex, MutexGuard};
 pub const FIXTURES: [&str; 8] =
     ["llama-bf16", "llama-q4", "llama-q8", "llama-tied-f32", "llama-hf-bf16", "qwen3-bf16", "qwen3-q4", "qwen3-q8"];
 
-/// The gemma4 fixtures (host/tests/gemma4.rs; fixtures/make_gemma4_fixtures.py),
+/// The gemma4 fixtures (tests/it/families/gemma4/parity.rs;
+/// fixtures/make_gemma4_fixtures.py),
 /// the two assistant drafters last.
 pub const GEMMA4_FIXTURES: [&str; 8] = [
     "gemma4-hf-bf16",
@@ -31,7 +36,8 @@ pub const GEMMA4_FIXTURES: [&str; 8] = [
     "gemma4-assistant-ordered-bf16",
 ];
 
-/// The qwen3_5 fixtures (fixtures/make_qwen3_5_fixtures.py), tested in tests/qwen3_5.rs.
+/// The qwen3_5 fixtures (fixtures/make_qwen3_5_fixtures.py), tested in
+/// tests/it/families/qwen3_5/parity.rs.
 pub const QWEN3_5_FIXTURES: [&str; 7] = [
     "qwen3_5-hf-bf16",
     "qwen3_5-bf16",
@@ -42,7 +48,8 @@ pub const QWEN3_5_FIXTURES: [&str; 7] = [
     "qwen3_5_moe-mtp-hf-f32",
 ];
 
-/// The image-input fixtures (tests/vision_gemma4.rs, tests/vision_qwen3_5.rs;
+/// The image-input fixtures (tests/it/families/gemma4/vision.rs,
+/// tests/it/families/qwen3_5/vision.rs;
 /// fixtures/make_{gemma4,qwen3_5}_vision_fixtures.py).
 pub const VISION_FIXTURES: [&str; 6] = [
     "gemma4-vision-hf-f32",
@@ -53,7 +60,8 @@ pub const VISION_FIXTURES: [&str; 6] = [
     "qwen3_5-vl-q4",
 ];
 
-/// Fixtures with audio (tests/audio_gemma4.rs, tests/gemma4_unified.rs).
+/// Fixtures with audio (tests/it/families/gemma4/audio.rs,
+/// tests/it/families/gemma4_unified/parity.rs).
 pub const AUDIO_FIXTURES: [&str; 3] = ["gemma4-audio-hf-f32", "gemma4-audio-f32", "gemma4_unified-f32"];
 
 /// `fixtures/<name>` in the repository.
@@ -71,6 +79,15 @@ pub fn expected(name: &str) -> serde_json::Value {
 /// MLX graphs are built and evaluated from one test thread at a time (the
 /// test harness runs tests of one binary on several threads).
 pub fn mlx_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One distributed run at a time in this process (tests/it/distributed.rs,
+/// a server over ranks in tests/it/serve/api.rs): each picks free ports for
+/// its ring just before its ranks bind them, which a run beside it could
+/// take meanwhile.
+pub fn distributed_lock() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -116,6 +133,14 @@ pub fn fixture_copy(name: &str) -> Scratch {
     let s = Scratch::new(name);
     copy_dir(&fixture(name), s.path());
     s
+}
+
+/// The default model's GGUF, fetched once for the whole test binary:
+/// `famlx::default_model::ensure` names its download by process id, so
+/// two threads of this process must not fetch it at once.
+pub fn default_gguf() -> PathBuf {
+    static GGUF: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    GGUF.get_or_init(|| famlx::default_model::ensure().expect("fetching the default model")).clone()
 }
 
 /// The folder holding the test binary: `target/<profile>/deps`, where cargo

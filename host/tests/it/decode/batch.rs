@@ -3,7 +3,7 @@
 //! leaving at different steps, give each the greedy tokens it gives alone,
 //! for every family and cache kind.
 
-mod common;
+use crate::common;
 
 use common::{fixture, mlx_lock, registry};
 use famlx::cache::{make_caches, BatchCaches, CacheOptions, SharedCache};

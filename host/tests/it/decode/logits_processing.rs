@@ -2,7 +2,7 @@
 //! `make_logits_processors` (same order, same window), run in the
 //! reference environment.
 
-mod common;
+use crate::common;
 
 use common::reference;
 use famlx::decode::LogitsParams;
@@ -11,6 +11,7 @@ use std::process::Command;
 
 #[test]
 fn bias_and_penalties_match_mlx_lm() {
+    let _g = crate::common::mlx_lock();
     let v = 64usize;
     let logits: Vec<f32> = (0..v).map(|i| ((i * 37 % 23) as f32 - 11.0) / 3.0).collect();
     let history: Vec<u32> = vec![30, 31, 5, 9, 60, 3, 3, 12, 40, 41, 5, 7, 7, 7, 1, 2, 3, 63, 0, 9, 9, 22, 5, 8];

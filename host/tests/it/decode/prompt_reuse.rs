@@ -1,7 +1,7 @@
 //! Prompt reuse across chat turns: turn 2 prefills only what follows the
 //! cached prefix and produces exactly the tokens of a full re-prefill.
 
-mod common;
+use crate::common;
 
 use famlx::cache::CacheOptions;
 use famlx::decode::{generate, GenParams};

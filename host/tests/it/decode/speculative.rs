@@ -5,7 +5,7 @@
 //! snapshot + refeed (a rotating window that has slid); the sampled path
 //! with a one-hot distribution; prompt reuse across turns; and bad flags.
 
-mod common;
+use crate::common;
 
 use common::{fixture, mlx_lock};
 use famlx::cache::CacheOptions;

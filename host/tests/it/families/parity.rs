@@ -20,7 +20,7 @@
 //! accept a divergence only at or after the first step whose recorded margin
 //! is 0.0 (everything before must match exactly).
 
-mod common;
+use crate::common;
 
 use common::parity::{check_greedy, check_prompts, check_tokenizer};
 use common::{expected, fixture, mlx_lock, registry};

@@ -1,9 +1,9 @@
 //! Load-time fusion of q/k/v and gate/up (llama and qwen3 declare it): the
 //! host holds each layer's fused tensors once, the parts are gone, and the
 //! fused quantized modules keep their quantization. Parity with the fused
-//! layers is what tests/parity.rs checks.
+//! layers is what tests/it/families/parity.rs checks.
 
-mod common;
+use crate::common;
 
 use common::{fixture, mlx_lock};
 use famlx::cache::CacheOptions;

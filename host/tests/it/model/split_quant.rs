@@ -5,7 +5,7 @@
 //! their source's quantization, and the logits are bit-for-bit those of
 //! the llama family reading the same fused tensors as stored.
 
-mod common;
+use crate::common;
 
 use common::{cdylib, fixture_copy, mlx_lock, Scratch};
 use famlx::cache::CacheOptions;

@@ -5,7 +5,7 @@
 //! folders, and a panicking plugin and one returning wrongly shaped logits
 //! contained, with the other plugins still serving.
 
-mod common;
+use crate::common;
 
 use common::{cdylib, expected, fixture, fixture_copy, ids, mlx_lock, registry, texts, Scratch};
 use famlx::cache::CacheOptions;

@@ -3,7 +3,7 @@
 //! mix down by the mean, other rates resample to 16 kHz with the length the
 //! rate implies, and every bad file is one error line naming it.
 
-mod common;
+use crate::common;
 
 use common::{expect_error, fixture, Scratch};
 use famlx::audio::{load_audio, SAMPLE_RATE};

@@ -1,7 +1,7 @@
 //! Bad input gives one clear line naming the file or field, a non-zero exit
 //! and no panic: broken checkpoints, unknown families, bad flags.
 
-mod common;
+use crate::common;
 
 use common::{expect_error, fixture, fixture_copy, run, texts, Scratch};
 use std::path::Path;

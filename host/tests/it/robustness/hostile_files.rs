@@ -2,15 +2,14 @@
 //! the file and what is wrong, never a crash. The files are built here from
 //! the default model (fetched once) and the fixtures.
 
-mod common;
+use crate::common;
 
 use common::{expect_error, fixture_copy, run, texts, Scratch};
 use famlx_formats::gguf::{write::Writer, GgmlType, Gguf, MetaValue};
 use std::path::{Path, PathBuf};
 
 fn default_gguf() -> PathBuf {
-    static GGUF: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    GGUF.get_or_init(|| famlx::default_model::ensure().expect("fetching the default model")).clone()
+    common::default_gguf()
 }
 
 fn generate(model: &Path) -> Vec<String> {

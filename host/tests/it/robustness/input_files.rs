@@ -6,7 +6,7 @@
 //! naming the file and what it is, at once; files past their kind's size
 //! bound are refused before they are read.
 
-mod common;
+use crate::common;
 
 use common::{expect_error_within, fixture, fixture_copy, Scratch};
 use std::path::{Path, PathBuf};

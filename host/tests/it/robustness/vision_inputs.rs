@@ -4,7 +4,7 @@
 //! without its vision weights), prompt reuse keyed by pixels, and the chat
 //! REPL's `/image`.
 
-mod common;
+use crate::common;
 
 use common::{expect_error, fixture, mlx_lock, registry, run, texts, Scratch};
 use famlx::cache::CacheOptions;

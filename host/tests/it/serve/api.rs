@@ -1,10 +1,9 @@
 //! `famlx serve` end to end: the official `openai` Python client and plain
 //! HTTP against a real server process on 127.0.0.1.
 
-mod common;
+use crate::common;
 
-#[path = "../../text/tests/common/mod.rs"]
-mod text_common;
+use crate::common::text as text_common;
 
 use common::server::Server;
 use common::{copy_dir, fixture, json_of, run, Scratch};
@@ -111,6 +110,7 @@ fn a_server_split_over_ranks_answers_as_one_process() {
             r
         };
         for mode in ["tensor", "pipeline"] {
+            let _one = common::distributed_lock();
             let mut s = Server::start_ranks(2, &["--model", m, "--parallel", mode]);
             let r = s.scenario("together", json!({"model": m, "prompts": prompts, "n": n}));
             assert_eq!(r["together"], alone["alone"], "{name} {mode}: concurrent requests");

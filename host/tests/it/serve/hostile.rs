@@ -4,10 +4,9 @@
 //! hostile and normal clients mixed for a bounded time
 //! (scripts/serve_hostile_load.py).
 
-mod common;
+use crate::common;
 
-#[path = "../../text/tests/common/mod.rs"]
-mod text_common;
+use crate::common::text as text_common;
 
 use common::server::Server;
 use common::{copy_dir, fixture, Scratch};

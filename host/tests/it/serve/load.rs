@@ -5,7 +5,7 @@
 //! a drafter, so requests keep passing between speculating alone and
 //! decoding in a batch, and reuse prefixes with and without drafter state.
 
-mod common;
+use crate::common;
 
 use common::fixture;
 use common::server::Server;

@@ -3,7 +3,7 @@
 //! and penalties, and after a prompt-cache hit; real server processes on
 //! 127.0.0.1 and the official `openai` client.
 
-mod common;
+use crate::common;
 
 use common::server::Server;
 use common::{fixture, json_of, run};

@@ -5,7 +5,7 @@
 //! image prompt, audio prompts and one with both, on the Hugging Face
 //! layout and mlx-vlm's f32 conversion.
 
-mod common;
+use crate::common;
 
 use common::parity::{check_greedy, floats};
 use common::vision::{generate, max_abs_diff};

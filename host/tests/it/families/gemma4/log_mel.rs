@@ -2,7 +2,7 @@
 //! (fixtures/make_gemma4_audio_features.py): a 1 s 440 Hz sine and a 3 s
 //! chirp, read from their WAV files, within 1e-6, the same frame mask.
 
-mod common;
+use crate::common;
 
 use common::fixture;
 use famlx::audio::load_audio;
@@ -10,6 +10,7 @@ use famlx_plugin_gemma4::audio_features::{log_mel, MEL_BINS};
 
 #[test]
 fn log_mel_matches_the_reference_extractor() {
+    let _g = crate::common::mlx_lock();
     let (want, _) = mlx::io::load_safetensors(&fixture("audio").join("gemma4_log_mel.safetensors")).expect("fixture");
     for clip in ["sine440", "chirp"] {
         let a = load_audio(&fixture("audio").join(format!("{clip}.wav"))).unwrap_or_else(|e| panic!("{e:#}"));

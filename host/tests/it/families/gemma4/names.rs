@@ -1,9 +1,9 @@
 //! The gemma4 family's weight-name rules, one name at a time: Hugging Face
 //! names to mlx-lm's, fused experts split, towers and unused tensors
-//! dropped (the numerics of the same rules: tests/gemma4.rs), and which
+//! dropped (the numerics of the same rules: tests/it/families/gemma4/parity.rs), and which
 //! token ids count as media.
 
-mod common;
+use crate::common;
 
 use common::names::{fixture_plan, rewritten, zeros};
 use famlx_plugin_gemma4::Gemma4Family;
@@ -11,6 +11,7 @@ use plugin_api::family::FamilySpec;
 
 #[test]
 fn gemma4_rewrite_renames_splits_experts_and_drops_towers() {
+    let _g = crate::common::mlx_lock();
     let f = Gemma4Family;
     let plan = fixture_plan(&f, "gemma4-moe-hf-f32");
     let p = "model.language_model.layers.1";
@@ -38,6 +39,7 @@ fn gemma4_rewrite_renames_splits_experts_and_drops_towers() {
 /// (clip bounds kept where the tower clips); without one they are dropped.
 #[test]
 fn gemma4_vision_tensors_follow_mlx_vlm_names() {
+    let _g = crate::common::mlx_lock();
     let f = Gemma4Family;
     let plan = fixture_plan(&f, "gemma4-vision-hf-f32");
     let q = "model.vision_tower.encoder.layers.0.self_attn.q_proj";

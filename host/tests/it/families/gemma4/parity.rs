@@ -5,7 +5,7 @@
 //! the prefill chunk 16, so the 40-token prompt slides the window both in one
 //! chunk and across chunks): first-step logits from one full forward on fresh
 //! caches, and 24 greedy tokens with chunked prefill of 16, checked with the
-//! tolerances and the tie rule of tests/parity.rs (common::parity).
+//! tolerances and the tie rule of tests/it/families/parity.rs (common::parity).
 //!
 //! Fixtures: `gemma4-hf-bf16` (multimodal `gemma4` checkpoint in Hugging Face
 //! naming, with vision tensors the plugin drops), `gemma4-bf16` and
@@ -22,7 +22,7 @@
 //! the reference is mlx-lm's own kv_bits loop with the sliding caches opted
 //! out (fixtures/make_gemma4_fixtures.py, `DenseSlidingCache`).
 
-mod common;
+use crate::common;
 
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RStr, RVec};
@@ -354,7 +354,7 @@ fn assistant_drafter(dir: &std::path::Path, m: &LoadedModel) -> (std::rc::Rc<Hos
 /// reads the target's hidden states of every prompt position (using the
 /// last) and the target's greedy token, the second chains the first's
 /// hidden state and the reference's drafted token. Logits and chained hidden
-/// states within the bf16 tolerance of tests/common/parity.rs. The 6-token
+/// states within the bf16 tolerance of tests/it/common/parity.rs. The 6-token
 /// prompt fits the sliding window; past it (40 tokens) the drafter's query
 /// must not see the oldest cached sliding position, as in mlx-vlm's mask.
 #[test]

@@ -4,7 +4,7 @@
 //! image and two clips, and the expanded ids, first-step logits and 24
 //! greedy tokens of a text, an image, an audio and an image + audio prompt.
 
-mod common;
+use crate::common;
 
 use common::parity::{check_greedy, floats};
 use common::vision::{generate, max_abs_diff};

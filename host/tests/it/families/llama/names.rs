@@ -1,5 +1,5 @@
 //! The llama family's GGUF name and metadata rules, one name at a time
-//! (the end-to-end numerics are in tests/real_model.rs and hostile_files.rs).
+//! (the end-to-end numerics are in tests/it/cli/default_model.rs and hostile_files.rs).
 
 use famlx_plugin_llama::gguf;
 use mlx::{Array, Error};
@@ -31,6 +31,7 @@ fn gguf_metadata_becomes_a_config() {
 
 #[test]
 fn gguf_unpermute_restores_rope_halves() {
+    let _g = crate::common::mlx_lock();
     // One head of dim 4: llama.cpp rows [0, 2, 1, 3] (interleaved pairs) back to [0, 1, 2, 3].
     let t = Array::from_slice(&[0f32, 2.0, 1.0, 3.0], &[4, 1]).unwrap();
     assert_eq!(gguf::unpermute(&t, 1).unwrap().to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0]);

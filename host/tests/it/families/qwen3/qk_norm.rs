@@ -4,7 +4,7 @@
 //! weights give (MLX's weighted norm also rounds the normed value to the
 //! activation dtype before scaling), over a quantized and a dense cache.
 
-mod common;
+use crate::common;
 
 use abi_stable::std_types::RVec;
 use common::mlx_lock;

@@ -1,8 +1,8 @@
 //! The qwen3_5 family's weight-name rules, one name at a time: Hugging
 //! Face and converted names, experts split, convs moved, norms shifted,
-//! vision tensors dropped (the numerics of the same rules: tests/qwen3_5.rs).
+//! vision tensors dropped (the numerics of the same rules: tests/it/families/qwen3_5/parity.rs).
 
-mod common;
+use crate::common;
 
 use common::names::{fixture_plan, rewritten, zeros};
 use famlx_plugin_qwen3_5::names::canonical_name;
@@ -34,6 +34,7 @@ fn qwen3_5_hugging_face_names_map_to_mlx_lm_names() {
 
 #[test]
 fn qwen3_5_rewrite_splits_experts_moves_convs_and_shifts_norms() {
+    let _g = crate::common::mlx_lock();
     let f = Qwen3_5Family;
     let plan = fixture_plan(&f, "qwen3_5_moe-f32");
     let p = "model.language_model.layers.0";

@@ -2,7 +2,7 @@
 //! of fixtures/make_qwen3_5_fixtures.py, the two delta-rule scans against each
 //! other, and prompt reuse across chat turns with recurrent caches.
 //!
-//! Tolerances follow tests/parity.rs (`|ours - ref| <= abs + rel * |ref|` per
+//! Tolerances follow tests/it/families/parity.rs (`|ours - ref| <= abs + rel * |ref|` per
 //! logit, plus a bound on the mean):
 //! - bf16 / q4 checkpoints: abs 0.125, rel 2^-6, mean 0.02 (two bf16 ulps at
 //!   the top of the logit range; see parity.rs for the reasoning).
@@ -11,7 +11,7 @@
 //! Greedy tokens must match exactly up to the first step whose recorded
 //! top-1/top-2 margin is 0.0 (a tie mlx-lm broke by index).
 
-mod common;
+use crate::common;
 
 use common::parity::{check_logits, check_prompts};
 use common::{expected, fixture, ids, mlx_lock};
@@ -370,7 +370,7 @@ fn floats_of(v: &serde_json::Value) -> Vec<f32> {
 /// shifted prompt (+ the target's next token), then two chained steps on our
 /// own returned hidden state and the reference's drafted token. Logits within
 /// the fixture's parity tolerance (bf16: abs 0.125 + rel 2^-6, mean 0.02;
-/// f32: abs 1e-4 + rel 1e-5, mean 1e-5; tests/common/parity.rs says why).
+/// f32: abs 1e-4 + rel 1e-5, mean 1e-5; tests/it/common/parity.rs says why).
 ///
 /// Also: our target forward's `want_hidden` output is the hidden state the
 /// MTP head is defined on (after the final norm), within the same bounds.

@@ -5,7 +5,7 @@
 //! 16-token prefill that cuts images in two), on the Hugging Face layout,
 //! mlx-vlm's f32 conversion and its 4-bit conversion (tower in bf16).
 
-mod common;
+use crate::common;
 
 use common::parity::{check_greedy, check_logits, floats};
 use common::vision::{generate, max_abs_diff};

@@ -10,6 +10,12 @@
 //! on its `Command`), MLX work in this process holds [`common::mlx_lock`],
 //! and what a process may do only once (fetching the default model) goes
 //! through one shared helper in `common`.
+//!
+//! A plugin crate linked as a library brings its exported symbols (ABI
+//! stamps, root module), the same names in every plugin, so this binary
+//! links one, qwen3_5's, and reaches gemma4 through its family library
+//! (`famlx_gemma4`); llama's GGUF rules are tested in their own small
+//! binary, tests/llama_names.rs.
 
 mod common;
 
@@ -28,11 +34,6 @@ mod families {
     /// llama, qwen3 and phi3 (the llama family) parity with mlx-lm, the
     /// list of every fixture, and the tie rule of the parity checks.
     mod parity;
-
-    mod llama {
-        /// GGUF names and metadata.
-        mod names;
-    }
 
     mod qwen3 {
         /// The fused q/k norm path.

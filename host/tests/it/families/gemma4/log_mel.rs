@@ -6,7 +6,7 @@ use crate::common;
 
 use common::fixture;
 use famlx::audio::load_audio;
-use famlx_plugin_gemma4::audio_features::{log_mel, MEL_BINS};
+use famlx_gemma4::audio_features::{log_mel, MEL_BINS};
 
 #[test]
 fn log_mel_matches_the_reference_extractor() {

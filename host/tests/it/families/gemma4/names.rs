@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::names::{fixture_plan, rewritten, zeros};
-use famlx_plugin_gemma4::Gemma4Family;
+use famlx_gemma4::Gemma4Family;
 use plugin_api::family::FamilySpec;
 
 #[test]
@@ -69,7 +69,7 @@ fn gemma4_vision_tensors_follow_mlx_vlm_names() {
 /// a field present but of the wrong type is an error naming it.
 #[test]
 fn gemma4_vision_config_defaults_as_the_reference() {
-    use famlx_plugin_gemma4::vision::VisionConfig;
+    use famlx_gemma4::vision::VisionConfig;
     let c = VisionConfig::parse(&serde_json::json!({"vision_config": {"model_type": "gemma4_vision"}}))
         .expect("parse")
         .expect("a vision config");
@@ -88,7 +88,7 @@ fn gemma4_vision_config_defaults_as_the_reference() {
 /// default for the model type, a null one none; none for text checkpoints.
 #[test]
 fn media_ids_take_mlx_vlms_defaults_per_model_type() {
-    use famlx_plugin_gemma4::media::media_ids;
+    use famlx_gemma4::media::media_ids;
     use serde_json::json;
     let ids = |c| media_ids(&c).unwrap();
     assert_eq!(

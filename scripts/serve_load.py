@@ -4,7 +4,7 @@ mixing whole greedy requests, stop strings, hang-ups and sampled requests.
 
     python scripts/serve_load.py BASE_URL [--clients 64] [--seconds 300] [--json out.json]
 
-Checks, reported in one JSON object (host/tests/serve_load.rs asserts on it):
+Checks, reported in one JSON object (host/tests/it/serve/load.rs asserts on it):
 - every whole greedy stream adds up to exactly the reply the same request
   gets alone (no lost or duplicated tokens), and its completion_tokens match;
 - a stop-string request ends right before the first occurrence of the stop;

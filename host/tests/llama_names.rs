@@ -1,5 +1,11 @@
 //! The llama family's GGUF name and metadata rules, one name at a time
-//! (the end-to-end numerics are in tests/real_model.rs and hostile_files.rs).
+//! (the end-to-end numerics are in tests/it/cli/default_model.rs and
+//! tests/it/robustness/hostile_files.rs).
+//!
+//! Its own test binary, apart from tests/it: it links the llama plugin crate
+//! as a library, and two plugin crates cannot share a binary (each exports
+//! the same ABI stamps and root module); tests/it links qwen3_5's. It does
+//! not link host.
 
 use famlx_plugin_llama::gguf;
 use mlx::{Array, Error};

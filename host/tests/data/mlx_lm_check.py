@@ -1,4 +1,4 @@
-"""What host/tests/convert.rs asks of the reference (mlx-lm 0.32.2 on MLX
+"""What host/tests/it/cli/convert.rs asks of the reference (mlx-lm 0.32.2 on MLX
 0.32.4, fixtures/requirements.txt): compare two converted folders tensor for
 tensor, and greedy tokens from a folder loaded with mlx_lm.load. It only calls
 mlx-lm; no reference code is copied.

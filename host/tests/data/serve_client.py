@@ -1,5 +1,5 @@
 """Drives `famlx serve` with the official `openai` client (pinned in
-fixtures/requirements.txt) for host/tests/serve.rs. Usage:
+fixtures/requirements.txt) for host/tests/it/serve/api.rs. Usage:
     python serve_client.py SCENARIO BASE_URL 'JSON ARGS'
 Prints one JSON object of what it saw; the Rust test asserts on it."""
 

@@ -2,7 +2,7 @@
 //! `qkv_proj` and gate/up as one `gate_up_proj` (Phi-3's layout), and whose
 //! rewriter splits them back into the Llama-style decoder's separate
 //! modules, asking the host for no fusion. A quantized module split this
-//! way must keep its per-module quantization (host/tests/split_quant.rs).
+//! way must keep its per-module quantization (host/tests/it/model/split_quant.rs).
 
 #[path = "../../common/decoder.rs"]
 mod decoder;

@@ -67,9 +67,12 @@ pub(crate) fn check_cancel(cancel: Option<&AtomicBool>) -> Result<()> {
     }
 }
 
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
+/// Why generation ended: the one reason `generate`, the engine and the
+/// server's replies share (the server writes it as OpenAI's
+/// `finish_reason`; the ranks of a split server send it lowercase).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
     /// A stop token was produced.
     Stop,
     /// `max_tokens` reached.
@@ -92,7 +95,7 @@ pub struct GenStats {
     /// Peak MLX memory during the call.
     pub peak_memory_bytes: usize,
     /// Why it ended.
-    pub finish: Finish,
+    pub finish: FinishReason,
     /// Drafting counts, when a drafter ran.
     pub draft: Option<DraftStats>,
     /// Where the plain decode loop's time went (absent for speculative runs).
@@ -180,7 +183,7 @@ impl GenStats {
     pub(crate) fn timed(
         prompt_tokens: usize,
         tokens: Vec<u32>,
-        finish: Finish,
+        finish: FinishReason,
         [t0, t_first, t_end]: [Instant; 3],
         draft: Option<DraftStats>,
     ) -> GenStats {
@@ -242,12 +245,12 @@ pub(crate) fn emit(
     tok: u32,
     p: &GenParams,
     on_token: &mut impl FnMut(u32) -> bool,
-) -> Option<Finish> {
+) -> Option<FinishReason> {
     tokens.push(tok);
     if p.stop_ids.contains(&tok) {
-        Some(Finish::Stop)
+        Some(FinishReason::Stop)
     } else if p.cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst)) || !on_token(tok) {
-        Some(Finish::Cancelled)
+        Some(FinishReason::Cancelled)
     } else {
         None
     }

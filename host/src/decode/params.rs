@@ -73,12 +73,27 @@ pub(crate) fn check_cancel(cancel: Option<&AtomicBool>) -> Result<()> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FinishReason {
-    /// A stop token was produced.
+    /// A stop token was produced (in the engine also: a stop string
+    /// matched, the grammar ended).
     Stop,
-    /// `max_tokens` reached.
+    /// `max_tokens` reached (in the engine also: the context is full, the
+    /// request's deadline passed).
     Length,
-    /// The callback asked to stop.
+    /// The callback asked to stop (in the engine: the request's listener
+    /// went away).
     Cancelled,
+}
+
+impl FinishReason {
+    /// Its name as logs and OpenAI's `finish_reason` write it: `stop`,
+    /// `length`, `cancelled`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// What a generation produced and how fast.

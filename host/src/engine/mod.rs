@@ -1,5 +1,7 @@
-//! The engine thread: it alone touches MLX. It owns the model and runs
-//! continuous batching: requests join the batch between decode steps (their
+//! The continuous-batching engine, apart from any front end: the thread it
+//! runs on alone touches MLX. It owns the model and runs the [`Request`]s a
+//! front end sends, telling each request's [`Listener`] what happens. In
+//! continuous batching requests join the batch between decode steps (their
 //! prompts prefilled in chunks, interleaved with the steps), every step is
 //! one forward for all decoding rows, and a row leaves as soon as it ends.
 //! Each row has its own caches; finished rows' caches go into the prompt
@@ -33,7 +35,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Server-wide settings the engine applies to every job.
+/// Settings the engine applies to every request.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
     /// `max_tokens` when a request gives none.
@@ -112,7 +114,7 @@ impl Engine {
 
     /// Runs requests until the queue closes and the batch is empty. On
     /// rank 0 of a distributed run, each turn's arrivals and endings also
-    /// go to the other ranks ([`lockstep`]).
+    /// go to the other ranks (the lockstep of split ranks).
     pub fn serve(self, jobs: Receiver<Request>) {
         let role = if crate::distributed::parallel().is_some() { Role::Lead } else { Role::Alone };
         self.run(Some(jobs), role, None)
@@ -124,6 +126,9 @@ impl Engine {
         self.run(None, Role::Follow, Some(replay))
     }
 
+    /// The loop: turn after turn of intake, admission, prefill, decode
+    /// (step choice, failure handling) and metrics, until the queue closes
+    /// (a follower: rank 0 closes) with no row left.
     fn run(mut self, jobs: Option<Receiver<Request>>, role: Role, replay: Option<&Replay>) {
         let mut prefilling: VecDeque<Row> = VecDeque::new();
         let mut decoding: Vec<Row> = Vec::new();
@@ -491,7 +496,7 @@ impl Engine {
             prompt_tokens = usage.prompt,
             cached_tokens = usage.cached,
             completion_tokens = usage.completion,
-            ?finish,
+            finish = finish.name(),
             queued_s = format!("{:.3}", r.started.duration_since(r.job.received).as_secs_f64()),
             ttft_s = format!("{ttft:.3}"),
             total_s = format!("{:.3}", r.job.received.elapsed().as_secs_f64()),

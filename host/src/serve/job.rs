@@ -155,9 +155,7 @@ impl Listener for Handler {
 /// making `calls` tool calls.
 pub fn finish_reason(finish: FinishReason, calls: usize) -> &'static str {
     match finish {
-        FinishReason::Cancelled => "cancelled",
-        _ if calls > 0 => "tool_calls",
-        FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
+        FinishReason::Stop | FinishReason::Length if calls > 0 => "tool_calls",
+        f => f.name(),
     }
 }

@@ -159,3 +159,58 @@ pub fn finish_reason(finish: FinishReason, calls: usize) -> &'static str {
         f => f.name(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handler(stops: &[&str]) -> (Handler, UnboundedReceiver<Event>) {
+        let (events, rx) = unbounded_channel();
+        let reply = ReplyText::new(stops.iter().map(|s| s.to_string()).collect(), false, false, None);
+        (Handler { id: "t".into(), reply, echo: None, events }, rx)
+    }
+
+    fn token(text: &str) -> engine::Event {
+        engine::Event::Token { id: 0, text: Some(text.into()), logprob: None }
+    }
+
+    #[test]
+    fn finish_reasons_are_openai_strings() {
+        assert_eq!(finish_reason(FinishReason::Stop, 0), "stop");
+        assert_eq!(finish_reason(FinishReason::Length, 0), "length");
+        assert_eq!(finish_reason(FinishReason::Cancelled, 0), "cancelled");
+        assert_eq!(finish_reason(FinishReason::Stop, 1), "tool_calls");
+        assert_eq!(finish_reason(FinishReason::Length, 2), "tool_calls");
+        assert_eq!(finish_reason(FinishReason::Cancelled, 1), "cancelled");
+    }
+
+    #[test]
+    fn engine_errors_keep_their_status_and_field() {
+        let bad = ApiError::from(EngineError::invalid("messages[1].content[0]", "not an image"));
+        assert_eq!((bad.status, bad.param.as_deref()), (400, Some("messages[1].content[0]")));
+        assert_eq!(ApiError::from(EngineError::new(ErrorKind::TooLong, "full")).status, 413);
+        assert_eq!(ApiError::from(EngineError::internal("boom")).status, 500);
+    }
+
+    #[test]
+    fn a_stop_string_across_tokens_stops_the_row() {
+        let (mut h, mut rx) = handler(&["END"]);
+        assert!(!h.hear(token("one EN")).stop);
+        assert!(h.hear(token("D two")).stop);
+        let mut text = String::new();
+        while let Ok(Event::Delta { delta, .. }) = rx.try_recv() {
+            text += &delta.content;
+        }
+        assert_eq!(text, "one ");
+    }
+
+    #[test]
+    fn a_listener_whose_client_went_away_says_so() {
+        let (mut h, rx) = handler(&[]);
+        assert!(!h.hear(token("a")).gone);
+        drop(rx);
+        assert!(h.hear(token("b")).gone);
+        // A hidden token sends nothing, so it cannot tell.
+        assert!(!h.hear(engine::Event::Token { id: 1, text: None, logprob: None }).gone);
+    }
+}

@@ -13,7 +13,7 @@ pub mod shards;
 mod side_files;
 mod verify;
 
-pub use verify::{verify, Verification};
+pub use verify::verify;
 
 use crate::checkpoint::QuantConfig;
 use crate::model::{HostWeights, Source};

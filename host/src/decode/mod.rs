@@ -17,7 +17,7 @@ mod speculative;
 pub use batch::{decode_alone, decode_step, prefill_into, prefill_step};
 pub use drafter::{DraftCaches, DraftSource, Drafter, SpecParams, MAX_DEPTH};
 pub use logprob::{logprob_of, TokenLogprob};
-pub use params::{DecodeSplit, DraftStats, Finish, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};
+pub use params::{DecodeSplit, DraftStats, FinishReason, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};
 pub use plain::generate;
 pub use prefill::{prefill, prefill_last_alone};
 pub use process::{mask_logits, LogitsParams};

@@ -67,15 +67,33 @@ pub(crate) fn check_cancel(cancel: Option<&AtomicBool>) -> Result<()> {
     }
 }
 
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
-    /// A stop token was produced.
+/// Why generation ended: the one reason `generate`, the engine and the
+/// server's replies share (the server writes it as OpenAI's
+/// `finish_reason`; the ranks of a split server send it lowercase).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    /// A stop token was produced (in the engine also: a stop string
+    /// matched, the grammar ended).
     Stop,
-    /// `max_tokens` reached.
+    /// `max_tokens` reached (in the engine also: the context is full, the
+    /// request's deadline passed).
     Length,
-    /// The callback asked to stop.
+    /// The callback asked to stop (in the engine: the request's listener
+    /// went away).
     Cancelled,
+}
+
+impl FinishReason {
+    /// Its name as logs and OpenAI's `finish_reason` write it: `stop`,
+    /// `length`, `cancelled`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// What a generation produced and how fast.
@@ -92,7 +110,7 @@ pub struct GenStats {
     /// Peak MLX memory during the call.
     pub peak_memory_bytes: usize,
     /// Why it ended.
-    pub finish: Finish,
+    pub finish: FinishReason,
     /// Drafting counts, when a drafter ran.
     pub draft: Option<DraftStats>,
     /// Where the plain decode loop's time went (absent for speculative runs).
@@ -180,7 +198,7 @@ impl GenStats {
     pub(crate) fn timed(
         prompt_tokens: usize,
         tokens: Vec<u32>,
-        finish: Finish,
+        finish: FinishReason,
         [t0, t_first, t_end]: [Instant; 3],
         draft: Option<DraftStats>,
     ) -> GenStats {
@@ -242,12 +260,12 @@ pub(crate) fn emit(
     tok: u32,
     p: &GenParams,
     on_token: &mut impl FnMut(u32) -> bool,
-) -> Option<Finish> {
+) -> Option<FinishReason> {
     tokens.push(tok);
     if p.stop_ids.contains(&tok) {
-        Some(Finish::Stop)
+        Some(FinishReason::Stop)
     } else if p.cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst)) || !on_token(tok) {
-        Some(Finish::Cancelled)
+        Some(FinishReason::Cancelled)
     } else {
         None
     }

@@ -2,7 +2,7 @@
 //! the next step's graph is queued (`async_eval`) before the current token
 //! is read, so the device never waits on the host.
 
-use super::params::{emit, DecodeRelease, DecodeSplit, Finish, GenParams, GenStats};
+use super::params::{emit, DecodeRelease, DecodeSplit, FinishReason, GenParams, GenStats};
 use super::prefill::prefill_last_alone_until;
 use crate::cache::Rollback;
 use crate::model::LoadedModel;
@@ -45,7 +45,7 @@ fn generate_inner(
     mlx::async_eval(&[&y])?;
     let mut tokens = Vec::new();
     let mut t_first = None;
-    let mut finish = Finish::Length;
+    let mut finish = FinishReason::Length;
     let mut pending = false;
     let mut release = DecodeRelease::default();
     let mut split = DecodeSplit::default();

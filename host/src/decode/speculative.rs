@@ -14,7 +14,7 @@
 //! the verify forward and the accepted tokens are fed again.
 
 use super::drafter::{Drafter, SpecParams};
-use super::params::{emit, DecodeRelease, DraftStats, Finish, GenParams, GenStats};
+use super::params::{emit, DecodeRelease, DraftStats, FinishReason, GenParams, GenStats};
 use super::plain::prompt_rollback;
 use super::prefill::{ids_array, prefill_chunks};
 use super::process::{mask_logits, LogitsParams};
@@ -91,7 +91,7 @@ pub fn generate_speculative(
 
     let mut tokens = Vec::new();
     let mut stats = DraftStats::default();
-    let mut finish = Finish::Length;
+    let mut finish = FinishReason::Length;
     let mut t_first = None;
     // Entries of the last round kept in the caches past the
     // second-to-last emitted token, to give back at the end.

@@ -1,5 +1,5 @@
 //! The OpenAI request bodies, checked into what the engine runs
-//! ([`super::job::Job`]), and the error shape every failure is answered with.
+//! ([`super::job::request`]), and the error shape every failure is answered with.
 
 pub use super::error::ApiError;
 use super::tools::ToolChoice;

@@ -2,12 +2,12 @@
 //! and the reply in OpenAI's shapes, whole or as server-sent events.
 
 use super::api::{self, ApiError, JobSpec};
-use super::job::{Event, Job, LogprobEntry, Usage};
+use super::job::{self, finish_reason, Event};
 use super::limits::Limits;
-use super::metrics::Metrics;
 use super::output::Delta;
 use super::prepare::{Prepared, Preparer};
 use super::tools::ToolCall;
+use crate::engine::{LogprobEntry, Metrics, Request as EngineRequest, Usage};
 use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -22,14 +22,14 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What the handlers share.
 pub struct AppState {
     /// The engine's queue.
-    pub queue: SyncSender<Job>,
+    pub queue: SyncSender<EngineRequest>,
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// Names the model answers to; the first is the one reported.
@@ -50,7 +50,7 @@ impl AppState {
     /// The handlers' state: the engine's `queue`, and `preparer` with the
     /// limits every request is held to.
     pub fn new(
-        queue: SyncSender<Job>,
+        queue: SyncSender<EngineRequest>,
         metrics: Arc<Metrics>,
         model_ids: Vec<String>,
         api_key: Option<String>,
@@ -246,20 +246,10 @@ async fn handle(st: Shared, req: Request, chat: bool, kind: &str) -> Response {
         Err(e) => return refuse(e),
     };
     drop(hold);
-    let (tx, mut rx) = unbounded_channel();
-    let cancel = Arc::new(AtomicBool::new(false));
-    let guard = CancelOnDrop(cancel.clone());
     let id = new_id(kind);
     let (stream_opts, chat_reply) = ((spec.stream, spec.include_usage, spec.logprobs.is_some()), spec.chat);
-    let job = Job {
-        spec,
-        id: id.clone(),
-        cancel,
-        events: tx,
-        received: Instant::now(),
-        origin: (chat, origin),
-        prepared: Some(prepared),
-    };
+    let (job, mut rx) = job::request(spec, prepared, (chat, origin), id.clone(), st.preparer.tool_format());
+    let guard = CancelOnDrop(job.cancel.clone());
     st.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
     match st.queue.try_send(job) {
         Ok(()) => {}
@@ -354,6 +344,7 @@ async fn whole(mut r: Reply, mut rx: UnboundedReceiver<Event>, guard: CancelOnDr
     };
     drop(guard);
     r.calls = all.tool_calls.len();
+    let finish = finish_reason(finish, r.calls);
     let choice = if r.chat {
         let mut msg = json!({"role": "assistant", "content": all.content});
         if !all.reasoning.is_empty() {
@@ -450,7 +441,7 @@ fn sse(r: Reply, rx: UnboundedReceiver<Event>, guard: CancelOnDrop, include_usag
                         let c = s.r.delta_choice(Delta::default(), &[], false, true);
                         out.push(s.r.chunk(c, None));
                     }
-                    let finish = if s.r.calls > 0 { "tool_calls" } else { finish };
+                    let finish = finish_reason(finish, s.r.calls);
                     let end = if s.r.chat {
                         json!({"index": 0, "delta": {}, "finish_reason": finish, "logprobs": Value::Null})
                     } else {

@@ -1,32 +1,28 @@
-//! `famlx serve`: an OpenAI-compatible HTTP server. axum on tokio answers
-//! the HTTP side ([`http`]); one engine thread ([`engine`]) owns every MLX
-//! object and runs the requests from a bounded queue, reusing the cached
-//! prompt prefix between them. Requests are checked in [`api`], replies
-//! split into content, reasoning and tool calls in [`output`] and
-//! [`tools`], structured output constrained through [`crate::grammar`].
+//! `famlx serve`: an OpenAI-compatible HTTP server, one front end of the
+//! [`crate::engine`]. axum on tokio answers the HTTP side ([`http`]); one
+//! engine thread owns every MLX object and runs the requests from a
+//! bounded queue, reusing the cached prompt prefix between them. Requests
+//! are checked in [`api`] and made ready in [`prepare`], made into the
+//! engine's requests in [`job`], their replies split into content,
+//! reasoning and tool calls in [`output`] and [`tools`], structured
+//! output constrained through [`crate::grammar`].
 
 pub mod api;
-pub mod engine;
 pub mod error;
 pub mod http;
 pub mod job;
 pub mod limits;
 pub mod listen;
-pub mod lockstep;
-pub mod media;
-pub mod metrics;
 pub mod output;
 pub mod prepare;
-pub mod row;
 pub mod tools;
 
 use crate::decode::{Drafter, GenParams, SpecParams};
+pub use crate::engine::EngineSettings;
+use crate::engine::{Engine, Metrics};
 use crate::model::LoadedModel;
 use anyhow::{Context, Result};
-use engine::Engine;
-pub use engine::EngineSettings;
 pub use limits::Limits;
-use metrics::Metrics;
 use prepare::{ModelFacts, Preparer};
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,7 +70,8 @@ pub fn run(o: ServerOptions, load: impl FnOnce() -> Result<Built> + Send + 'stat
         move || {
             let built = load().map(|(s, base, d)| {
                 let preparer = Arc::new(Preparer::new(facts(&s, &base), limits));
-                (Engine::new(s, base, settings, m, d, preparer.clone()), preparer)
+                let shown = shown_specials(preparer.tool_format());
+                (Engine::new(s, base, settings, m, d).show_specials(&shown), preparer)
             });
             match built {
                 Ok((e, preparer)) => {
@@ -145,11 +142,23 @@ fn follow(
         move || {
             let (model, base, _) = load()?;
             let preparer = Arc::new(Preparer::new(facts(&model, &base), o.limits.clone()));
-            Engine::new(model, base, o.engine.clone(), metrics, None, preparer).follow();
+            let shown = shown_specials(preparer.tool_format());
+            Engine::new(model, base, o.engine.clone(), metrics, None)
+                .show_specials(&shown)
+                .follow(&job::replay(preparer));
             Ok(())
         },
     )?;
     engine.join().map_err(|_| anyhow::anyhow!("the engine thread panicked"))?
+}
+
+/// The special tokens whose text replies keep: the markers they are split
+/// by (reasoning, the model's tool calls, Gemma's string quote).
+fn shown_specials(tool_format: Option<tools::ToolFormat>) -> Vec<&'static str> {
+    let mut names: Vec<&str> = output::THINK.iter().flat_map(|(s, e)| [*s, *e]).collect();
+    names.extend(tool_format.and_then(|f| f.markers()).map(|(s, e)| [s, e]).into_iter().flatten());
+    names.push(tools::GEMMA_QUOTE);
+    names
 }
 
 /// What preparing requests needs of the model.

@@ -9,6 +9,7 @@
 use super::api::{ApiError, JobSpec, PromptSource};
 use super::limits::Limits;
 use super::tools::{call_grammar, ToolChoice, ToolFormat};
+pub use crate::engine::DecodedPart;
 use crate::grammar::{Grammar, GrammarConstraint, Grammars};
 use crate::prompt::{render_chat, Decoded, MediaKind};
 use famlx_text::Tokenizer;
@@ -24,14 +25,6 @@ pub struct Prepared {
     pub media: Vec<DecodedPart>,
     /// The output constraint, compiled.
     pub constraint: Option<GrammarConstraint>,
-}
-
-/// An image or clip of a request, decoded.
-pub struct DecodedPart {
-    /// The pixels or samples.
-    pub decoded: Decoded,
-    /// Where it sits in the request, for errors.
-    pub param: String,
 }
 
 /// What preparing needs of the model, taken from it once at start.
@@ -68,6 +61,11 @@ impl Preparer {
     pub fn new(facts: ModelFacts, limits: Limits) -> Preparer {
         let longest_token = facts.tokenizer.as_ref().map_or(1, |t| t.longest_token_bytes()).max(1);
         Preparer { facts, limits, grammars: OnceLock::new(), longest_token }
+    }
+
+    /// The markup the model's template writes tool calls in.
+    pub fn tool_format(&self) -> Option<ToolFormat> {
+        self.facts.tool_format
     }
 
     /// The limits requests are held to.

@@ -8,6 +8,7 @@
 //! defines the item, following `pub use` re-exports. A facade's `pub use`
 //! of a child is the module tree, not an import; everything else is an
 //! edge. A circle is a strongly connected set of two or more modules.
+//! The same reading checks that the engine names no front end.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -72,7 +73,7 @@ fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// What one file defines and names.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct FileInfo {
     /// Items defined at the top level.
     items: BTreeSet<String>,
@@ -304,27 +305,34 @@ fn circles(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<Vec<ModPath>> {
     t.out
 }
 
+/// Every module of the crate at `src`, parsed: what it defines and names,
+/// and its file.
+fn crate_modules(src: &Path) -> BTreeMap<ModPath, (PathBuf, FileInfo)> {
+    let mut files = Vec::new();
+    rs_files(src, &mut files);
+    let mods: BTreeSet<ModPath> = files.iter().map(|f| mod_path(src, f)).collect();
+    let mut out = BTreeMap::new();
+    for f in &files {
+        let here = mod_path(src, f);
+        let children: BTreeSet<String> = mods
+            .iter()
+            .filter(|m| m.len() == here.len() + 1 && m.starts_with(&here))
+            .map(|m| m[here.len()].clone())
+            .collect();
+        let text = std::fs::read_to_string(f).unwrap();
+        let Ok(file) = syn::parse_file(&text) else { continue };
+        out.insert(here.clone(), (f.clone(), analyse(&here, &file, &children)));
+    }
+    out
+}
+
 #[test]
 fn no_two_modules_import_each_other() {
     let mut report = Vec::new();
     let srcs = crate_srcs();
     assert!(srcs.len() >= 8, "found only {srcs:?}");
     for src in srcs {
-        let mut files = Vec::new();
-        rs_files(&src, &mut files);
-        let mods: BTreeSet<ModPath> = files.iter().map(|f| mod_path(&src, f)).collect();
-        let mut infos = BTreeMap::new();
-        for f in &files {
-            let here = mod_path(&src, f);
-            let children: BTreeSet<String> = mods
-                .iter()
-                .filter(|m| m.len() == here.len() + 1 && m.starts_with(&here))
-                .map(|m| m[here.len()].clone())
-                .collect();
-            let text = std::fs::read_to_string(f).unwrap();
-            let Ok(file) = syn::parse_file(&text) else { continue };
-            infos.insert(here.clone(), analyse(&here, &file, &children));
-        }
+        let infos: BTreeMap<ModPath, FileInfo> = crate_modules(&src).into_iter().map(|(m, (_, i))| (m, i)).collect();
         let mut edges: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
         for (m, info) in &infos {
             for r in &info.refs {
@@ -342,6 +350,35 @@ fn no_two_modules_import_each_other() {
         }
     }
     assert!(report.is_empty(), "modules that import each other:\n{}", report.join("\n"));
+}
+
+#[test]
+fn the_engine_knows_no_front_end() {
+    // The engine serves any front end: it never names the command line,
+    // the server, or the commands beside them.
+    let front = ["cli", "serve", "convert", "hub", "scaffold"];
+    let src = root().join("host/src");
+    let modules = crate_modules(&src);
+    assert!(modules.contains_key(&vec!["engine".to_string()]), "no engine module under {}", src.display());
+    let infos: BTreeMap<ModPath, FileInfo> = modules.iter().map(|(m, (_, i))| (m.clone(), i.clone())).collect();
+    let mut report = BTreeSet::new();
+    for (m, (file, info)) in modules.iter().filter(|(m, _)| m.first().map(String::as_str) == Some("engine")) {
+        for r in &info.refs {
+            // What it names, and the module that defines it (through re-exports).
+            let target = resolve(r, &infos, 0).unwrap_or_else(|| r.clone());
+            for p in [r, &target] {
+                if p.first().is_some_and(|f| front.contains(&f.as_str())) {
+                    let rel = file.strip_prefix(root()).unwrap_or(file).display().to_string();
+                    report.insert(format!("{rel} ({}) imports crate::{}", m.join("::"), r.join("::")));
+                }
+            }
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "the engine imports a front end:\n{}",
+        report.into_iter().collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[test]

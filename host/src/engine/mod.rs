@@ -1,39 +1,41 @@
-//! The engine thread: it alone touches MLX. It owns the model and runs
-//! continuous batching: requests join the batch between decode steps (their
+//! The continuous-batching engine, apart from any front end: the thread it
+//! runs on alone touches MLX. It owns the model and runs the [`Request`]s a
+//! front end sends, telling each request's [`Listener`] what happens. In
+//! continuous batching requests join the batch between decode steps (their
 //! prompts prefilled in chunks, interleaved with the steps), every step is
 //! one forward for all decoding rows, and a row leaves as soon as it ends.
 //! Each row has its own caches; finished rows' caches go into the prompt
 //! cache, which later requests reuse for their longest shared prefix.
 
 mod admit;
+mod lockstep;
+mod media;
+mod metrics;
+mod request;
+mod row;
+mod turn;
 
-use super::api::ApiError;
-pub use super::job::{Event, Job, LogprobEntry, Usage};
-use super::lockstep;
-use super::metrics::Metrics;
-use super::output::THINK;
-use super::prepare::Preparer;
-use super::row::{Row, Vocab};
-use super::tools::{ToolFormat, GEMMA_QUOTE};
 use crate::cache::{BatchCaches, DraftHit, DraftState, PrefixCache, SharedCache};
+pub use crate::decode::FinishReason;
 use crate::decode::{
     decode_alone, decode_step, logprob_of, prefill_step, Drafter, GenParams, Interrupted, RoundGuide, RowDraft,
     SpecParams, TokenLogprob,
 };
 use crate::model::LoadedModel;
 use crate::sample::sample;
+pub use metrics::Metrics;
 use mlx::Array;
+pub use request::{
+    DecodedPart, EngineError, ErrorKind, Event, Heard, Listener, LogprobEntry, Request, RequestParams, Usage,
+};
+use row::{Row, Vocab};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// How long an idle lead of a server split over ranks waits for a request
-/// before it sends an empty turn.
-const IDLE_TURN: Duration = Duration::from_secs(1);
-
-/// Server-wide settings the engine applies to every job.
+/// Settings the engine applies to every request.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
     /// `max_tokens` when a request gives none.
@@ -48,17 +50,21 @@ pub struct EngineSettings {
     pub prompt_cache_bytes: usize,
 }
 
-/// The engine's state.
+/// Makes a request again from its [`Request::origin`]: how a rank that
+/// follows rank 0 gets the requests rank 0 took (the front end checks and
+/// prepares the same text the same way).
+pub type Replay = dyn Fn(&str) -> anyhow::Result<Request>;
+
+/// The continuous-batching engine: it owns the model and runs the
+/// requests a front end sends it, each reply going to the request's
+/// [`Listener`].
 pub struct Engine {
     model: LoadedModel,
     base: GenParams,
     settings: EngineSettings,
-    /// Prepares a request that came without being prepared (a rank that
-    /// follows rank 0); the HTTP side prepares with the same.
-    preparer: Arc<Preparer>,
-    tool_format: Option<ToolFormat>,
-    /// Special tokens whose text the reply keeps: reasoning and tool-call
-    /// markers (other special tokens are left out, as `famlx generate` does).
+    /// Special tokens whose text the reply keeps (a front end's markers:
+    /// reasoning, tool calls); other special tokens are left out, as
+    /// `famlx generate` does.
     markers: Vec<u32>,
     prefix: PrefixCache,
     /// The decoding rows' caches, stacked.
@@ -81,22 +87,13 @@ impl Engine {
         settings: EngineSettings,
         metrics: Arc<Metrics>,
         drafter: Option<(Drafter, SpecParams)>,
-        preparer: Arc<Preparer>,
     ) -> Engine {
-        let tok = model.tokenizer.as_ref();
-        let tool_format = tok.and_then(|t| t.chat_template()).and_then(ToolFormat::detect);
-        let mut names: Vec<&str> = THINK.iter().flat_map(|(s, e)| [*s, *e]).collect();
-        names.extend(tool_format.and_then(|f| f.markers()).map(|(s, e)| [s, e]).into_iter().flatten());
-        names.push(GEMMA_QUOTE);
-        let markers = names.iter().filter_map(|n| tok.and_then(|t| t.token_to_id(n))).collect();
         let prefix = PrefixCache::new(settings.prompt_cache_bytes);
         Engine {
             model,
             base,
             settings,
-            preparer,
-            tool_format,
-            markers,
+            markers: Vec::new(),
             prefix,
             batch: BatchCaches::new(),
             serial: 0,
@@ -106,168 +103,152 @@ impl Engine {
         }
     }
 
-    /// Runs jobs until the queue closes and the batch is empty. On rank 0
-    /// of a distributed server, each turn's arrivals and endings also go to
-    /// the other ranks ([`lockstep`]).
-    pub fn serve(self, jobs: Receiver<Job>) {
+    /// Shows the text of the special tokens `names` in replies (the
+    /// markers a front end splits replies by); other special tokens'
+    /// text is left out.
+    pub fn show_specials(mut self, names: &[&str]) -> Engine {
+        let tok = self.model.tokenizer.as_ref();
+        self.markers = names.iter().filter_map(|n| tok.and_then(|t| t.token_to_id(n))).collect();
+        self
+    }
+
+    /// Runs requests until the queue closes and the batch is empty. On
+    /// rank 0 of a distributed run, each turn's arrivals and endings also
+    /// go to the other ranks (the lockstep of split ranks).
+    pub fn serve(self, jobs: Receiver<Request>) {
         let role = if crate::distributed::parallel().is_some() { Role::Lead } else { Role::Alone };
-        self.run(Some(jobs), role)
+        self.run(Some(jobs), role, None)
     }
 
-    /// A rank other than 0 of a distributed server: runs the turns rank 0
-    /// sends until it closes.
-    pub fn follow(self) {
-        self.run(None, Role::Follow)
+    /// A rank other than 0 of a distributed run: runs the turns rank 0
+    /// sends until it closes, making each request again with `replay`.
+    pub fn follow(self, replay: &Replay) {
+        self.run(None, Role::Follow, Some(replay))
     }
 
-    fn run(mut self, jobs: Option<Receiver<Job>>, role: Role) {
+    /// The loop: turn after turn of intake, admission, prefill, decode
+    /// (step choice, failure handling) and metrics, until the queue closes
+    /// (a follower: rank 0 closes) with no row left.
+    fn run(mut self, jobs: Option<Receiver<Request>>, role: Role, replay: Option<&Replay>) {
         let mut prefilling: VecDeque<Row> = VecDeque::new();
         let mut decoding: Vec<Row> = Vec::new();
         let mut open = jobs.is_some();
         loop {
-            let live = prefilling.len() + decoding.len();
-            let mut arrived: Vec<Job> = Vec::new();
-            let mut halts: Vec<(u64, String)> = Vec::new();
-            let closed;
-            match (&jobs, role) {
-                (_, Role::Follow) => {
-                    let turn = lockstep::follow().unwrap_or_else(|e| lost(e));
-                    for a in &turn.arrivals {
-                        arrived.push(lockstep::job_of(a).unwrap_or_else(|e| lost(anyhow::anyhow!("{}", e.message))));
-                    }
-                    halts = turn.halts;
-                    closed = turn.closed;
-                }
-                (Some(jobs), _) => {
-                    while open && live + arrived.len() < self.settings.max_concurrency.max(1) {
-                        let idle = live == 0 && arrived.is_empty();
-                        let job = match (idle, role) {
-                            (false, _) => jobs.try_recv(),
-                            // An idle lead still sends a turn now and then,
-                            // so a rank that has gone is noticed (and the
-                            // server ends) without waiting for a request.
-                            (true, Role::Lead) => jobs.recv_timeout(IDLE_TURN).map_err(|e| match e {
-                                RecvTimeoutError::Timeout => TryRecvError::Empty,
-                                RecvTimeoutError::Disconnected => TryRecvError::Disconnected,
-                            }),
-                            (true, _) => jobs.recv().map_err(|_| TryRecvError::Disconnected),
-                        };
-                        match job {
-                            Ok(j) => {
-                                self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-                                if !j.cancel.load(Ordering::SeqCst) {
-                                    arrived.push(j);
-                                }
-                            }
-                            Err(TryRecvError::Empty) => break,
-                            Err(TryRecvError::Disconnected) => open = false,
-                        }
-                    }
-                    closed = !open && live == 0 && arrived.is_empty();
-                    if role == Role::Lead {
-                        let now = Instant::now();
-                        for r in prefilling.iter().chain(decoding.iter()) {
-                            if r.job.cancel.load(Ordering::SeqCst) {
-                                halts.push((r.serial, "cancelled".into()));
-                            } else if r.deadline.is_some_and(|d| now > d) {
-                                halts.push((r.serial, "length".into()));
-                            }
-                        }
-                        let mut turn = lockstep::Turn { halts: halts.clone(), closed, ..Default::default() };
-                        for (i, j) in arrived.iter_mut().enumerate() {
-                            let seed = *j.spec.seed.get_or_insert_with(|| lockstep::fresh_seed(self.serial + i as u64));
-                            let (chat, body) = j.origin.clone();
-                            turn.arrivals.push(lockstep::Arrival { chat, body, id: j.id.clone(), seed });
-                        }
-                        lockstep::lead(&turn).unwrap_or_else(|e| lost(e));
-                    }
-                }
-                (None, _) => closed = true,
-            }
+            let live: Vec<&Row> = prefilling.iter().chain(decoding.iter()).collect();
+            let turn = self.next_turn(jobs.as_ref(), role, &live, &mut open, replay);
             for r in prefilling.iter_mut().chain(decoding.iter_mut()) {
-                if let Some((_, why)) = halts.iter().find(|(s, _)| *s == r.serial) {
-                    r.halt = Some(if why == "cancelled" { "cancelled" } else { "length" });
+                if let Some((_, why)) = turn.halts.iter().find(|(s, _)| *s == r.serial) {
+                    r.halt = Some(*why);
                 }
             }
-            for mut job in arrived {
-                // A panic in one request's admission fails that request, not the server.
-                let admitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.admit_inner(&mut job)))
-                    .unwrap_or_else(|p| Err(ApiError::status(500, format!("internal error: {}", panic_text(&p)))));
-                match admitted {
-                    Ok(mut parts) => {
-                        self.serial += 1;
-                        let hit = parts.draft.take();
-                        let mut row = parts.into_row(job, self.serial);
-                        row.lockstep = role != Role::Alone;
-                        if role == Role::Alone {
-                            row.draft = self.row_draft(&row, hit);
-                        }
-                        prefilling.push_back(row);
-                    }
-                    Err(e) => self.fail(&job, e),
-                }
-            }
+            self.admit(turn.arrived, role, &mut prefilling);
             if prefilling.is_empty() && decoding.is_empty() {
-                if closed {
+                if turn.closed {
                     break;
                 }
                 continue;
             }
-            // A panic in a prefill drops the rows it held (their clients get
-            // an error: their event channels close); the others go on.
-            let prefilled =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prefill(&mut prefilling, &mut decoding)));
-            if let Err(p) = prefilled {
-                self.metrics.failed.fetch_add(1, Ordering::SeqCst);
-                tracing::error!(target: "famlx::serve", "a prefill panicked: {}", panic_text(&p));
-            }
+            self.prefill_turn(&mut prefilling, &mut decoding);
             if !decoding.is_empty() {
-                self.metrics.running_max.fetch_max(decoding.len(), Ordering::SeqCst);
-                // A panic in a step fails the rows in it (below), not the server.
-                let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    if decoding.len() == 1 && decoding[0].draft.is_some() {
-                        // A row with drafter caches never took a plain step: a
-                        // step still in flight is for rows that have ended.
-                        self.inflight = None;
-                        self.spec_step(&mut decoding[0])
-                    } else {
-                        // Drafter caches follow a request only while it decodes alone.
-                        decoding.iter_mut().for_each(|r| r.draft = None);
-                        self.step(&mut decoding)
-                    }
-                }))
-                .unwrap_or_else(|p| Err(anyhow::anyhow!("internal error: {}", panic_text(&p))));
-                if let Err(e) = stepped {
-                    let e = ApiError::status(500, format!("generation failed: {e:#}"));
-                    for r in decoding.drain(..) {
-                        self.fail(&r.job, e.clone());
-                    }
-                    self.batch = BatchCaches::new();
-                    self.inflight = None;
-                }
-                let (done, going): (Vec<Row>, Vec<Row>) = decoding.drain(..).partition(|r| r.finish.is_some());
-                decoding = going;
-                for r in done {
-                    // Its caches come back out of the batch before they are kept.
-                    match self.batch.release(r.serial) {
-                        Ok(()) => self.finish(r),
-                        Err(e) => self.fail(&r.job, ApiError::status(500, format!("generation failed: {e:#}"))),
-                    }
-                }
+                self.decode_turn(&mut decoding);
             }
-            self.metrics.running.store(decoding.len(), Ordering::SeqCst);
-            self.metrics.running_max.fetch_max(decoding.len(), Ordering::SeqCst);
-            self.metrics.memory_active.store(mlx::memory::active() as u64, Ordering::SeqCst);
-            self.metrics.memory_peak.store(mlx::memory::peak() as u64, Ordering::SeqCst);
-            self.metrics.prompt_cache_bytes.store(self.prefix.bytes() as u64, Ordering::SeqCst);
+            self.record(decoding.len());
         }
         let _ = mlx::synchronize();
     }
 
-    fn fail(&self, job: &Job, e: ApiError) {
+    /// Admission: each arrival checked against the model and made a row
+    /// that waits for its prefill, or failed.
+    fn admit(&mut self, arrived: Vec<Request>, role: Role, prefilling: &mut VecDeque<Row>) {
+        for mut job in arrived {
+            // A panic in one request's admission fails that request, not the server.
+            let admitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.admit_inner(&mut job)))
+                .unwrap_or_else(|p| Err(EngineError::internal(format!("internal error: {}", panic_text(&p)))));
+            match admitted {
+                Ok(mut parts) => {
+                    self.serial += 1;
+                    let hit = parts.draft.take();
+                    let mut row = parts.into_row(job, self.serial);
+                    row.lockstep = role != Role::Alone;
+                    if role == Role::Alone {
+                        row.draft = self.row_draft(&row, hit);
+                    }
+                    prefilling.push_back(row);
+                }
+                Err(e) => self.fail(&mut job, e),
+            }
+        }
+    }
+
+    /// Prefill: one chunk for the first rows waiting. A panic in it drops
+    /// the rows it held (their listeners hear no more); the others go on.
+    fn prefill_turn(&mut self, prefilling: &mut VecDeque<Row>, decoding: &mut Vec<Row>) {
+        let prefilled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prefill(prefilling, decoding)));
+        if let Err(p) = prefilled {
+            self.metrics.failed.fetch_add(1, Ordering::SeqCst);
+            tracing::error!(target: "famlx::serve", "a prefill panicked: {}", panic_text(&p));
+        }
+    }
+
+    /// Decode: one step for the decoding rows; the rows that ended leave.
+    fn decode_turn(&mut self, decoding: &mut Vec<Row>) {
+        self.metrics.running_max.fetch_max(decoding.len(), Ordering::SeqCst);
+        // A panic in a step fails the rows in it, not the server.
+        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.choose_step(decoding)))
+            .unwrap_or_else(|p| Err(anyhow::anyhow!("internal error: {}", panic_text(&p))));
+        if let Err(e) = stepped {
+            self.fail_step(decoding, e);
+        }
+        let (done, going): (Vec<Row>, Vec<Row>) = decoding.drain(..).partition(|r| r.finish.is_some());
+        *decoding = going;
+        for mut r in done {
+            // Its caches come back out of the batch before they are kept.
+            match self.batch.release(r.serial) {
+                Ok(()) => self.finish(r),
+                Err(e) => self.fail(&mut r.job, EngineError::internal(format!("generation failed: {e:#}"))),
+            }
+        }
+    }
+
+    /// Step choice: a row decoding alone with drafter caches speculates;
+    /// otherwise every row takes a plain step together.
+    fn choose_step(&mut self, decoding: &mut [Row]) -> anyhow::Result<()> {
+        if decoding.len() == 1 && decoding[0].draft.is_some() {
+            // A row with drafter caches never took a plain step: a step
+            // still in flight is for rows that have ended.
+            self.inflight = None;
+            self.spec_step(&mut decoding[0])
+        } else {
+            // Drafter caches follow a request only while it decodes alone.
+            decoding.iter_mut().for_each(|r| r.draft = None);
+            self.step(decoding)
+        }
+    }
+
+    /// Failure handling: a step that failed fails every row in it, and the
+    /// batch starts over.
+    fn fail_step(&mut self, decoding: &mut Vec<Row>, e: anyhow::Error) {
+        let e = EngineError::internal(format!("generation failed: {e:#}"));
+        for mut r in decoding.drain(..) {
+            self.fail(&mut r.job, e.clone());
+        }
+        self.batch = BatchCaches::new();
+        self.inflight = None;
+    }
+
+    /// Metrics: the gauges after a turn.
+    fn record(&self, running: usize) {
+        self.metrics.running.store(running, Ordering::SeqCst);
+        self.metrics.running_max.fetch_max(running, Ordering::SeqCst);
+        self.metrics.memory_active.store(mlx::memory::active() as u64, Ordering::SeqCst);
+        self.metrics.memory_peak.store(mlx::memory::peak() as u64, Ordering::SeqCst);
+        self.metrics.prompt_cache_bytes.store(self.prefix.bytes() as u64, Ordering::SeqCst);
+    }
+
+    fn fail(&self, job: &mut Request, e: EngineError) {
         self.metrics.failed.fetch_add(1, Ordering::SeqCst);
-        tracing::warn!(target: "famlx::serve", id = %job.id, status = e.status, "request failed: {}", e.message);
-        let _ = job.events.send(Event::Error(e));
+        tracing::warn!(target: "famlx::serve", id = %job.id, kind = ?e.kind, "request failed: {}", e.message);
+        job.listener.hear(Event::Failed(e));
     }
 
     /// One chunk of prefill for the first rows waiting; a row whose prompt
@@ -277,7 +258,8 @@ impl Engine {
         let step = self.base.prefill_step;
         let mut kept = VecDeque::new();
         for mut r in waiting.drain(..n).collect::<Vec<_>>() {
-            let stop = r.halt.or_else(|| (!r.lockstep && r.job.cancel.load(Ordering::SeqCst)).then_some("cancelled"));
+            let cancelled = !r.lockstep && r.job.cancel.load(Ordering::SeqCst);
+            let stop = r.halt.or_else(|| cancelled.then_some(FinishReason::Cancelled));
             if let Some(why) = stop {
                 r.finish = Some(why);
                 self.finish(r);
@@ -298,10 +280,10 @@ impl Engine {
                     }
                 }
                 Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
-                    r.finish = Some("cancelled");
+                    r.finish = Some(FinishReason::Cancelled);
                     self.finish(r);
                 }
-                Err(e) => self.fail(&r.job, ApiError::status(500, format!("prefill failed: {e:#}"))),
+                Err(e) => self.fail(&mut r.job, EngineError::internal(format!("prefill failed: {e:#}"))),
             }
         }
         kept.extend(waiting.drain(..));
@@ -489,13 +471,13 @@ impl Engine {
         Ok(())
     }
 
-    /// A row that ended: its last text and the Done event, its caches into
-    /// the prompt cache, the counters and the log line.
+    /// A row that ended: its last text and the `Done` event, its caches
+    /// into the prompt cache, the counters and the log line.
     fn finish(&mut self, mut r: Row) {
         let finish = r.close();
         let usage =
             Usage { prompt: r.ids.len(), cached: r.cached, completion: r.completion_tokens(&self.base.stop_ids) };
-        if r.fed == r.ids.len() && finish != "cancelled" {
+        if r.fed == r.ids.len() && finish != FinishReason::Cancelled {
             let held = r.held_tokens();
             let at = r.caches.iter().map(|c| c.lock().offset()).max().unwrap_or(0);
             if at == held.len() as i64 {
@@ -514,13 +496,13 @@ impl Engine {
             prompt_tokens = usage.prompt,
             cached_tokens = usage.cached,
             completion_tokens = usage.completion,
-            finish,
+            finish = finish.name(),
             queued_s = format!("{:.3}", r.started.duration_since(r.job.received).as_secs_f64()),
             ttft_s = format!("{ttft:.3}"),
             total_s = format!("{:.3}", r.job.received.elapsed().as_secs_f64()),
             "request done"
         );
-        let _ = r.job.events.send(Event::Done { finish, usage });
+        r.job.listener.hear(Event::Done { finish, usage });
     }
 }
 
@@ -538,12 +520,6 @@ enum Role {
 /// What a caught panic said.
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default()
-}
-
-/// The ranks no longer agree (a peer died): this rank ends, with one line.
-fn lost(e: anyhow::Error) -> ! {
-    crate::distributed::last_words(&format!("rank {}: the ranks lost each other: {e:#}", crate::distributed::rank()));
-    std::process::exit(1)
 }
 
 /// A decode step on the device: each row's drawn token, not read yet.

@@ -1,9 +1,10 @@
-//! `/metrics`: counters and gauges in Prometheus' text format.
+//! The engine's counters and gauges, shared with its front end, and
+//! written in Prometheus' text format (the server's `/metrics`).
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// The server's counters, shared by the handlers and the engine.
+/// The counters of an engine and its front end.
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// Requests accepted into the queue.

@@ -1,49 +1,39 @@
-//! Admission: a job checked against the model and made into a row's
+//! Admission: a request checked against the model and made into a row's
 //! parts (prompt ids and media, caches from the prompt cache, constraint,
 //! random key), before it joins the engine's rows.
 
+use super::media;
+use super::request::{EngineError, ErrorKind, Event, Request};
+use super::row::Row;
 use super::Engine;
 use crate::cache::{make_caches, DraftHit, SharedCache};
 use crate::model::MediaState;
-use crate::serve::api::{ApiError, PromptSource};
-use crate::serve::job::{Event, Job};
-use crate::serve::media;
-use crate::serve::output::{Delta, ReplyText};
-use crate::serve::prepare::Prepared;
-use crate::serve::row::Row;
 use famlx_text::Tokenizer;
 use std::time::Instant;
 
 impl Engine {
-    pub(super) fn tokenizer(&self) -> Result<&Tokenizer, ApiError> {
-        self.model.tokenizer().map_err(|e| ApiError::status(400, format!("{e:#}")))
+    fn tokenizer(&self) -> Result<&Tokenizer, EngineError> {
+        self.model.tokenizer().map_err(|e| EngineError::new(ErrorKind::Invalid, format!("{e:#}")))
     }
 
-    /// A job checked against the model, made into a row's parts: its
+    /// A request checked against the model, made into a row's parts: its
     /// prompt ids, its caches (from the prompt cache when a prefix is
     /// there), its constraint and sampler.
-    pub(super) fn admit_inner(&mut self, job: &mut Job) -> Result<RowParts, ApiError> {
-        // Prepared on the HTTP side; a rank that follows rank 0 prepares here.
-        let prepared = match job.prepared.take() {
-            Some(p) => p,
-            None => self.preparer.prepare(&job.spec)?,
-        };
-        let spec = &job.spec;
-        let Prepared { ids, in_think, media, constraint } = prepared;
+    pub(super) fn admit_inner(&mut self, job: &mut Request) -> Result<RowParts, EngineError> {
+        let (ids, media) = (std::mem::take(&mut job.ids), std::mem::take(&mut job.media));
+        let constraint = job.constraint.take();
+        let spec = &job.params;
         let prompt = media::prompt(&self.model, ids, media)?;
         let ids = prompt.ids.clone();
-        let room = self.model.context_room(ids.len()).map_err(|e| ApiError::status(413, format!("{e:#}")))?;
+        let too_long = |m: String| EngineError::new(ErrorKind::TooLong, m);
+        let room = self.model.context_room(ids.len()).map_err(|e| too_long(format!("{e:#}")))?;
         let mut max = spec.max_tokens.unwrap_or(self.settings.default_max_tokens);
         if let Some(r) = room {
             if r == 0 {
-                return Err(ApiError::status(413, "the prompt fills the model's whole context"));
+                return Err(too_long("the prompt fills the model's whole context".into()));
             }
             max = max.min(r);
         }
-        let tools = match &spec.prompt {
-            PromptSource::Chat { tools: Some(t), .. } => self.tool_format.map(|f| (f, t.clone())),
-            _ => None,
-        };
         let tok = self.tokenizer()?.clone();
         let cache_key = media::prefix_key(&prompt);
         let (cached, caches, draft) = match self.prefix.lookup(&cache_key, self.drafter.is_some()) {
@@ -51,12 +41,12 @@ impl Engine {
             _ => (
                 0,
                 make_caches(&self.model.plan.caches, &self.model.cache_opts)
-                    .map_err(|e| ApiError::status(500, format!("{e:#}")))?,
+                    .map_err(|e| EngineError::internal(format!("{e:#}")))?,
                 None,
             ),
         };
         let key = match spec.seed {
-            Some(s) => Some(mlx::random::key(s).map_err(|e| ApiError::status(500, format!("{e:#}")))?),
+            Some(s) => Some(mlx::random::key(s).map_err(|e| EngineError::internal(format!("{e:#}")))?),
             None => None,
         };
         let media = match prompt.media.is_empty() {
@@ -64,17 +54,9 @@ impl Engine {
             false => Some(media::embed(&mut self.model, &prompt, cached)?),
         };
         let keep = spec.logits.context_size.max(1);
-        let _ = job.events.send(Event::Started);
-        if spec.echo {
-            if let PromptSource::Text(t) = &spec.prompt {
-                let _ = job
-                    .events
-                    .send(Event::Delta { delta: Delta { content: t.clone(), ..Delta::default() }, logprobs: vec![] });
-            }
-        }
+        job.listener.hear(Event::Started);
         Ok(RowParts {
             history: ids[ids.len().saturating_sub(keep)..].to_vec(),
-            reply: ReplyText::new(spec.stop.clone(), spec.chat, in_think, tools),
             detok: tok.detokenizer_with(false),
             ids,
             cache_key,
@@ -103,14 +85,13 @@ pub(super) struct RowParts {
     constraint: Option<crate::grammar::GrammarConstraint>,
     key: Option<mlx::Array>,
     history: Vec<u32>,
-    reply: ReplyText,
     detok: famlx_text::StreamingDetokenizer,
     deadline: Option<Instant>,
 }
 
 impl RowParts {
-    pub(super) fn into_row(self, job: Job, serial: u64) -> Row {
-        let spec = &job.spec;
+    pub(super) fn into_row(self, job: Request, serial: u64) -> Row {
+        let spec = &job.params;
         Row {
             serial,
             sampler: spec.sampler.clone(),
@@ -127,11 +108,9 @@ impl RowParts {
             allowed: None,
             key: self.key,
             detok: self.detok,
-            reply: self.reply,
             history: self.history,
             tokens: Vec::new(),
             deadline: self.deadline,
-            calls: 0,
             finish: None,
             first_at: None,
             fed_last: false,

@@ -1,25 +1,20 @@
-//! A server split over ranks (`famlx launch -- serve`): rank 0 takes the
-//! HTTP requests; every rank runs the same engine, turn by turn. At the
-//! start of each turn rank 0 sends what only it knows to the others: the
-//! requests that arrived (as they came, with the seed rank 0 chose), which
+//! An engine split over ranks (`famlx launch -- serve`): rank 0 takes the
+//! requests; every rank runs the same engine, turn by turn. At the start
+//! of each turn rank 0 sends what only it knows to the others: the
+//! requests that arrived (as they came to the front end, which makes them
+//! again on each rank, with the seed rank 0 chose), which
 //! rows end now (a client gone, a deadline passed) and whether the server
 //! is closing. Everything else the engine decides alike on every rank.
 
-use super::api::{self, ApiError};
-use super::job::Job;
+use crate::decode::FinishReason;
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::time::Instant;
 
 /// One request as rank 0 received it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Arrival {
-    /// A chat completion (else a legacy completion).
-    pub chat: bool,
-    /// The request body.
-    pub body: String,
+    /// The request as the front end can make it again ([`super::Request::origin`]).
+    pub origin: String,
     /// Its id.
     pub id: String,
     /// Its sampling seed.
@@ -32,7 +27,7 @@ pub struct Turn {
     /// Requests that join this turn, in order.
     pub arrivals: Vec<Arrival>,
     /// Rows (by serial) that end at their next token, and why.
-    pub halts: Vec<(u64, String)>,
+    pub halts: Vec<(u64, FinishReason)>,
     /// No more requests will come and no row is left: the engine stops.
     pub closed: bool,
 }
@@ -47,24 +42,6 @@ pub fn lead(turn: &Turn) -> Result<()> {
 pub fn follow() -> Result<Turn> {
     let text = crate::distributed::broadcast_text(None)?.ok_or_else(|| anyhow!("rank 0 sent no turn"))?;
     Ok(serde_json::from_str(&text)?)
-}
-
-/// The job an arrival makes on a rank other than 0: the same check of the
-/// same body, the same seed; its events go nowhere.
-pub fn job_of(a: &Arrival) -> Result<Job, ApiError> {
-    let check = if a.chat { api::chat } else { api::completion };
-    let mut spec = check(a.body.as_bytes())?;
-    spec.seed = Some(a.seed);
-    let (events, _) = tokio::sync::mpsc::unbounded_channel();
-    Ok(Job {
-        spec,
-        id: a.id.clone(),
-        cancel: Arc::new(AtomicBool::new(false)),
-        events,
-        received: Instant::now(),
-        origin: (a.chat, a.body.clone()),
-        prepared: None,
-    })
 }
 
 /// A seed for a request that gave none (every rank must draw alike).

@@ -1,11 +1,10 @@
 //! One request in the batch: its prompt and caches, its sampler and
-//! constraint, and the reply text it has streamed so far.
+//! constraint, and the tokens it has drawn so far.
 
-use super::job::{Event, Job, LogprobEntry};
-use super::output::{Delta, ReplyText};
+use super::request::{Event, LogprobEntry, Request};
 use crate::cache::SharedCache;
 use crate::decode::RowDraft;
-use crate::decode::{logprob_of, mask_logits, LogitsParams, TokenLogprob};
+use crate::decode::{logprob_of, mask_logits, FinishReason, LogitsParams, TokenLogprob};
 use crate::grammar::GrammarConstraint;
 use crate::model::MediaState;
 use crate::sample::{sample_keyed, SamplerParams};
@@ -20,7 +19,7 @@ pub struct Row {
     /// Its id in the batch.
     pub serial: u64,
     /// The request.
-    pub job: Job,
+    pub job: Request,
     /// Its prompt ids.
     pub ids: Vec<u32>,
     /// The ids the prompt cache knows it by (each image's or clip's
@@ -50,18 +49,14 @@ pub struct Row {
     pub key: Option<Array>,
     /// Text so far.
     pub detok: StreamingDetokenizer,
-    /// Content / reasoning / tool-call splitting.
-    pub reply: ReplyText,
     /// Recent tokens (prompt tail and output) for the penalties.
     pub history: Vec<u32>,
     /// Generated tokens.
     pub tokens: Vec<u32>,
     /// When the request must end.
     pub deadline: Option<Instant>,
-    /// Tool calls sent.
-    pub calls: usize,
     /// Why it ended, once it has.
-    pub finish: Option<&'static str>,
+    pub finish: Option<FinishReason>,
     /// When its first token came.
     pub first_at: Option<Instant>,
     /// The last token was fed into the caches too (a pipelined step had
@@ -71,7 +66,7 @@ pub struct Row {
     pub started: Instant,
     /// Why the engine ends it at its next token, decided at the start of a
     /// turn (cancelled, or past its deadline).
-    pub halt: Option<&'static str>,
+    pub halt: Option<FinishReason>,
     /// Ranks of a distributed server run this row in lockstep: it ends
     /// only by its tokens or by `halt`, never by a clock or flag read
     /// mid-turn, which the ranks would read differently.
@@ -135,8 +130,9 @@ impl Row {
         Ok((y, lp))
     }
 
-    /// Takes in the token drawn: the constraint advances, the text it adds
-    /// goes to the client; sets [`Row::finish`] when the reply ends here.
+    /// Takes in the token drawn: the constraint advances, the token and
+    /// the text it adds go to the listener; sets [`Row::finish`] when the
+    /// reply ends here.
     pub fn emit(&mut self, token: u32, lp: Option<TokenLogprob>, v: &Vocab<'_>) {
         self.first_at.get_or_insert_with(Instant::now);
         self.tokens.push(token);
@@ -148,61 +144,45 @@ impl Row {
         if let Some(c) = self.constraint.as_mut() {
             if let Err(e) = c.accept(token) {
                 tracing::warn!(target: "famlx::serve", id = %self.job.id, "constraint: {e:#}");
-                self.finish = Some("stop");
+                self.finish = Some(FinishReason::Stop);
                 return;
             }
         }
         if v.stop_ids.contains(&token) {
-            self.finish = Some("stop");
+            self.finish = Some(FinishReason::Stop);
             return;
         }
         let shown = !v.tok.is_special(token) || v.markers.contains(&token);
-        let delta = if shown { self.reply.push(&self.detok.push(token)) } else { Delta::default() };
-        let logprobs = match lp {
-            Some(lp) => vec![LogprobEntry {
-                token: v.tok.decode(&[token], false).unwrap_or_default(),
-                logprob: lp.logprob,
-                top: lp.top.iter().map(|(id, l)| (v.tok.decode(&[*id], false).unwrap_or_default(), *l)).collect(),
-            }],
-            None => vec![],
-        };
-        self.calls += delta.tool_calls.len();
-        if (!delta.is_empty() || !logprobs.is_empty())
-            && self.job.events.send(Event::Delta { delta, logprobs }).is_err()
-        {
+        let text = shown.then(|| self.detok.push(token));
+        let logprob = lp.map(|lp| LogprobEntry {
+            token: v.tok.decode(&[token], false).unwrap_or_default(),
+            logprob: lp.logprob,
+            top: lp.top.iter().map(|(id, l)| (v.tok.decode(&[*id], false).unwrap_or_default(), *l)).collect(),
+        });
+        let heard = self.job.listener.hear(Event::Token { id: token, text, logprob });
+        if heard.gone {
             self.job.cancel.store(true, Ordering::SeqCst);
         }
         let live = !self.lockstep;
         self.finish = if let Some(h) = self.halt {
             Some(h)
         } else if live && self.job.cancel.load(Ordering::SeqCst) {
-            Some("cancelled")
-        } else if self.reply.stopped || self.constraint.as_mut().is_some_and(|c| c.is_done()) {
-            Some("stop")
+            Some(FinishReason::Cancelled)
+        } else if heard.stop || self.constraint.as_mut().is_some_and(|c| c.is_done()) {
+            Some(FinishReason::Stop)
         } else if self.tokens.len() >= self.max_tokens || (live && self.deadline.is_some_and(|d| Instant::now() > d)) {
-            Some("length")
+            Some(FinishReason::Length)
         } else {
             None
         };
     }
 
-    /// The end of the reply: what the text held back, and the finish reason
-    /// (`tool_calls` when calls were made).
-    pub fn close(&mut self) -> &'static str {
-        let mut tail = self.reply.push(&self.detok.finish());
-        tail.append(self.reply.finish());
-        self.calls += tail.tool_calls.len();
-        for bad in &self.reply.bad_calls {
-            tracing::warn!(target: "famlx::serve", id = %self.job.id, "tool call returned as text: {bad}");
-        }
-        if !tail.is_empty() {
-            let _ = self.job.events.send(Event::Delta { delta: tail, logprobs: vec![] });
-        }
-        match self.finish.unwrap_or("stop") {
-            "cancelled" => "cancelled",
-            _ if self.calls > 0 => "tool_calls",
-            f => f,
-        }
+    /// The end of the reply: the text the detokenizer held back goes to
+    /// the listener; the finish reason.
+    pub fn close(&mut self) -> FinishReason {
+        let rest = self.detok.finish();
+        self.job.listener.hear(Event::Rest(rest));
+        self.finish.unwrap_or(FinishReason::Stop)
     }
 
     /// Generated tokens, stop tokens left out.

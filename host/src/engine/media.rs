@@ -1,27 +1,26 @@
-//! Images and audio clips in served requests: the messages' data URLs
-//! decoded and processed for the model, their markers expanded into
+//! Images and audio clips of the engine's requests (decoded already by the
+//! front end): processed for the model, their markers expanded into
 //! placeholder runs, the towers run once at admission, and a prompt-cache
 //! key in which each item's run stands for its pixels or samples.
 
-use super::api::ApiError;
-use super::prepare::DecodedPart;
+use super::request::{DecodedPart, EngineError};
 use crate::model::{LoadedModel, MediaSpan, MediaState};
 use crate::prompt::{expand_markers, MediaKind, Prompt};
 
 /// The prompt of `ids` (the rendered messages, one marker per item) with
 /// `parts` (decoded already) processed by the family, each marker expanded
 /// into the item's placeholders.
-pub fn prompt(model: &LoadedModel, ids: Vec<u32>, parts: Vec<DecodedPart>) -> Result<Prompt, ApiError> {
+pub fn prompt(model: &LoadedModel, ids: Vec<u32>, parts: Vec<DecodedPart>) -> Result<Prompt, EngineError> {
     let Some(first) = parts.first().map(|p| p.param.clone()) else {
         return Ok(Prompt::text(ids));
     };
     let items = parts
         .into_iter()
-        .map(|p| p.decoded.process(model, &p.param).map_err(|e| ApiError::bad(&p.param, format!("{e:#}"))))
+        .map(|p| p.decoded.process(model, &p.param).map_err(|e| EngineError::invalid(&p.param, format!("{e:#}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let spec = model.plan.media.as_ref().into_option();
-    let spec = spec.ok_or_else(|| ApiError::bad(&first, "this model takes no images or audio"))?;
-    let bad = |e: anyhow::Error| ApiError::bad("messages", format!("{e:#}"));
+    let spec = spec.ok_or_else(|| EngineError::invalid(&first, "this model takes no images or audio"))?;
+    let bad = |e: anyhow::Error| EngineError::invalid("messages", format!("{e:#}"));
     let ids = expand_markers(&ids, spec, &items).map_err(bad)?;
     Prompt::with_media(ids, Some(spec), items).map_err(bad)
 }
@@ -30,8 +29,8 @@ pub fn prompt(model: &LoadedModel, ids: Vec<u32>, parts: Vec<DecodedPart>) -> Re
 /// tokens (those before are in the caches already): what a prefill of the
 /// row splices in, and the rotary positions of families that place images
 /// in 2-D (with the shift of every later position).
-pub fn embed(model: &mut LoadedModel, prompt: &Prompt, cached: usize) -> Result<MediaState, ApiError> {
-    let failed = |e: anyhow::Error| ApiError::status(500, format!("embedding the request's media failed: {e:#}"));
+pub fn embed(model: &mut LoadedModel, prompt: &Prompt, cached: usize) -> Result<MediaState, EngineError> {
+    let failed = |e: anyhow::Error| EngineError::internal(format!("embedding the request's media failed: {e:#}"));
     let todo: Vec<_> = prompt.media.iter().zip(&prompt.starts).filter(|(m, &s)| s + m.tokens() > cached).collect();
     let of = |kind: MediaKind| todo.iter().filter(|(m, _)| m.kind == kind).map(|(m, _)| m.processed.clone()).collect();
     let (images, clips): (Vec<_>, Vec<_>) = (of(MediaKind::Image), of(MediaKind::Audio));
@@ -45,7 +44,7 @@ pub fn embed(model: &mut LoadedModel, prompt: &Prompt, cached: usize) -> Result<
             MediaKind::Image => image_rows.next(),
             MediaKind::Audio => clip_rows.next(),
         };
-        let rows = rows.ok_or_else(|| ApiError::status(500, "the towers returned fewer items than given"))?;
+        let rows = rows.ok_or_else(|| EngineError::internal("the towers returned fewer items than given"))?;
         spans.push(MediaSpan { start, rows, whole: m.kind == MediaKind::Image });
     }
     mlx::eval(&spans.iter().map(|s| &s.rows).collect::<Vec<_>>()).map_err(|e| failed(e.into()))?;

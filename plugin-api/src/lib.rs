@@ -7,11 +7,13 @@
 //! ([`CacheBox`]). Arrays cross the boundary as [`ArrayHandle`]s: owned
 //! pointers to the one MLX both sides link dynamically.
 //!
-//! Family authors implement the plain-Rust [`family::FamilySpec`] trait; the
-//! adapter in [`family`] wraps it in the stable traits and catches panics.
+//! Family authors implement the plain-Rust [`family::FamilySpec`] trait (its
+//! config a [`family::FamilyConfig`], parsed once per plan); the adapter in
+//! [`adapter`] wraps it in the stable traits and catches panics.
 
 #![allow(non_local_definitions)] // abi_stable's sabi_trait expands to such impls
 
+pub mod adapter;
 pub mod config;
 pub mod family;
 mod handle;

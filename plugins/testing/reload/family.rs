@@ -34,16 +34,18 @@ impl ModelForward for Biased {
 }
 
 impl FamilySpec for ReloadFamily {
+    type Config = crate::decoder::Config;
+
     fn name(&self) -> &'static str {
         "reloadtest"
     }
     fn model_types(&self) -> &'static [&'static str] {
         &["reloadtest"]
     }
-    fn plan(&self, c: &Value) -> Result<ModelPlan> {
-        crate::decoder::plan("reloadtest", c)
+    fn plan(&self, c: &crate::decoder::Config, raw: &Value) -> Result<ModelPlan> {
+        crate::decoder::plan("reloadtest", c, raw)
     }
-    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        Ok(Box::new(Biased { inner: crate::decoder::build(plan, w)?, token: crate::BIAS }))
+    fn build(&self, c: &crate::decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+        Ok(Box::new(Biased { inner: crate::decoder::build(c, w)?, token: crate::BIAS }))
     }
 }

@@ -12,6 +12,8 @@ use serde_json::Value;
 pub struct NoModelTypeFamily;
 
 impl FamilySpec for NoModelTypeFamily {
+    type Config = Value;
+
     fn name(&self) -> &'static str {
         "nomodeltype"
     }
@@ -20,11 +22,11 @@ impl FamilySpec for NoModelTypeFamily {
         &[]
     }
 
-    fn plan(&self, _config: &Value) -> Result<ModelPlan> {
+    fn plan(&self, _config: &Value, _raw: &Value) -> Result<ModelPlan> {
         Err(Error("nomodeltype plugin: never planned".into()))
     }
 
-    fn build(&self, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, _config: &Value, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         Err(Error("nomodeltype plugin: never built".into()))
     }
 }

@@ -15,6 +15,9 @@ pub const PANIC_MESSAGE: &str = "panicky plugin: build always panics";
 pub struct PanickyFamily;
 
 impl FamilySpec for PanickyFamily {
+    /// Any config.
+    type Config = Value;
+
     fn name(&self) -> &'static str {
         "panicky"
     }
@@ -23,11 +26,11 @@ impl FamilySpec for PanickyFamily {
         &["panicky"]
     }
 
-    fn plan(&self, config: &Value) -> Result<ModelPlan> {
+    fn plan(&self, _config: &Value, config: &Value) -> Result<ModelPlan> {
         Ok(ModelPlan::text("panicky", "panicky", config, vec![CacheKind::Full], 512, 64)?.with_dtype("float32"))
     }
 
-    fn build(&self, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, _config: &Value, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
         panic!("{PANIC_MESSAGE}");
     }
 }

@@ -33,17 +33,19 @@ impl ModelForward for Truncated {
 }
 
 impl FamilySpec for WrongShapeFamily {
+    type Config = decoder::Config;
+
     fn name(&self) -> &'static str {
         "wrongshape"
     }
     fn model_types(&self) -> &'static [&'static str] {
         &["wrongshape"]
     }
-    fn plan(&self, c: &Value) -> Result<ModelPlan> {
-        decoder::plan("wrongshape", c)
+    fn plan(&self, c: &decoder::Config, raw: &Value) -> Result<ModelPlan> {
+        decoder::plan("wrongshape", c, raw)
     }
-    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        Ok(Box::new(Truncated { inner: decoder::build(plan, w)? }))
+    fn build(&self, c: &decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+        Ok(Box::new(Truncated { inner: decoder::build(c, w)? }))
     }
 }
 

@@ -5,7 +5,6 @@
 
 use libfuzzer_sys::fuzz_target;
 use plugin_api::adapter::family_box;
-use plugin_api::Family;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(c) = serde_json::from_slice::<serde_json::Value>(data) else { return };
@@ -18,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         family_box(famlx_plugin_gemma4_unified::Gemma4UnifiedFamily),
     ];
     for f in families {
-        if let Some(plan) = f.plan(c.as_str().into()).into_result().ok() {
+        if let Ok(plan) = f.plan(c.as_str().into()).into_result() {
             // What the host allocates from a plan is bounded by it.
             assert!(plan.caches.len() <= 1024, "{}: {} cache slots", f.name(), plan.caches.len());
             let _ = f.fusions(&plan);

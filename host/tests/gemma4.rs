@@ -36,8 +36,9 @@ use famlx::model::HostWeights;
 use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
 use mlx::Array;
+use plugin_api::abi::{CacheBox, DrafterBox, WeightStore_TO};
 use plugin_api::CacheKind;
-use plugin_api::{CacheBox, DrafterBox, LogitsWanted, TokenSource, WeightStore_TO};
+use plugin_api::{LogitsWanted, TokenSource};
 
 fn load(variant: &str) -> LoadedModel {
     load_with(variant, CacheOptions::default())

@@ -7,7 +7,7 @@ mod common;
 
 use common::names::{config, fixture_plan, rewritten, zeros};
 use famlx_plugin_gemma4::Gemma4Family;
-use plugin_api::family::FamilySpec;
+use plugin_api::family::Family;
 
 #[test]
 fn gemma4_rewrite_renames_splits_experts_and_drops_towers() {

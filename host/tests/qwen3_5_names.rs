@@ -7,7 +7,7 @@ mod common;
 use common::names::{config, fixture_plan, rewritten, zeros};
 use famlx_plugin_qwen3_5::names::canonical_name;
 use famlx_plugin_qwen3_5::Qwen3_5Family;
-use plugin_api::family::FamilySpec;
+use plugin_api::family::Family;
 
 #[test]
 fn qwen3_5_hugging_face_names_map_to_mlx_lm_names() {

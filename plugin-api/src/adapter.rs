@@ -1,13 +1,15 @@
-//! The adapters that turn a plain-Rust family ([`FamilySpec`],
-//! [`ModelForward`], [`DraftForward`]) into the stable trait objects the host
+//! The adapters that turn a plain-Rust family ([`Family`],
+//! [`Model`], [`Drafter`]) into the stable trait objects the host
 //! calls: each call gets the config parsed when its plan was made, and no
 //! panic crosses the boundary.
 
-use crate::family::{Caches, DraftForward, FamilySpec, Input, ModelForward, StoreWeights};
+use crate::abi::{self, ArrayHandle, CacheBox, DraftOutput, DrafterBox, Drafter_TO, FamilyBox, Family_TO};
+use crate::abi::{ForwardInput, ForwardOutput, ModelBox, Model_TO, WeightStoreRef};
+use crate::family::{Caches, Drafter, Family, Input, Model, StoreWeights};
 use crate::media::MediaInput;
-use crate::*;
+use crate::{CacheKind, Fusion, ModelPlan, Positions, ProcessedMedia, QuantClass, RawAudio, RawImage};
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RErr, ROk, RSome};
+use abi_stable::std_types::{RErr, ROk, ROption, RResult, RSome, RStr, RString, RVec, Tuple2};
 use mlx::{Array, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -54,8 +56,8 @@ pub fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> RResult<T, RString
     }
 }
 
-/// Wraps a [`FamilySpec`] as a stable [`FamilyBox`].
-pub fn family_box<F: FamilySpec>(f: F) -> FamilyBox {
+/// Wraps a [`Family`] as a stable [`FamilyBox`].
+pub fn family_box<F: Family>(f: F) -> FamilyBox {
     Family_TO::from_value(FamilyAdapter::new(f), TD_Opaque)
 }
 
@@ -64,14 +66,14 @@ pub fn family_box<F: FamilySpec>(f: F) -> FamilyBox {
 /// list, oldest dropped first, is enough.
 const KEPT_CONFIGS: usize = 8;
 
-/// The adapter behind [`family_box`]: the stable [`Family`] calls of one
-/// [`FamilySpec`], each handed the config parsed when its plan was made.
-pub struct FamilyAdapter<F: FamilySpec> {
+/// The adapter behind [`family_box`]: the stable [`abi::Family`] calls of one
+/// [`Family`], each handed the config parsed when its plan was made.
+pub struct FamilyAdapter<F: Family> {
     family: F,
     configs: Mutex<Vec<(String, Arc<F::Config>)>>,
 }
 
-impl<F: FamilySpec> FamilyAdapter<F> {
+impl<F: Family> FamilyAdapter<F> {
     /// Adapts `family`.
     pub fn new(family: F) -> Self {
         FamilyAdapter { family, configs: Mutex::new(Vec::new()) }
@@ -104,7 +106,7 @@ impl<F: FamilySpec> FamilyAdapter<F> {
     }
 }
 
-impl<F: FamilySpec> Family for FamilyAdapter<F> {
+impl<F: Family> abi::Family for FamilyAdapter<F> {
     fn name(&self) -> RString {
         self.family.name().into()
     }
@@ -193,11 +195,11 @@ impl<F: FamilySpec> Family for FamilyAdapter<F> {
 }
 
 struct ModelAdapter {
-    inner: Box<dyn ModelForward>,
+    inner: Box<dyn Model>,
     family: &'static str,
 }
 
-impl Model for ModelAdapter {
+impl abi::Model for ModelAdapter {
     fn forward(&mut self, input: ForwardInput, caches: &mut RVec<CacheBox>) -> RResult<ForwardOutput, RString> {
         let family = self.family;
         guard(family, || {
@@ -253,11 +255,11 @@ impl ModelAdapter {
 }
 
 struct DrafterAdapter {
-    inner: Box<dyn DraftForward>,
+    inner: Box<dyn Drafter>,
     family: &'static str,
 }
 
-impl Drafter for DrafterAdapter {
+impl abi::Drafter for DrafterAdapter {
     fn cache_kinds(&self) -> RVec<CacheKind> {
         catch_unwind(AssertUnwindSafe(|| self.inner.cache_kinds().into_iter().collect())).unwrap_or_default()
     }
@@ -290,7 +292,7 @@ pub fn mlx_version_cstr() -> *const std::ffi::c_char {
     V.get_or_init(|| std::ffi::CString::new(mlx::build_version()).unwrap_or_default()).as_ptr()
 }
 
-/// Exports a plugin: its name and the [`FamilySpec`] values it provides.
+/// Exports a plugin: its name and the [`Family`] values it provides.
 ///
 /// ```ignore
 /// plugin_api::export_plugin!("famlx-llama", [Llama]);
@@ -313,16 +315,16 @@ macro_rules! export_plugin {
         extern "C" fn __famlx_plugin_name() -> $crate::abi_stable::std_types::RString {
             $name.into()
         }
-        extern "C" fn __famlx_plugin_families() -> $crate::abi_stable::std_types::RVec<$crate::FamilyBox> {
+        extern "C" fn __famlx_plugin_families() -> $crate::abi_stable::std_types::RVec<$crate::abi::FamilyBox> {
             let mut v = $crate::abi_stable::std_types::RVec::new();
             $( v.push($crate::adapter::family_box($fam)); )*
             v
         }
         /// The plugin's root module.
         #[$crate::abi_stable::export_root_module]
-        pub fn get_library() -> $crate::PluginRef {
+        pub fn get_library() -> $crate::abi::PluginRef {
             use $crate::abi_stable::prefix_type::PrefixTypeTrait;
-            $crate::Plugin { name: __famlx_plugin_name, families: __famlx_plugin_families }.leak_into_prefix()
+            $crate::abi::Plugin { name: __famlx_plugin_name, families: __famlx_plugin_families }.leak_into_prefix()
         }
     };
 }

@@ -1,13 +1,14 @@
-//! The plain-Rust side of a family plugin: implement [`FamilySpec`] (with
-//! its [`FamilyConfig`]) and [`ModelForward`], then
+//! The plain-Rust side of a family plugin: implement [`Family`] (with
+//! its [`FamilyConfig`]) and [`Model`], then
 //! [`export_plugin!`](crate::export_plugin); [`crate::adapter`] turns them
 //! into the stable trait objects.
 
+use crate::abi::{ArrayHandle, CacheBox, WeightStoreRef};
 use crate::media::MediaInput;
 use crate::*;
 use mlx::{Array, Result};
 
-/// A family's typed config: what [`FamilySpec::config`] makes of a
+/// A family's typed config: what [`Family::config`] makes of a
 /// checkpoint's config once per plan and hands to every later call.
 ///
 /// Derive [`serde::Deserialize`] with `#[serde(default = ...)]` where the
@@ -28,14 +29,14 @@ impl FamilyConfig for serde_json::Value {}
 
 /// A model family, written in plain Rust.
 ///
-/// The checkpoint's config is parsed once, by [`FamilySpec::config`], when
+/// The checkpoint's config is parsed once, by [`Family::config`], when
 /// the host asks for a plan; every later call gets the parsed
-/// [`FamilySpec::Config`] beside the plan. A plan's `config` string must
-/// parse back to the same config through [`FamilySpec::config`] (store the
+/// [`Family::Config`] beside the plan. A plan's `config` string must
+/// parse back to the same config through [`Family::config`] (store the
 /// checkpoint's config, or the typed config serialized): the adapter keeps
 /// the parsed config per plan and re-parses only a plan it has not seen
 /// (e.g. one whose config the host changed).
-pub trait FamilySpec: Send + Sync + 'static {
+pub trait Family: Send + Sync + 'static {
     /// The family's typed config.
     type Config: FamilyConfig;
     /// Family name.
@@ -78,12 +79,7 @@ pub trait FamilySpec: Send + Sync + 'static {
         Vec::new()
     }
     /// Builds the model.
-    fn build(
-        &self,
-        config: &Self::Config,
-        plan: &ModelPlan,
-        weights: &dyn mlx::nn::Weights,
-    ) -> Result<Box<dyn ModelForward>>;
+    fn build(&self, config: &Self::Config, plan: &ModelPlan, weights: &dyn mlx::nn::Weights) -> Result<Box<dyn Model>>;
     /// The media processor: one decoded image → the vision tower's inputs
     /// and its placeholder count. Families that take images set
     /// [`ModelPlan::with_media`] in `plan` and implement this.
@@ -97,7 +93,7 @@ pub trait FamilySpec: Send + Sync + 'static {
     fn process_audio(&self, _config: &Self::Config, _plan: &ModelPlan, _audio: &RawAudio) -> Result<MediaInput> {
         Err(mlx::Error::msg("this model takes no audio"))
     }
-    /// Builds a drafter from `weights` (see [`crate::Family::build_drafter`]
+    /// Builds a drafter from `weights` (see [`crate::abi::Family::build_drafter`]
     /// for the two pairs) when the family and weights have one. `config`
     /// is `plan`'s.
     fn build_drafter(
@@ -107,39 +103,39 @@ pub trait FamilySpec: Send + Sync + 'static {
         _weights: &dyn mlx::nn::Weights,
         _target_plan: &ModelPlan,
         _target_weights: &dyn mlx::nn::Weights,
-    ) -> Result<Option<Box<dyn DraftForward>>> {
+    ) -> Result<Option<Box<dyn Drafter>>> {
         Ok(None)
     }
 }
 
 /// A model's forward pass, in plain Rust.
-pub trait ModelForward: Send {
+pub trait Model: Send {
     /// Runs the model. `tokens` is `[B, L]` int32.
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output>;
     /// The rows replacing each image's placeholder tokens, `[tokens,
-    /// hidden]` per image (see [`crate::Model::embed_images`]).
+    /// hidden]` per image (see [`crate::abi::Model::embed_images`]).
     fn embed_images(&mut self, _images: &[MediaInput]) -> Result<Vec<Array>> {
         Err(mlx::Error::msg("this model takes no images"))
     }
     /// The rows replacing each audio clip's placeholder tokens, `[tokens,
-    /// hidden]` per clip (see [`crate::Model::embed_audio`]).
+    /// hidden]` per clip (see [`crate::abi::Model::embed_audio`]).
     fn embed_audio(&mut self, _clips: &[MediaInput]) -> Result<Vec<Array>> {
         Err(mlx::Error::msg("this model takes no audio"))
     }
     /// Rotary positions of a whole sequence with images, and the delta of
-    /// later positions (see [`crate::Model::positions`]); `None` by default.
+    /// later positions (see [`crate::abi::Model::positions`]); `None` by default.
     fn positions(&self, _tokens: &[u32], _images: &[MediaInput]) -> Result<Option<(Array, i64)>> {
         Ok(None)
     }
 }
 
-/// A drafter, in plain Rust (see [`crate::Drafter`] for the protocol).
-pub trait DraftForward: Send {
+/// A drafter, in plain Rust (see [`crate::abi::Drafter`] for the protocol).
+pub trait Drafter: Send {
     /// The cache slots the drafter keeps of its own.
     fn cache_kinds(&self) -> Vec<CacheKind> {
         Vec::new()
     }
-    /// The conversation's first token (see [`crate::Drafter::begin`]);
+    /// The conversation's first token (see [`crate::abi::Drafter::begin`]);
     /// returns how many tokens went into `own`. Nothing by default.
     fn begin(&mut self, _first_token: u32, _own: &mut Caches<'_>) -> Result<u32> {
         Ok(0)

@@ -297,7 +297,7 @@ pub struct Fusion {
 }
 
 /// How a model is split over a group of processes, as the host lends it to
-/// a family's `build` ([`crate::WeightStore::parallel`]).
+/// a family's `build` ([`crate::abi::WeightStore::parallel`]).
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParallelSpec {

@@ -4,13 +4,13 @@
 //! four parts below: a config, a plan, weight-name rules, a build.
 
 use plugin_api::config::{context_length, eos_ids, field_or, implied_head_dim, named_scaling, rope, DecoderFields};
-use plugin_api::family::{FamilyConfig, FamilySpec, ModelForward};
 use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderLm, DecoderShape};
 use plugin_api::mlx::nn::Weights;
 use plugin_api::mlx::{Array, Result};
 use plugin_api::serde::{Deserialize, Serialize};
 use plugin_api::serde_json::Value;
 use plugin_api::{CacheKind, Fusion, ModelPlan};
+use plugin_api::{Family, FamilyConfig, Model};
 
 /// Step 1, the config: the fields of config.json this family reads, parsed
 /// once per plan (a missing or mistyped one is an error naming it). A field
@@ -80,7 +80,7 @@ impl FamilyConfig for Config {
 /// The family.
 pub struct MyTiny;
 
-impl FamilySpec for MyTiny {
+impl Family for MyTiny {
     type Config = Config;
 
     fn name(&self) -> &'static str {
@@ -121,7 +121,7 @@ impl FamilySpec for MyTiny {
     }
 
     /// Step 4, build: the layers from the host's weights.
-    fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let f = cfg.fields()?;
         let scaling = cfg.rope_scaling.as_ref();
         let rope = rope(f.head_dim, cfg.rope_theta, cfg.rope_traditional, scaling, cfg.max_position_embeddings)?;

@@ -9,7 +9,7 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::RVec;
 use anyhow::{anyhow, bail, Context, Result};
 use mlx::Array;
-use plugin_api::{ArrayHandle, CacheBox, DrafterBox, WeightStore_TO};
+use plugin_api::abi::{ArrayHandle, CacheBox, DrafterBox, WeightStore_TO};
 use std::path::Path;
 use std::rc::Rc;
 

@@ -9,13 +9,13 @@ use mlx::{Array, Error, Result};
 /// runs over its own caches, reading the prompt's first token in `begin`
 /// and every later one from the steps, so it sees the whole sequence.
 pub struct LmDrafter {
-    model: Box<dyn crate::family::ModelForward>,
+    model: Box<dyn crate::family::Model>,
     kinds: Vec<crate::CacheKind>,
 }
 
 impl LmDrafter {
     /// A drafter from a model built for the draft checkpoint and its plan's caches.
-    pub fn new(model: Box<dyn crate::family::ModelForward>, plan: &crate::ModelPlan) -> Self {
+    pub fn new(model: Box<dyn crate::family::Model>, plan: &crate::ModelPlan) -> Self {
         LmDrafter { model, kinds: plan.caches.iter().cloned().collect() }
     }
 
@@ -25,8 +25,8 @@ impl LmDrafter {
     pub fn for_separate_checkpoint(
         plan: &crate::ModelPlan,
         target_plan: &crate::ModelPlan,
-        build: impl FnOnce() -> Result<Box<dyn crate::family::ModelForward>>,
-    ) -> Result<Option<Box<dyn crate::family::DraftForward>>> {
+        build: impl FnOnce() -> Result<Box<dyn crate::family::Model>>,
+    ) -> Result<Option<Box<dyn crate::family::Drafter>>> {
         // The host hands the same plan twice when asking for a self-drafter.
         if std::ptr::eq(plan, target_plan) {
             return Ok(None);
@@ -35,7 +35,7 @@ impl LmDrafter {
     }
 }
 
-impl crate::family::DraftForward for LmDrafter {
+impl crate::family::Drafter for LmDrafter {
     fn cache_kinds(&self) -> Vec<crate::CacheKind> {
         self.kinds.clone()
     }

@@ -17,8 +17,8 @@ use famlx_gemma4::model::Gemma4Text;
 use famlx_gemma4::Gemma4Family;
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
-use plugin_api::family::{DraftForward, FamilyConfig, FamilySpec, ModelForward};
 use plugin_api::media::MediaInput;
+use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use plugin_api::{Fusion, ModelPlan, QuantClass, RawAudio, RawImage};
 use serde_json::Value;
 
@@ -84,7 +84,7 @@ impl FamilyConfig for UnifiedConfig {
     }
 }
 
-impl FamilySpec for Gemma4UnifiedFamily {
+impl Family for Gemma4UnifiedFamily {
     type Config = UnifiedConfig;
 
     fn name(&self) -> &'static str {
@@ -161,7 +161,7 @@ impl FamilySpec for Gemma4UnifiedFamily {
         Gemma4Family.fusions(&cfg.gemma4, plan)
     }
 
-    fn build(&self, unified: &UnifiedConfig, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, unified: &UnifiedConfig, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let cfg = unified.gemma4.text();
         let model = Gemma4Text::load(cfg, w)?;
         // The prompt reads media ids as such even where the checkpoint takes
@@ -201,7 +201,7 @@ impl FamilySpec for Gemma4UnifiedFamily {
         w: &dyn Weights,
         target_plan: &ModelPlan,
         target_w: &dyn Weights,
-    ) -> Result<Option<Box<dyn DraftForward>>> {
+    ) -> Result<Option<Box<dyn Drafter>>> {
         Gemma4Family.build_drafter(&cfg.gemma4, plan, w, target_plan, target_w)
     }
 }

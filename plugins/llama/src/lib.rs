@@ -13,9 +13,9 @@ use plugin_api::config::{
     context_length, eos_ids, field_or, implied_head_dim, named_scaling, nullable, one_of, positive_finite, rope,
     DecoderFields,
 };
-use plugin_api::family::{DraftForward, FamilyConfig, FamilySpec, ModelForward};
 use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderLm, DecoderShape, LmDrafter};
 use plugin_api::{CacheKind, Fusion, ModelPlan};
+use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -137,7 +137,7 @@ impl FamilyConfig for Config {
 /// The family registration.
 pub struct LlamaFamily;
 
-impl FamilySpec for LlamaFamily {
+impl Family for LlamaFamily {
     type Config = Config;
 
     fn name(&self) -> &'static str {
@@ -202,11 +202,11 @@ impl FamilySpec for LlamaFamily {
         w: &dyn Weights,
         target_plan: &ModelPlan,
         _target: &dyn Weights,
-    ) -> Result<Option<Box<dyn DraftForward>>> {
+    ) -> Result<Option<Box<dyn Drafter>>> {
         LmDrafter::for_separate_checkpoint(plan, target_plan, || self.build(cfg, plan, w))
     }
 
-    fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let head_dim = cfg.head_dim()?;
         let rope =
             rope(cfg.rope_dims()?, cfg.rope_theta, cfg.rope_traditional, cfg.scaling_entry().as_ref(), cfg.context())?;

@@ -6,9 +6,9 @@ use mlx::Result;
 use plugin_api::config::{
     context_length, eos_ids, field_or, named_scaling, one_of, positive_finite, rope, DecoderFields,
 };
-use plugin_api::family::{DraftForward, FamilyConfig, FamilySpec, ModelForward};
 use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderLm, DecoderShape, LmDrafter};
 use plugin_api::{CacheKind, Fusion, ModelPlan};
+use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -67,7 +67,7 @@ impl FamilyConfig for Config {
 /// The family registration.
 pub struct Qwen3Family;
 
-impl FamilySpec for Qwen3Family {
+impl Family for Qwen3Family {
     type Config = Config;
 
     fn name(&self) -> &'static str {
@@ -101,11 +101,11 @@ impl FamilySpec for Qwen3Family {
         w: &dyn Weights,
         target_plan: &ModelPlan,
         _target: &dyn Weights,
-    ) -> Result<Option<Box<dyn DraftForward>>> {
+    ) -> Result<Option<Box<dyn Drafter>>> {
         LmDrafter::for_separate_checkpoint(plan, target_plan, || self.build(cfg, plan, w))
     }
 
-    fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let rope = rope(
             cfg.head_dim,
             cfg.rope_theta,

@@ -10,8 +10,8 @@ use plugin_api::config::{
     at_most, divides, field, field_or, implied_head_dim, in_range, limits, named_scaling, one_of, positive_finite,
     text_config,
 };
-use plugin_api::family::FamilyConfig;
 use plugin_api::layers::AttentionShape;
+use plugin_api::FamilyConfig;
 use serde_json::Value;
 
 /// Everything a checkpoint's config says, parsed once per plan: the text

@@ -27,16 +27,16 @@ use mlx::{Array, Error, Result};
 use model::Qwen3_5;
 use names::{canonical_name, MTP_PREFIX, OFFSET_NORMS, PREFIX};
 use plugin_api::config::{eos_ids, field_or, text_config};
-use plugin_api::family::{DraftForward, FamilyConfig, FamilySpec, ModelForward};
 use plugin_api::layers::gate_up_fusion;
 use plugin_api::media::MediaInput;
 use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawImage};
+use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde_json::Value;
 
 /// The family registration.
 pub struct Qwen3_5Family;
 
-impl FamilySpec for Qwen3_5Family {
+impl Family for Qwen3_5Family {
     type Config = CheckpointConfig;
 
     fn name(&self) -> &'static str {
@@ -169,7 +169,7 @@ impl FamilySpec for Qwen3_5Family {
             .collect()
     }
 
-    fn build(&self, cfg: &CheckpointConfig, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, cfg: &CheckpointConfig, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let image = if plan.media.is_some() { cfg.image()?.cloned() } else { None };
         Ok(Box::new(Qwen3_5::load(&cfg.text, w)?.with_vision(image, w)?))
     }
@@ -182,7 +182,7 @@ impl FamilySpec for Qwen3_5Family {
         w: &dyn Weights,
         target_plan: &ModelPlan,
         target: &dyn Weights,
-    ) -> Result<Option<Box<dyn DraftForward>>> {
+    ) -> Result<Option<Box<dyn Drafter>>> {
         // The host hands the target's own plan twice when it asks for a self-drafter.
         if !std::ptr::eq(plan, target_plan) {
             // A separate Qwen3.5 checkpoint cannot be a small-LM drafter: its

@@ -6,8 +6,8 @@
 use mlx::nn::{Rope, Weights};
 use mlx::Result;
 use plugin_api::config::named_scaling;
-use plugin_api::family::FamilyConfig;
 use plugin_api::layers::{AttentionShape, DecoderLm, DecoderShape};
+use plugin_api::FamilyConfig;
 use plugin_api::{CacheKind, ModelPlan};
 use serde::Deserialize;
 use serde_json::Value;

@@ -6,9 +6,9 @@
 
 use mlx::nn::Weights;
 use mlx::{Array, Result};
-use plugin_api::family::{Caches, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::DecoderLm;
 use plugin_api::ModelPlan;
+use plugin_api::{Caches, Family, Input, Model, Output};
 use serde_json::Value;
 
 /// The family.
@@ -19,7 +19,7 @@ struct Biased {
     token: Option<i32>,
 }
 
-impl ModelForward for Biased {
+impl Model for Biased {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let mut out = self.inner.forward(input, caches)?;
         if let Some(t) = self.token {
@@ -33,7 +33,7 @@ impl ModelForward for Biased {
     }
 }
 
-impl FamilySpec for ReloadFamily {
+impl Family for ReloadFamily {
     type Config = crate::decoder::Config;
 
     fn name(&self) -> &'static str {
@@ -45,7 +45,7 @@ impl FamilySpec for ReloadFamily {
     fn plan(&self, c: &crate::decoder::Config, raw: &Value) -> Result<ModelPlan> {
         crate::decoder::plan("reloadtest", c, raw)
     }
-    fn build(&self, c: &crate::decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, c: &crate::decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         Ok(Box::new(Biased { inner: crate::decoder::build(c, w)?, token: crate::BIAS }))
     }
 }

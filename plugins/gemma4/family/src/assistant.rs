@@ -30,8 +30,8 @@ use crate::layer::Gemma4Layer;
 use mlx::nn::{Embedding, Kind, Linear, OutputHead, RmsNorm, Weights};
 use mlx::{concatenate, full, Array, Dtype, Error, Result};
 use plugin_api::config::{eos_ids, field_or, in_range, limits};
-use plugin_api::family::{Caches, DraftForward};
 use plugin_api::{AttnMask, CacheKind, ModelPlan};
+use plugin_api::{Caches, Drafter};
 use serde_json::{json, Value};
 
 /// The model type this module serves.
@@ -258,7 +258,7 @@ impl Gemma4Assistant {
     }
 }
 
-impl DraftForward for Gemma4Assistant {
+impl Drafter for Gemma4Assistant {
     fn step(
         &mut self,
         hidden: &Array,

@@ -8,12 +8,12 @@ use crate::config::Config;
 use crate::image::ImageConfig;
 use crate::media::media_ids;
 use mlx::{Error, Result};
-use plugin_api::family::FamilyConfig;
+use plugin_api::FamilyConfig;
 use serde_json::Value;
 
 /// What the checkpoint is.
 #[derive(Debug, Clone)]
-pub enum Model {
+pub enum Kind {
     /// A text model (`gemma4`, `gemma4_text`, `gemma4_unified`).
     Text(Config),
     /// A drafter (`gemma4_assistant`).
@@ -27,7 +27,7 @@ pub enum Model {
 #[serde(try_from = "Value")]
 pub struct CheckpointConfig {
     /// The text model's config, or the assistant's.
-    pub model: Model,
+    pub kind: Kind,
     /// Image settings (`None`: no `vision_config`).
     pub image: Result<Option<ImageConfig>>,
     /// Audio settings (`None`: no `audio_config`).
@@ -40,13 +40,13 @@ impl CheckpointConfig {
     /// From config.json (with the processor's settings the host put beside
     /// it); checked by [`FamilyConfig::check`].
     pub fn parse(c: &Value) -> Result<CheckpointConfig> {
-        let model = if c.get("model_type").and_then(Value::as_str) == Some(MODEL_TYPE) {
-            Model::Assistant(AssistantConfig::parse(c)?)
+        let kind = if c.get("model_type").and_then(Value::as_str) == Some(MODEL_TYPE) {
+            Kind::Assistant(AssistantConfig::parse(c)?)
         } else {
-            Model::Text(Config::parse(c)?)
+            Kind::Text(Config::parse(c)?)
         };
         Ok(CheckpointConfig {
-            model,
+            kind,
             image: ImageConfig::parse(c),
             audio: AudioConfig::parse(c),
             media_ids: media_ids(c),
@@ -55,9 +55,9 @@ impl CheckpointConfig {
 
     /// The text model's config (an assistant's own layers for a drafter).
     pub fn text(&self) -> &Config {
-        match &self.model {
-            Model::Text(c) => c,
-            Model::Assistant(a) => &a.text,
+        match &self.kind {
+            Kind::Text(c) => c,
+            Kind::Assistant(a) => &a.text,
         }
     }
 
@@ -88,9 +88,9 @@ impl FamilyConfig for CheckpointConfig {
     /// A text model's KV-shared layers each need an earlier layer of their
     /// type to read from.
     fn check(&self) -> Result<()> {
-        match &self.model {
-            Model::Text(c) => c.kv_sources().map(|_| ()),
-            Model::Assistant(_) => Ok(()),
+        match &self.kind {
+            Kind::Text(c) => c.kv_sources().map(|_| ()),
+            Kind::Assistant(_) => Ok(()),
         }
     }
 }

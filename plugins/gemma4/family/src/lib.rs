@@ -33,16 +33,16 @@ pub mod moe;
 pub mod vision;
 
 use audio_tower::AudioTower;
-use checkpoint::{CheckpointConfig, Model};
+use checkpoint::{CheckpointConfig, Kind};
 use media::{MediaTokens, Tower};
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use model::Gemma4Text;
 use plugin_api::config::{eos_ids, field_or, text_config};
-use plugin_api::family::{DraftForward, FamilyConfig, FamilySpec, ModelForward};
 use plugin_api::layers::{gate_up_fusion, qkv_fusion};
 use plugin_api::media::MediaInput;
 use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawAudio, RawImage};
+use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde_json::Value;
 use vision::VisionTower;
 
@@ -62,7 +62,7 @@ const DROPPED: [&str; 5] = ["self_attn.rotary_emb", "input_max", "input_min", "o
 /// The family registration.
 pub struct Gemma4Family;
 
-impl FamilySpec for Gemma4Family {
+impl Family for Gemma4Family {
     type Config = CheckpointConfig;
 
     fn name(&self) -> &'static str {
@@ -82,9 +82,9 @@ impl FamilySpec for Gemma4Family {
     }
 
     fn plan(&self, checkpoint: &CheckpointConfig, config: &Value) -> Result<ModelPlan> {
-        let cfg = match &checkpoint.model {
-            Model::Assistant(a) => return assistant::plan(a, config),
-            Model::Text(c) => c,
+        let cfg = match &checkpoint.kind {
+            Kind::Assistant(a) => return assistant::plan(a, config),
+            Kind::Text(c) => c,
         };
         let mut stored = config.clone();
         if let Some(o) = stored.as_object_mut() {
@@ -143,7 +143,7 @@ impl FamilySpec for Gemma4Family {
         t: Array,
     ) -> Result<Vec<(String, Array)>> {
         if plan.model_type.as_str() == assistant::MODEL_TYPE {
-            if let Model::Assistant(a) = &checkpoint.model {
+            if let Kind::Assistant(a) = &checkpoint.kind {
                 return assistant::rewrite(a, name, t);
             }
         }
@@ -228,9 +228,9 @@ impl FamilySpec for Gemma4Family {
             .collect()
     }
 
-    fn build(&self, checkpoint: &CheckpointConfig, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        let cfg = match &checkpoint.model {
-            Model::Text(c) if plan.model_type.as_str() != assistant::MODEL_TYPE => c,
+    fn build(&self, checkpoint: &CheckpointConfig, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
+        let cfg = match &checkpoint.kind {
+            Kind::Text(c) if plan.model_type.as_str() != assistant::MODEL_TYPE => c,
             _ => return Err(Error::msg("gemma4_assistant is a draft model: pass it with --draft-model")),
         };
         let model = Gemma4Text::load(cfg, w)?;
@@ -271,8 +271,8 @@ impl FamilySpec for Gemma4Family {
         w: &dyn Weights,
         target_plan: &ModelPlan,
         target_w: &dyn Weights,
-    ) -> Result<Option<Box<dyn DraftForward>>> {
-        let Model::Assistant(cfg) = &checkpoint.model else { return Ok(None) };
+    ) -> Result<Option<Box<dyn Drafter>>> {
+        let Kind::Assistant(cfg) = &checkpoint.kind else { return Ok(None) };
         if plan.model_type.as_str() != assistant::MODEL_TYPE {
             return Ok(None);
         }

@@ -9,14 +9,14 @@ mod decoder;
 
 use mlx::nn::Weights;
 use mlx::{Array, Result};
-use plugin_api::family::{FamilySpec, ModelForward};
 use plugin_api::ModelPlan;
+use plugin_api::{Family, Model};
 use serde_json::Value;
 
 /// The family.
 pub struct SplitFusedFamily;
 
-impl FamilySpec for SplitFusedFamily {
+impl Family for SplitFusedFamily {
     type Config = decoder::Config;
 
     fn name(&self) -> &'static str {
@@ -46,7 +46,7 @@ impl FamilySpec for SplitFusedFamily {
         }
         Ok(vec![(name.to_string(), t)])
     }
-    fn build(&self, c: &decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, c: &decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         Ok(Box::new(decoder::build(c, w)?))
     }
 }

@@ -9,9 +9,9 @@ mod decoder;
 
 use mlx::nn::Weights;
 use mlx::Result;
-use plugin_api::family::{Caches, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::DecoderLm;
 use plugin_api::ModelPlan;
+use plugin_api::{Caches, Family, Input, Model, Output};
 use serde_json::Value;
 
 /// The family.
@@ -21,7 +21,7 @@ struct Truncated {
     inner: DecoderLm,
 }
 
-impl ModelForward for Truncated {
+impl Model for Truncated {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let mut out = self.inner.forward(input, caches)?;
         if let Some(l) = out.logits.take() {
@@ -32,7 +32,7 @@ impl ModelForward for Truncated {
     }
 }
 
-impl FamilySpec for WrongShapeFamily {
+impl Family for WrongShapeFamily {
     type Config = decoder::Config;
 
     fn name(&self) -> &'static str {
@@ -44,7 +44,7 @@ impl FamilySpec for WrongShapeFamily {
     fn plan(&self, c: &decoder::Config, raw: &Value) -> Result<ModelPlan> {
         decoder::plan("wrongshape", c, raw)
     }
-    fn build(&self, c: &decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, c: &decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         Ok(Box::new(Truncated { inner: decoder::build(c, w)? }))
     }
 }

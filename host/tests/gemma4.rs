@@ -338,6 +338,7 @@ fn assistant_drafter(dir: &std::path::Path, m: &LoadedModel) -> (std::rc::Rc<Hos
     let w = std::rc::Rc::new(HostWeights::rewritten(&m.family, &plan, &ck.tensors, &ck.on_disk, &ck.quant).unwrap());
     let d = fam
         .build_drafter(
+            plugin_api::DraftRole::Checkpoint,
             &plan,
             WeightStore_TO::from_ptr(&*w, TD_Opaque),
             &m.plan,

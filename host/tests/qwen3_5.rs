@@ -353,7 +353,7 @@ fn mtp_drafter(m: &LoadedModel) -> plugin_api::abi::DrafterBox {
     let target = plugin_api::abi::WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
     m.family
         .family
-        .build_drafter(&m.plan, store, &m.plan, target)
+        .build_drafter(plugin_api::DraftRole::OwnHead, &m.plan, store, &m.plan, target)
         .into_result()
         .unwrap_or_else(|e| panic!("build_drafter: {e}"))
         .into_option()

@@ -14,7 +14,7 @@ pub use crate::types::{DraftOutput, ForwardInput, ForwardOutput};
 use crate::{
     AttnOptions, CacheKind, Fusion, ModelPlan, ParallelSpec, Positions, ProcessedMedia, QuantClass, QuantSpec,
 };
-use crate::{RawAudio, RawImage};
+use crate::{DraftRole, RawAudio, RawImage};
 use abi_stable::library::RootModule;
 use abi_stable::sabi_trait;
 use abi_stable::std_types::{RBox, ROption, RResult, RStr, RString, RVec, Tuple2};
@@ -71,13 +71,15 @@ pub trait Family: Send + Sync {
     fn process_audio(&self, plan: &ModelPlan, audio: &RawAudio) -> RResult<ProcessedMedia, RString>;
     /// Builds a drafter for speculative decoding from `plan`/`weights`, to
     /// run beside the target model described by `target_plan` /
-    /// `target_weights`. For a self-drafter (an MTP head inside the target's
-    /// checkpoint) both pairs are the target's; for a separate draft
-    /// checkpoint (`--draft-model`) the first pair is the draft's. `None`
-    /// when the family has no drafter or the weights carry none.
+    /// `target_weights`. `role` says which: the target's own draft head
+    /// ([`DraftRole::OwnHead`], both pairs the target's) or a separate draft
+    /// checkpoint ([`DraftRole::Checkpoint`], `--draft-model`, the first pair
+    /// the draft's). `None` when the family has no drafter or the weights
+    /// carry none.
     #[sabi(last_prefix_field)]
     fn build_drafter(
         &self,
+        role: DraftRole,
         plan: &ModelPlan,
         weights: WeightStoreRef<'_>,
         target_plan: &ModelPlan,

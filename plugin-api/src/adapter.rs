@@ -7,7 +7,7 @@ use crate::abi::{self, ArrayHandle, CacheBox, DraftOutput, DrafterBox, Drafter_T
 use crate::abi::{ForwardInput, ForwardOutput, ModelBox, Model_TO, WeightStoreRef};
 use crate::family::{Caches, Drafter, Family, Input, Model, StoreWeights};
 use crate::media::MediaInput;
-use crate::{CacheKind, Fusion, ModelPlan, Positions, ProcessedMedia, QuantClass, RawAudio, RawImage};
+use crate::{CacheKind, DraftRole, Fusion, ModelPlan, Positions, ProcessedMedia, QuantClass, RawAudio, RawImage};
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RErr, ROk, ROption, RResult, RSome, RStr, RString, RVec, Tuple2};
 use mlx::{Array, Result};
@@ -173,6 +173,7 @@ impl<F: Family> abi::Family for FamilyAdapter<F> {
     }
     fn build_drafter(
         &self,
+        role: DraftRole,
         plan: &ModelPlan,
         weights: WeightStoreRef<'_>,
         target_plan: &ModelPlan,
@@ -182,7 +183,7 @@ impl<F: Family> abi::Family for FamilyAdapter<F> {
             let cfg = self.config_of(plan)?;
             let (store, target) = (StoreWeights(&weights), StoreWeights(&target_weights));
             let (checked, target_checked) = (mlx::nn::Checked::new(&store), mlx::nn::Checked::new(&target));
-            let d = self.family.build_drafter(&cfg, plan, &checked, target_plan, &target_checked);
+            let d = self.family.build_drafter(role, &cfg, plan, &checked, target_plan, &target_checked);
             let d = target_checked.finish(checked.finish(d))?;
             Ok(match d {
                 Some(d) => {

@@ -94,10 +94,11 @@ pub trait Family: Send + Sync + 'static {
         Err(mlx::Error::msg("this model takes no audio"))
     }
     /// Builds a drafter from `weights` (see [`crate::abi::Family::build_drafter`]
-    /// for the two pairs) when the family and weights have one. `config`
-    /// is `plan`'s.
+    /// for the role and the two pairs) when the family and weights have
+    /// one. `config` is `plan`'s.
     fn build_drafter(
         &self,
+        _role: DraftRole,
         _config: &Self::Config,
         _plan: &ModelPlan,
         _weights: &dyn mlx::nn::Weights,

@@ -19,16 +19,14 @@ impl LmDrafter {
         LmDrafter { model, kinds: plan.caches.iter().cloned().collect() }
     }
 
-    /// Builds one with `build` when `plan` is not the target's own (a
-    /// separate draft checkpoint); `None` for the target itself, which has
-    /// no draft head.
+    /// Builds one with `build` for a separate draft checkpoint; `None` when
+    /// asked for the target's own draft head, which a plain LM has not.
     pub fn for_separate_checkpoint(
+        role: crate::DraftRole,
         plan: &crate::ModelPlan,
-        target_plan: &crate::ModelPlan,
         build: impl FnOnce() -> Result<Box<dyn crate::family::Model>>,
     ) -> Result<Option<Box<dyn crate::family::Drafter>>> {
-        // The host hands the same plan twice when asking for a self-drafter.
-        if std::ptr::eq(plan, target_plan) {
+        if role == crate::DraftRole::OwnHead {
             return Ok(None);
         }
         Ok(Some(Box::new(LmDrafter::new(build()?, plan))))

@@ -18,7 +18,7 @@ use famlx_gemma4::Gemma4Family;
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use plugin_api::media::MediaInput;
-use plugin_api::{Drafter, Family, FamilyConfig, Model};
+use plugin_api::{DraftRole, Drafter, Family, FamilyConfig, Model};
 use plugin_api::{Fusion, ModelPlan, QuantClass, RawAudio, RawImage};
 use serde_json::Value;
 
@@ -196,13 +196,14 @@ impl Family for Gemma4UnifiedFamily {
     /// family's text model as they serve gemma4's.
     fn build_drafter(
         &self,
+        role: DraftRole,
         cfg: &UnifiedConfig,
         plan: &ModelPlan,
         w: &dyn Weights,
         target_plan: &ModelPlan,
         target_w: &dyn Weights,
     ) -> Result<Option<Box<dyn Drafter>>> {
-        Gemma4Family.build_drafter(&cfg.gemma4, plan, w, target_plan, target_w)
+        Gemma4Family.build_drafter(role, &cfg.gemma4, plan, w, target_plan, target_w)
     }
 }
 

@@ -14,7 +14,7 @@ use plugin_api::config::{
     DecoderFields,
 };
 use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderLm, DecoderShape, LmDrafter};
-use plugin_api::{CacheKind, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -197,13 +197,14 @@ impl Family for LlamaFamily {
     /// A separate checkpoint of this family drafts as a small LM (`--draft-model`).
     fn build_drafter(
         &self,
+        role: DraftRole,
         cfg: &Config,
         plan: &ModelPlan,
         w: &dyn Weights,
-        target_plan: &ModelPlan,
+        _target_plan: &ModelPlan,
         _target: &dyn Weights,
     ) -> Result<Option<Box<dyn Drafter>>> {
-        LmDrafter::for_separate_checkpoint(plan, target_plan, || self.build(cfg, plan, w))
+        LmDrafter::for_separate_checkpoint(role, plan, || self.build(cfg, plan, w))
     }
 
     fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {

@@ -30,7 +30,7 @@ use plugin_api::config::{eos_ids, field_or, text_config};
 use plugin_api::layers::gate_up_fusion;
 use plugin_api::media::MediaInput;
 use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawImage};
-use plugin_api::{Drafter, Family, FamilyConfig, Model};
+use plugin_api::{DraftRole, Drafter, Family, FamilyConfig, Model};
 use serde_json::Value;
 
 /// The family registration.
@@ -177,14 +177,14 @@ impl Family for Qwen3_5Family {
     /// The MTP head of the target's own checkpoint, when it carries one.
     fn build_drafter(
         &self,
+        role: DraftRole,
         cfg: &CheckpointConfig,
-        plan: &ModelPlan,
+        _plan: &ModelPlan,
         w: &dyn Weights,
-        target_plan: &ModelPlan,
+        _target_plan: &ModelPlan,
         target: &dyn Weights,
     ) -> Result<Option<Box<dyn Drafter>>> {
-        // The host hands the target's own plan twice when it asks for a self-drafter.
-        if !std::ptr::eq(plan, target_plan) {
+        if role == DraftRole::Checkpoint {
             // A separate Qwen3.5 checkpoint cannot be a small-LM drafter: its
             // linear-attention state cannot be trimmed back after a rejected draft.
             return Err(Error(
@@ -196,7 +196,7 @@ impl Family for Qwen3_5Family {
         if !mtp::has_mtp(w) {
             return Ok(None);
         }
-        // The target's config is this one: the plans are the same.
+        // The target's own head: its config is the target's.
         Ok(Some(Box::new(mtp::MtpDrafter::load(&cfg.text, w, &cfg.text, target)?)))
     }
 }

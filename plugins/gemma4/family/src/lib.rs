@@ -42,7 +42,7 @@ use plugin_api::config::{eos_ids, field_or, text_config};
 use plugin_api::layers::{gate_up_fusion, qkv_fusion};
 use plugin_api::media::MediaInput;
 use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawAudio, RawImage};
-use plugin_api::{Drafter, Family, FamilyConfig, Model};
+use plugin_api::{DraftRole, Drafter, Family, FamilyConfig, Model};
 use serde_json::Value;
 use vision::VisionTower;
 
@@ -266,6 +266,7 @@ impl Family for Gemma4Family {
 
     fn build_drafter(
         &self,
+        _role: DraftRole,
         checkpoint: &CheckpointConfig,
         plan: &ModelPlan,
         w: &dyn Weights,

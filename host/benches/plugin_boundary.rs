@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 fn static_registry() -> Registry {
-    let fam = plugin_api::family::family_box(famlx_plugin_llama::LlamaFamily);
+    let fam = plugin_api::adapter::family_box(famlx_plugin_llama::LlamaFamily);
     let entry = FamilyEntry {
         name: "llama".into(),
         model_types: vec!["llama".into()],

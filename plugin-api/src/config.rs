@@ -25,6 +25,16 @@ pub fn parse<T: DeserializeOwned>(c: &Value) -> Result<T> {
     })
 }
 
+/// For `#[serde(default, deserialize_with = "nullable")]`: a field given as
+/// `null` reads as absent (its type's default), as [`field_or`] reads it.
+pub fn nullable<'de, D, T>(d: D) -> std::result::Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de> + Default,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(d)?.unwrap_or_default())
+}
+
 /// The text part of a config: `text_config` when present (multimodal
 /// checkpoints), else the config itself.
 pub fn text_config(c: &Value) -> &Value {

@@ -175,6 +175,19 @@ impl ModelPlan {
     }
 }
 
+/// Which drafter the host asks a family for (see
+/// [`crate::abi::Family::build_drafter`]).
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DraftRole {
+    /// The target's own draft head (e.g. an MTP head in its checkpoint):
+    /// both plan/weights pairs are the target's.
+    OwnHead,
+    /// A separate draft checkpoint (`--draft-model`): the first pair is the
+    /// draft's, the second the target's (possibly of another family).
+    Checkpoint,
+}
+
 /// Which logits a forward call must produce.
 #[repr(u8)]
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq)]
@@ -297,7 +310,7 @@ pub struct Fusion {
 }
 
 /// How a model is split over a group of processes, as the host lends it to
-/// a family's `build` ([`crate::WeightStore::parallel`]).
+/// a family's `build` ([`crate::abi::WeightStore::parallel`]).
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParallelSpec {

@@ -19,7 +19,8 @@ use super::store::Seq;
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RErr, ROk, ROption, RResult, RString, RVec, Tuple2};
 use mlx::{concatenate, Array, Error, Result};
-use plugin_api::{ArrayHandle, AttnOptions, CacheBox, LayerCache, LayerCache_TO};
+use plugin_api::abi::{ArrayHandle, CacheBox, LayerCache, LayerCache_TO};
+use plugin_api::AttnOptions;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Columns a stacked buffer grows by.

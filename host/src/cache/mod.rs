@@ -1,8 +1,8 @@
-//! Host-owned per-layer caches, lent to plugins as [`plugin_api::CacheBox`] trait objects.
+//! Host-owned per-layer caches, lent to plugins as [`plugin_api::abi::CacheBox`] trait objects.
 //!
 //! The host keeps its own handle ([`SharedCache`]) to each cache so it can
 //! evaluate, trim, snapshot and restore them between forward calls; the
-//! plugin only sees the [`plugin_api::LayerCache`] interface. Kinds: dense ([`KvCache`]),
+//! plugin only sees the [`plugin_api::abi::LayerCache`] interface. Kinds: dense ([`KvCache`]),
 //! quantized ([`QuantizedKvCache`]), rotating / sliding-window, dense or
 //! quantized ([`RotatingKvCache`]), and recurrent state ([`RecurrentCache`]).
 

@@ -10,7 +10,8 @@ use super::attn::AttnArgs;
 use super::shared::SharedCache;
 use abi_stable::std_types::{RErr, ROk, ROption, RResult, RString, RVec, Tuple2};
 use mlx::{concatenate, Array, Dtype, Error, Result};
-use plugin_api::{ArrayHandle, AttnOptions, LayerCache};
+use plugin_api::abi::{ArrayHandle, LayerCache};
+use plugin_api::AttnOptions;
 
 /// One slot of a batch: the rows' caches of that slot.
 pub struct RowsCache {

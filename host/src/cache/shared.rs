@@ -6,7 +6,8 @@ use super::layer::CacheImpl;
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RErr, ROk, ROption, RResult, RString, RVec, Tuple2};
 use mlx::{Error, Result};
-use plugin_api::{ArrayHandle, AttnMask, AttnOptions, CacheBox, LayerCache, LayerCache_TO};
+use plugin_api::abi::{ArrayHandle, CacheBox, LayerCache, LayerCache_TO};
+use plugin_api::{AttnMask, AttnOptions};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A cache shared between the host and the plugin's view of it.

@@ -9,7 +9,8 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::RVec;
 use anyhow::{anyhow, bail, Context, Result};
 use mlx::Array;
-use plugin_api::{ArrayHandle, CacheBox, DrafterBox, WeightStore_TO};
+use plugin_api::abi::{ArrayHandle, CacheBox, DrafterBox, WeightStore_TO};
+use plugin_api::DraftRole;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -150,7 +151,7 @@ impl Drafter {
         let d = m
             .family
             .family
-            .build_drafter(&m.plan, store, &m.plan, store2)
+            .build_drafter(DraftRole::OwnHead, &m.plan, store, &m.plan, store2)
             .into_result()
             .map_err(|e| anyhow!("{}: {} plugin: building the drafter: {e}", m.source.location, m.family.name))?;
         d.into_option().map(|d| Drafter::new(&m.family.name, DraftSource::OwnHead, d, None)).transpose()
@@ -186,7 +187,7 @@ impl Drafter {
         let target = WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
         let d = fam
             .family
-            .build_drafter(&plan, store, &m.plan, target)
+            .build_drafter(DraftRole::Checkpoint, &plan, store, &m.plan, target)
             .into_result()
             .map_err(|e| anyhow!("{}: {} plugin: building the drafter: {e}", path.display(), fam.name))?;
         let Some(d) = d.into_option() else {

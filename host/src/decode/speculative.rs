@@ -1,5 +1,5 @@
 //! Speculative decoding, for every family with a drafter: a draft head
-//! proposes up to `depth` tokens (one [`plugin_api::Drafter::step`] each),
+//! proposes up to `depth` tokens (one [`plugin_api::abi::Drafter::step`] each),
 //! one target forward verifies them all, and every cache is rolled back to
 //! the accepted prefix.
 //!

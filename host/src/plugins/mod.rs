@@ -14,7 +14,8 @@ mod file_check;
 
 use abi_stable::library::lib_header_from_path;
 use anyhow::{anyhow, bail, Result};
-use plugin_api::{FamilyBox, PluginRef, ABI_VERSION, ABI_VERSION_SYMBOL, MLX_VERSION_SYMBOL};
+use plugin_api::abi::{FamilyBox, PluginRef};
+use plugin_api::{ABI_VERSION, ABI_VERSION_SYMBOL, MLX_VERSION_SYMBOL};
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -115,7 +115,7 @@ pub fn lm_output(
     Ok(crate::family::Output { logits, hidden: want_hidden.then_some(h) })
 }
 
-impl crate::family::ModelForward for DecoderLm {
+impl crate::family::Model for DecoderLm {
     fn forward(&mut self, input: &crate::family::Input, caches: &mut Caches<'_>) -> Result<crate::family::Output> {
         let stage = self.stage.as_ref();
         let shape = [input.tokens.dim(0), input.tokens.dim(1), self.hidden];

@@ -9,33 +9,31 @@ use mlx::{Array, Error, Result};
 /// runs over its own caches, reading the prompt's first token in `begin`
 /// and every later one from the steps, so it sees the whole sequence.
 pub struct LmDrafter {
-    model: Box<dyn crate::family::ModelForward>,
+    model: Box<dyn crate::family::Model>,
     kinds: Vec<crate::CacheKind>,
 }
 
 impl LmDrafter {
     /// A drafter from a model built for the draft checkpoint and its plan's caches.
-    pub fn new(model: Box<dyn crate::family::ModelForward>, plan: &crate::ModelPlan) -> Self {
+    pub fn new(model: Box<dyn crate::family::Model>, plan: &crate::ModelPlan) -> Self {
         LmDrafter { model, kinds: plan.caches.iter().cloned().collect() }
     }
 
-    /// Builds one with `build` when `plan` is not the target's own (a
-    /// separate draft checkpoint); `None` for the target itself, which has
-    /// no draft head.
+    /// Builds one with `build` for a separate draft checkpoint; `None` when
+    /// asked for the target's own draft head, which a plain LM has not.
     pub fn for_separate_checkpoint(
+        role: crate::DraftRole,
         plan: &crate::ModelPlan,
-        target_plan: &crate::ModelPlan,
-        build: impl FnOnce() -> Result<Box<dyn crate::family::ModelForward>>,
-    ) -> Result<Option<Box<dyn crate::family::DraftForward>>> {
-        // The host hands the same plan twice when asking for a self-drafter.
-        if std::ptr::eq(plan, target_plan) {
+        build: impl FnOnce() -> Result<Box<dyn crate::family::Model>>,
+    ) -> Result<Option<Box<dyn crate::family::Drafter>>> {
+        if role == crate::DraftRole::OwnHead {
             return Ok(None);
         }
         Ok(Some(Box::new(LmDrafter::new(build()?, plan))))
     }
 }
 
-impl crate::family::DraftForward for LmDrafter {
+impl crate::family::Drafter for LmDrafter {
     fn cache_kinds(&self) -> Vec<crate::CacheKind> {
         self.kinds.clone()
     }

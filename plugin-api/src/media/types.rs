@@ -89,7 +89,7 @@ impl RawAudio {
 }
 
 /// An image or an audio clip made into model inputs by its family's media
-/// processor ([`crate::Family::process_image`], `process_audio`).
+/// processor ([`crate::abi::Family::process_image`], `process_audio`).
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone)]
 pub struct ProcessedMedia {

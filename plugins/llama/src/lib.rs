@@ -10,12 +10,12 @@ use mlx::nn::RopeScaling;
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use plugin_api::config::{
-    context_length, eos_ids, field_or, implied_head_dim, named_scaling, one_of, parse, positive_finite, rope,
+    context_length, eos_ids, field_or, implied_head_dim, named_scaling, nullable, one_of, positive_finite, rope,
     DecoderFields,
 };
-use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
 use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderLm, DecoderShape, LmDrafter};
-use plugin_api::{CacheKind, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -32,9 +32,11 @@ pub struct Config {
     pub head_dim: Option<i32>,
     pub rms_norm_eps: f32,
     pub vocab_size: i32,
-    /// Default: 10000.
-    pub rope_theta: Option<f32>,
-    pub rope_traditional: Option<bool>,
+    /// Default (absent or `null`): 10000.
+    #[serde(default = "default_rope_theta", deserialize_with = "rope_theta_or_default")]
+    pub rope_theta: f32,
+    #[serde(default, deserialize_with = "nullable")]
+    pub rope_traditional: bool,
     pub rope_scaling: Option<Value>,
     /// Fraction of each head that rotates (Phi-3 family). Default: 1.
     pub partial_rotary_factor: Option<f32>,
@@ -51,14 +53,17 @@ pub struct Config {
     pub gguf: bool,
 }
 
-impl Config {
-    /// Parses config.json (or the GGUF metadata's equivalent) and checks it.
-    pub fn parse(c: &Value) -> Result<Config> {
-        let cfg: Config = parse(c)?;
-        cfg.check()?;
-        Ok(cfg)
-    }
+/// mlx-lm's rope base when a config has none.
+fn default_rope_theta() -> f32 {
+    10000.0
+}
 
+/// `rope_theta`, `null` read as absent.
+fn rope_theta_or_default<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f32, D::Error> {
+    Ok(Option::<f32>::deserialize(d)?.unwrap_or_else(default_rope_theta))
+}
+
+impl Config {
     fn kv_heads(&self) -> i32 {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
@@ -98,7 +103,9 @@ impl Config {
     fn scaling(&self) -> Result<RopeScaling> {
         named_scaling("rope_scaling", self.scaling_entry().as_ref(), self.context())
     }
+}
 
+impl FamilyConfig for Config {
     /// Every field in range: a config that cannot describe a real model is
     /// refused naming the field, before anything is built.
     fn check(&self) -> Result<()> {
@@ -113,7 +120,7 @@ impl Config {
             vocab: self.vocab_size,
         }
         .check()?;
-        positive_finite("rope_theta", self.rope_theta.unwrap_or(10000.0))?;
+        positive_finite("rope_theta", self.rope_theta)?;
         positive_finite("rms_norm_eps", self.rms_norm_eps)?;
         let p = self.partial_rotary_factor.unwrap_or(1.0);
         let dims = self.rope_dims()?;
@@ -130,7 +137,9 @@ impl Config {
 /// The family registration.
 pub struct LlamaFamily;
 
-impl FamilySpec for LlamaFamily {
+impl Family for LlamaFamily {
+    type Config = Config;
+
     fn name(&self) -> &'static str {
         "llama"
     }
@@ -139,25 +148,33 @@ impl FamilySpec for LlamaFamily {
         &["llama", "mistral", "phi3"]
     }
 
-    fn plan(&self, config: &Value) -> Result<ModelPlan> {
-        let cfg = if config.get("format").and_then(Value::as_str) == Some("gguf") {
-            Config::parse(&gguf::config(config)?).map_err(gguf::rename_fields)?
-        } else {
-            Config::parse(config)?
+    /// config.json, or a GGUF file's metadata put in its terms first.
+    fn config(&self, raw: &Value) -> Result<Config> {
+        let parse = |c: &Value| -> Result<Config> {
+            let cfg: Config = plugin_api::config::parse(c)?;
+            cfg.check()?;
+            Ok(cfg)
         };
+        if raw.get("format").and_then(Value::as_str) == Some("gguf") {
+            parse(&gguf::config(raw)?).map_err(gguf::rename_fields)
+        } else {
+            parse(raw)
+        }
+    }
+
+    fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
         let model_type = field_or::<String>(config, "model_type", "llama".into())?;
         let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
-        Ok(ModelPlan::text("llama", &model_type, &cfg, caches, cfg.vocab_size, cfg.hidden_size)?
+        Ok(ModelPlan::text("llama", &model_type, cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.context(), &cfg.scaling()?))
             .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
     }
 
-    fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+    fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
         if name.contains("self_attn.rotary_emb.inv_freq") {
             return Ok(vec![]);
         }
-        let cfg: Config = plan.config_as()?;
         if !cfg.gguf {
             return Ok(vec![(name.to_string(), t)]);
         }
@@ -173,27 +190,27 @@ impl FamilySpec for LlamaFamily {
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.
-    fn fusions(&self, plan: &ModelPlan) -> Vec<Fusion> {
+    fn fusions(&self, _cfg: &Config, plan: &ModelPlan) -> Vec<Fusion> {
         decoder_fusions(plan)
     }
 
     /// A separate checkpoint of this family drafts as a small LM (`--draft-model`).
     fn build_drafter(
         &self,
+        role: DraftRole,
+        cfg: &Config,
         plan: &ModelPlan,
         w: &dyn Weights,
-        target_plan: &ModelPlan,
+        _target_plan: &ModelPlan,
         _target: &dyn Weights,
-    ) -> Result<Option<Box<dyn DraftForward>>> {
-        LmDrafter::for_separate_checkpoint(plan, target_plan, || self.build(plan, w))
+    ) -> Result<Option<Box<dyn Drafter>>> {
+        LmDrafter::for_separate_checkpoint(role, plan, || self.build(cfg, plan, w))
     }
 
-    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        let cfg: Config = plan.config_as()?;
+    fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let head_dim = cfg.head_dim()?;
-        let theta = cfg.rope_theta.unwrap_or(10000.0);
-        let traditional = cfg.rope_traditional.unwrap_or(false);
-        let rope = rope(cfg.rope_dims()?, theta, traditional, cfg.scaling_entry().as_ref(), cfg.context())?;
+        let rope =
+            rope(cfg.rope_dims()?, cfg.rope_theta, cfg.rope_traditional, cfg.scaling_entry().as_ref(), cfg.context())?;
         // GGUF files omit `output.weight` when the head is tied.
         let tied = match (cfg.gguf, cfg.tie_word_embeddings) {
             (true, _) => w.get("lm_head.weight").is_none(),

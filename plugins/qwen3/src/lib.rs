@@ -4,11 +4,11 @@
 use mlx::nn::Weights;
 use mlx::Result;
 use plugin_api::config::{
-    context_length, eos_ids, field_or, named_scaling, one_of, parse, positive_finite, rope, DecoderFields,
+    context_length, eos_ids, field_or, named_scaling, one_of, positive_finite, rope, DecoderFields,
 };
-use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
 use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderLm, DecoderShape, LmDrafter};
-use plugin_api::{CacheKind, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -23,18 +23,29 @@ pub struct Config {
     pub head_dim: i32,
     pub rms_norm_eps: f32,
     pub vocab_size: i32,
-    /// Default: 1e6.
-    pub rope_theta: Option<f32>,
+    /// Default (absent or `null`): 1e6.
+    #[serde(default = "default_rope_theta", deserialize_with = "rope_theta_or_default")]
+    pub rope_theta: f32,
     pub rope_scaling: Option<Value>,
     pub tie_word_embeddings: bool,
     pub max_position_embeddings: Option<i32>,
     pub hidden_act: Option<String>,
 }
 
-impl Config {
-    /// Parses config.json and checks every field.
-    pub fn parse(c: &Value) -> Result<Config> {
-        let cfg: Config = parse(c)?;
+/// Qwen3's rope base when a config has none.
+fn default_rope_theta() -> f32 {
+    1_000_000.0
+}
+
+/// `rope_theta`, `null` read as absent.
+fn rope_theta_or_default<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f32, D::Error> {
+    Ok(Option::<f32>::deserialize(d)?.unwrap_or_else(default_rope_theta))
+}
+
+impl FamilyConfig for Config {
+    /// Every field in range, naming the field otherwise.
+    fn check(&self) -> Result<()> {
+        let cfg = self;
         one_of("hidden_act", cfg.hidden_act.as_deref(), &["silu", "swish"])?;
         DecoderFields {
             hidden: cfg.hidden_size,
@@ -46,21 +57,19 @@ impl Config {
             vocab: cfg.vocab_size,
         }
         .check()?;
-        positive_finite("rope_theta", cfg.rope_theta())?;
+        positive_finite("rope_theta", cfg.rope_theta)?;
         positive_finite("rms_norm_eps", cfg.rms_norm_eps)?;
         named_scaling("rope_scaling", cfg.rope_scaling.as_ref(), cfg.max_position_embeddings.unwrap_or(0))?;
-        Ok(cfg)
-    }
-
-    fn rope_theta(&self) -> f32 {
-        self.rope_theta.unwrap_or(1_000_000.0)
+        Ok(())
     }
 }
 
 /// The family registration.
 pub struct Qwen3Family;
 
-impl FamilySpec for Qwen3Family {
+impl Family for Qwen3Family {
+    type Config = Config;
+
     fn name(&self) -> &'static str {
         "qwen3"
     }
@@ -69,38 +78,38 @@ impl FamilySpec for Qwen3Family {
         &["qwen3"]
     }
 
-    fn plan(&self, config: &Value) -> Result<ModelPlan> {
-        let cfg = Config::parse(config)?;
+    fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
         let scaling =
             named_scaling("rope_scaling", cfg.rope_scaling.as_ref(), cfg.max_position_embeddings.unwrap_or(0))?;
         let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
-        Ok(ModelPlan::text("qwen3", "qwen3", &cfg, caches, cfg.vocab_size, cfg.hidden_size)?
+        Ok(ModelPlan::text("qwen3", "qwen3", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings.unwrap_or(0), &scaling))
             .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.
-    fn fusions(&self, plan: &ModelPlan) -> Vec<Fusion> {
+    fn fusions(&self, _cfg: &Config, plan: &ModelPlan) -> Vec<Fusion> {
         decoder_fusions(plan)
     }
 
     /// A separate checkpoint of this family drafts as a small LM (`--draft-model`).
     fn build_drafter(
         &self,
+        role: DraftRole,
+        cfg: &Config,
         plan: &ModelPlan,
         w: &dyn Weights,
-        target_plan: &ModelPlan,
+        _target_plan: &ModelPlan,
         _target: &dyn Weights,
-    ) -> Result<Option<Box<dyn DraftForward>>> {
-        LmDrafter::for_separate_checkpoint(plan, target_plan, || self.build(plan, w))
+    ) -> Result<Option<Box<dyn Drafter>>> {
+        LmDrafter::for_separate_checkpoint(role, plan, || self.build(cfg, plan, w))
     }
 
-    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        let cfg: Config = plan.config_as()?;
+    fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let rope = rope(
             cfg.head_dim,
-            cfg.rope_theta(),
+            cfg.rope_theta,
             false,
             cfg.rope_scaling.as_ref(),
             cfg.max_position_embeddings.unwrap_or(0),

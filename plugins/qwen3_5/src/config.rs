@@ -1,7 +1,9 @@
 //! Qwen3.5's config: the text part of config.json (`text_config` when
-//! present), every field checked before anything is built.
+//! present), every field checked before anything is built, and beside it
+//! the vision tower's ([`CheckpointConfig`]).
 
 use crate::gdn::GdnDims;
+use crate::image::ImageConfig;
 use mlx::nn::{Rope, RopeScaling};
 use mlx::{Error, Result};
 use plugin_api::config::{
@@ -9,8 +11,47 @@ use plugin_api::config::{
     text_config,
 };
 use plugin_api::layers::AttentionShape;
-use plugin_api::ModelPlan;
+use plugin_api::FamilyConfig;
 use serde_json::Value;
+
+/// Everything a checkpoint's config says, parsed once per plan: the text
+/// model's config and the vision tower's.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(try_from = "Value")]
+pub struct CheckpointConfig {
+    /// The text model.
+    pub text: Config,
+    /// The image settings as they parsed: a `vision_config` that does not
+    /// describe a usable tower leaves a text model, and asking it for
+    /// images says why.
+    pub image: Result<Option<ImageConfig>>,
+}
+
+impl CheckpointConfig {
+    /// From config.json (top level with or without `text_config`, the
+    /// processor's settings beside it); checked by [`FamilyConfig::check`].
+    pub fn parse(top: &Value) -> Result<CheckpointConfig> {
+        Ok(CheckpointConfig { text: Config::parse(top)?, image: ImageConfig::parse(top) })
+    }
+
+    /// The image settings, or why the `vision_config` does not parse.
+    pub fn image(&self) -> Result<Option<&ImageConfig>> {
+        self.image.as_ref().map(Option::as_ref).map_err(Clone::clone)
+    }
+}
+
+impl TryFrom<Value> for CheckpointConfig {
+    type Error = Error;
+    fn try_from(v: Value) -> Result<CheckpointConfig> {
+        CheckpointConfig::parse(&v)
+    }
+}
+
+impl FamilyConfig for CheckpointConfig {
+    fn check(&self) -> Result<()> {
+        self.text.check()
+    }
+}
 
 /// MoE settings.
 #[derive(Debug, Clone)]
@@ -59,7 +100,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// From config.json (top level with or without `text_config`).
+    /// From config.json (top level with or without `text_config`),
+    /// unchecked (see [`Config::check`]).
     pub fn parse(top: &Value) -> Result<Config> {
         let c = text_config(top);
         let hidden: i32 = field(c, "hidden_size")?;
@@ -149,13 +191,7 @@ impl Config {
             moe,
             mtp_layers: field_or(c, "mtp_num_hidden_layers", 1)?,
         };
-        cfg.check()?;
         Ok(cfg)
-    }
-
-    /// The config a plan carries (the checkpoint's, re-checked).
-    pub fn from_plan(plan: &ModelPlan) -> Result<Config> {
-        Config::parse(&plan.config_as::<Value>()?)
     }
 
     /// The rope of the full-attention layers (partial: the first `rope_dims` features).
@@ -173,7 +209,7 @@ impl Config {
     }
 
     /// Every field in range, naming the field otherwise.
-    fn check(&self) -> Result<()> {
+    pub fn check(&self) -> Result<()> {
         in_range("hidden_size", self.hidden_size, limits::HIDDEN)?;
         if let Some(i) = self.intermediate_size {
             in_range("intermediate_size", i, limits::INTERMEDIATE)?;

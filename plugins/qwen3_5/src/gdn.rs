@@ -4,7 +4,7 @@
 
 use mlx::nn::{HeadShare, Kind, Linear, Parallel, Split, Weights};
 use mlx::{Array, Dtype, Result};
-use plugin_api::family::Caches;
+use plugin_api::Caches;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Which implementation of the delta-rule scan to run.

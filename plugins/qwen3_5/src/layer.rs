@@ -7,8 +7,8 @@ use crate::gdn::GatedDeltaNet;
 use crate::moe::SparseMoe;
 use mlx::nn::{GatedMlp, RmsNorm, Rope, Weights};
 use mlx::{Array, Error, Result};
-use plugin_api::family::Caches;
 use plugin_api::layers::{Attention, Rotary};
+use plugin_api::Caches;
 
 /// A layer's token mixer.
 #[derive(Debug, Clone)]

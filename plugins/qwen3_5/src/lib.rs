@@ -21,23 +21,24 @@ pub mod names;
 pub mod scan_kernel;
 pub mod vision;
 
-use config::Config;
-use image::ImageConfig;
+use config::CheckpointConfig;
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use model::Qwen3_5;
 use names::{canonical_name, MTP_PREFIX, OFFSET_NORMS, PREFIX};
 use plugin_api::config::{eos_ids, field_or, text_config};
-use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
 use plugin_api::layers::gate_up_fusion;
 use plugin_api::media::MediaInput;
 use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawImage};
+use plugin_api::{DraftRole, Drafter, Family, FamilyConfig, Model};
 use serde_json::Value;
 
 /// The family registration.
 pub struct Qwen3_5Family;
 
-impl FamilySpec for Qwen3_5Family {
+impl Family for Qwen3_5Family {
+    type Config = CheckpointConfig;
+
     fn name(&self) -> &'static str {
         "qwen3_5"
     }
@@ -46,8 +47,16 @@ impl FamilySpec for Qwen3_5Family {
         &["qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"]
     }
 
-    fn plan(&self, config: &Value) -> Result<ModelPlan> {
-        let cfg = Config::parse(config)?;
+    /// Parsed by hand: the text part may sit under `text_config`, and rope
+    /// settings under `rope_parameters` or at the top.
+    fn config(&self, raw: &Value) -> Result<CheckpointConfig> {
+        let cfg = CheckpointConfig::parse(raw)?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    fn plan(&self, checkpoint: &CheckpointConfig, config: &Value) -> Result<ModelPlan> {
+        let cfg = &checkpoint.text;
         let mut stored = config.clone();
         if let Some(o) = stored.as_object_mut() {
             o.retain(|k, _| !k.starts_with("quantization"));
@@ -73,19 +82,18 @@ impl FamilySpec for Qwen3_5Family {
             .with_dtype(&dtype);
         // A vision_config that does not describe a usable tower (e.g. a
         // stub beside text weights) leaves the model serving text.
-        Ok(match ImageConfig::parse(config) {
+        Ok(match checkpoint.image() {
             Ok(Some(img)) if img.vision.out_hidden_size == cfg.hidden_size => plan.with_media(img.spec()),
             _ => plan,
         })
     }
 
-    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> Result<MediaInput> {
-        let img = ImageConfig::parse(&plan.config_as::<Value>()?)?
-            .ok_or_else(|| Error::msg("this qwen3_5 checkpoint has no vision_config"))?;
+    fn process_image(&self, cfg: &CheckpointConfig, _plan: &ModelPlan, image: &RawImage) -> Result<MediaInput> {
+        let img = cfg.image()?.ok_or_else(|| Error::msg("this qwen3_5 checkpoint has no vision_config"))?;
         img.process(image)
     }
 
-    fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+    fn rewrite(&self, cfg: &CheckpointConfig, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
         let Some((name, hf)) = canonical_name(name) else {
             return Ok(vec![]);
         };
@@ -112,7 +120,7 @@ impl FamilySpec for Qwen3_5Family {
         if let Some(p) = name.strip_suffix(".mlp.experts.down_proj") {
             return Ok(vec![(format!("{p}.mlp.switch_mlp.down_proj.weight"), t)]);
         }
-        if name == "language_model.lm_head.weight" && Config::from_plan(plan)?.tie_word_embeddings {
+        if name == "language_model.lm_head.weight" && cfg.text.tie_word_embeddings {
             return Ok(vec![]);
         }
         // PyTorch conv layout [C, 1, K] → MLX's [C, K, 1].
@@ -126,7 +134,7 @@ impl FamilySpec for Qwen3_5Family {
         Ok(vec![(name, t)])
     }
 
-    fn quant_class(&self, _plan: &ModelPlan, name: &str) -> QuantClass {
+    fn quant_class(&self, _cfg: &CheckpointConfig, _plan: &ModelPlan, name: &str) -> QuantClass {
         if name.starts_with(vision::PREFIX) || name.starts_with(MTP_PREFIX) {
             // The tower stays in float, as mlx-vlm's converter keeps it; so
             // does the MTP head, whose drafts must track the target closely.
@@ -150,8 +158,8 @@ impl FamilySpec for Qwen3_5Family {
 
     /// One matmul for gate/up in the dense MLPs, the shared experts and the
     /// MTP layers (the host skips the names a checkpoint lacks).
-    fn fusions(&self, plan: &ModelPlan) -> Vec<Fusion> {
-        let Ok(cfg) = Config::from_plan(plan) else { return Vec::new() };
+    fn fusions(&self, checkpoint: &CheckpointConfig, _plan: &ModelPlan) -> Vec<Fusion> {
+        let cfg = &checkpoint.text;
         let layers = (0..cfg.num_hidden_layers).map(|i| format!("{PREFIX}layers.{i}"));
         let mtp = (0..cfg.mtp_layers).map(|i| format!("{MTP_PREFIX}layers.{i}"));
         layers
@@ -161,21 +169,22 @@ impl FamilySpec for Qwen3_5Family {
             .collect()
     }
 
-    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        let image = if plan.media.is_some() { ImageConfig::parse(&plan.config_as::<Value>()?)? } else { None };
-        Ok(Box::new(Qwen3_5::load(&Config::from_plan(plan)?, w)?.with_vision(image, w)?))
+    fn build(&self, cfg: &CheckpointConfig, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
+        let image = if plan.media.is_some() { cfg.image()?.cloned() } else { None };
+        Ok(Box::new(Qwen3_5::load(&cfg.text, w)?.with_vision(image, w)?))
     }
 
     /// The MTP head of the target's own checkpoint, when it carries one.
     fn build_drafter(
         &self,
-        plan: &ModelPlan,
+        role: DraftRole,
+        cfg: &CheckpointConfig,
+        _plan: &ModelPlan,
         w: &dyn Weights,
-        target_plan: &ModelPlan,
+        _target_plan: &ModelPlan,
         target: &dyn Weights,
-    ) -> Result<Option<Box<dyn DraftForward>>> {
-        // The host hands the target's own plan twice when it asks for a self-drafter.
-        if !std::ptr::eq(plan, target_plan) {
+    ) -> Result<Option<Box<dyn Drafter>>> {
+        if role == DraftRole::Checkpoint {
             // A separate Qwen3.5 checkpoint cannot be a small-LM drafter: its
             // linear-attention state cannot be trimmed back after a rejected draft.
             return Err(Error(
@@ -187,9 +196,8 @@ impl FamilySpec for Qwen3_5Family {
         if !mtp::has_mtp(w) {
             return Ok(None);
         }
-        let cfg = Config::from_plan(plan)?;
-        let tcfg = Config::from_plan(target_plan)?;
-        Ok(Some(Box::new(mtp::MtpDrafter::load(&cfg, w, &tcfg, target)?)))
+        // The target's own head: its config is the target's.
+        Ok(Some(Box::new(mtp::MtpDrafter::load(&cfg.text, w, &cfg.text, target)?)))
     }
 }
 

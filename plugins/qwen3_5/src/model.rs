@@ -11,9 +11,9 @@ use crate::names::{LM_HEAD, PREFIX};
 use crate::vision::VisionTower;
 use mlx::nn::{Embedding, OutputHead, RmsNorm, Weights};
 use mlx::{Array, Error, Result};
-use plugin_api::family::{Caches, Input, ModelForward, Output};
 use plugin_api::layers::{lm_output, splice_rows, Rotary, Stage};
 use plugin_api::media::MediaInput;
+use plugin_api::{Caches, Input, Model, Output};
 
 /// The Qwen3.5 text model.
 #[derive(Debug, Clone)]
@@ -106,7 +106,7 @@ impl Qwen3_5 {
     }
 }
 
-impl ModelForward for Qwen3_5 {
+impl Model for Qwen3_5 {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let stage = self.stage.as_ref();
         let shape = [input.tokens.dim(0), input.tokens.dim(1), self.embed.width()];

@@ -23,8 +23,8 @@ use crate::layer::Layer;
 use crate::names::{LM_HEAD, MTP_PREFIX, PREFIX};
 use mlx::nn::{Embedding, Linear, OutputHead, RmsNorm, Weights};
 use mlx::{Array, Error, Result};
-use plugin_api::family::{Caches, DraftForward};
 use plugin_api::CacheKind;
+use plugin_api::{Caches, Drafter};
 
 /// True when `w` carries an MTP head (its input projection).
 pub fn has_mtp(w: &dyn Weights) -> bool {
@@ -82,7 +82,7 @@ impl MtpDrafter {
     }
 }
 
-impl DraftForward for MtpDrafter {
+impl Drafter for MtpDrafter {
     fn cache_kinds(&self) -> Vec<CacheKind> {
         vec![CacheKind::Full; self.layers.len()]
     }

@@ -6,9 +6,9 @@
 
 use mlx::nn::Weights;
 use mlx::{Array, Result};
-use plugin_api::family::{Caches, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::DecoderLm;
 use plugin_api::ModelPlan;
+use plugin_api::{Caches, Family, Input, Model, Output};
 use serde_json::Value;
 
 /// The family.
@@ -19,7 +19,7 @@ struct Biased {
     token: Option<i32>,
 }
 
-impl ModelForward for Biased {
+impl Model for Biased {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let mut out = self.inner.forward(input, caches)?;
         if let Some(t) = self.token {
@@ -33,17 +33,19 @@ impl ModelForward for Biased {
     }
 }
 
-impl FamilySpec for ReloadFamily {
+impl Family for ReloadFamily {
+    type Config = crate::decoder::Config;
+
     fn name(&self) -> &'static str {
         "reloadtest"
     }
     fn model_types(&self) -> &'static [&'static str] {
         &["reloadtest"]
     }
-    fn plan(&self, c: &Value) -> Result<ModelPlan> {
-        crate::decoder::plan("reloadtest", c)
+    fn plan(&self, c: &crate::decoder::Config, raw: &Value) -> Result<ModelPlan> {
+        crate::decoder::plan("reloadtest", c, raw)
     }
-    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        Ok(Box::new(Biased { inner: crate::decoder::build(plan, w)?, token: crate::BIAS }))
+    fn build(&self, c: &crate::decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
+        Ok(Box::new(Biased { inner: crate::decoder::build(c, w)?, token: crate::BIAS }))
     }
 }

@@ -38,7 +38,7 @@ fn qkv_and_gate_up_are_fused_once() {
             assert_eq!(t.contains_key(&format!("{a}.qkv_proj.scales")), quantized, "{variant}");
             if quantized {
                 let name = format!("{a}.qkv_proj");
-                let q = plugin_api::WeightStore::quant(&*m.weights, name.as_str().into()).into_option();
+                let q = plugin_api::abi::WeightStore::quant(&*m.weights, name.as_str().into()).into_option();
                 let bits = if variant.ends_with("q4") { 4 } else { 8 };
                 assert_eq!(q.map(|q| q.bits), Some(bits), "{variant}: fused module lost its quantization");
             }

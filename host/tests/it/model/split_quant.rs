@@ -13,7 +13,7 @@ use famlx::model::LoadedModel;
 use famlx::plugins::{load_plugin, plugin_pattern, Registry};
 use mlx::quant::{quantize, QuantSpec};
 use mlx::{concatenate, Array};
-use plugin_api::WeightStore;
+use plugin_api::abi::WeightStore;
 use std::collections::HashMap;
 use std::path::Path;
 

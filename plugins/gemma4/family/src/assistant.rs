@@ -30,8 +30,8 @@ use crate::layer::Gemma4Layer;
 use mlx::nn::{Embedding, Kind, Linear, OutputHead, RmsNorm, Weights};
 use mlx::{concatenate, full, Array, Dtype, Error, Result};
 use plugin_api::config::{eos_ids, field_or, in_range, limits};
-use plugin_api::family::{Caches, DraftForward};
 use plugin_api::{AttnMask, CacheKind, ModelPlan};
+use plugin_api::{Caches, Drafter};
 use serde_json::{json, Value};
 
 /// The model type this module serves.
@@ -100,17 +100,11 @@ impl AssistantConfig {
         }
         Ok(cfg)
     }
-
-    /// Re-parses the config a plan carries.
-    pub fn from_plan(plan: &ModelPlan) -> Result<AssistantConfig> {
-        AssistantConfig::parse(&plan.config_as::<Value>()?)
-    }
 }
 
 /// The plan of an assistant checkpoint: no caches of its own (it reads the
 /// target's), no BOS convention (it never sees a prompt).
-pub fn plan(config: &Value) -> Result<ModelPlan> {
-    let cfg = AssistantConfig::parse(config)?;
+pub fn plan(cfg: &AssistantConfig, config: &Value) -> Result<ModelPlan> {
     let mut stored = config.clone();
     if let Some(o) = stored.as_object_mut() {
         o.retain(|k, _| !k.starts_with("quantization"));
@@ -125,8 +119,8 @@ pub fn plan(config: &Value) -> Result<ModelPlan> {
 }
 
 /// Tensor names of an assistant checkpoint (HF and mlx-vlm name them alike).
-pub fn rewrite(plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
-    if name == "lm_head.weight" && AssistantConfig::from_plan(plan)?.tie_word_embeddings {
+pub fn rewrite(cfg: &AssistantConfig, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+    if name == "lm_head.weight" && cfg.tie_word_embeddings {
         return Ok(vec![]);
     }
     if name == "masked_embedding.token_ordering" {
@@ -184,14 +178,14 @@ pub struct Gemma4Assistant {
 }
 
 impl Gemma4Assistant {
-    /// Builds the drafter from the assistant's plan/weights and its target's.
+    /// Builds the drafter from the assistant's config/weights and its
+    /// target's plan/weights.
     pub fn load(
-        plan: &ModelPlan,
+        cfg: &AssistantConfig,
         w: &dyn Weights,
         target_plan: &ModelPlan,
         target_w: &dyn Weights,
     ) -> Result<Gemma4Assistant> {
-        let cfg = AssistantConfig::from_plan(plan)?;
         if target_plan.family.as_str() != "gemma4" || target_plan.model_type.as_str() == MODEL_TYPE {
             return Err(Error(format!(
                 "a gemma4_assistant drafts for a gemma4 target; the target is {} ({})",
@@ -264,7 +258,7 @@ impl Gemma4Assistant {
     }
 }
 
-impl DraftForward for Gemma4Assistant {
+impl Drafter for Gemma4Assistant {
     fn step(
         &mut self,
         hidden: &Array,

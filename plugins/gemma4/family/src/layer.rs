@@ -7,8 +7,8 @@ use crate::config::Config;
 use crate::moe::MoeBlock;
 use mlx::nn::{geglu, GatedMlp, GluActivation, Kind, Linear, RmsNorm, Weights};
 use mlx::{Array, Error, Result};
-use plugin_api::family::Caches;
 use plugin_api::layers::{Attention, SharedKv};
+use plugin_api::Caches;
 
 /// Per-layer input gating of the E2B/E4B models.
 #[derive(Debug, Clone)]

@@ -22,6 +22,7 @@ pub mod assistant;
 pub mod audio;
 pub mod audio_features;
 pub mod audio_tower;
+pub mod checkpoint;
 mod clipped;
 pub mod config;
 pub mod image;
@@ -31,19 +32,17 @@ pub mod model;
 pub mod moe;
 pub mod vision;
 
-use audio::AudioConfig;
 use audio_tower::AudioTower;
-use config::Config;
-use image::ImageConfig;
+use checkpoint::{CheckpointConfig, Kind};
 use media::{MediaTokens, Tower};
 use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use model::Gemma4Text;
 use plugin_api::config::{eos_ids, field_or, text_config};
-use plugin_api::family::{DraftForward, FamilySpec, ModelForward};
 use plugin_api::layers::{gate_up_fusion, qkv_fusion};
 use plugin_api::media::MediaInput;
 use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawAudio, RawImage};
+use plugin_api::{DraftRole, Drafter, Family, FamilyConfig, Model};
 use serde_json::Value;
 use vision::VisionTower;
 
@@ -63,7 +62,9 @@ const DROPPED: [&str; 5] = ["self_attn.rotary_emb", "input_max", "input_min", "o
 /// The family registration.
 pub struct Gemma4Family;
 
-impl FamilySpec for Gemma4Family {
+impl Family for Gemma4Family {
+    type Config = CheckpointConfig;
+
     fn name(&self) -> &'static str {
         "gemma4"
     }
@@ -72,12 +73,19 @@ impl FamilySpec for Gemma4Family {
         &["gemma4", "gemma4_text", assistant::MODEL_TYPE]
     }
 
-    fn plan(&self, config: &Value) -> Result<ModelPlan> {
-        if config.get("model_type").and_then(Value::as_str) == Some(assistant::MODEL_TYPE) {
-            return assistant::plan(config);
-        }
-        let cfg = Config::parse(config)?;
-        cfg.kv_sources()?;
+    /// Parsed by hand: the text part may sit under `text_config`, and the
+    /// media settings beside it.
+    fn config(&self, raw: &Value) -> Result<CheckpointConfig> {
+        let cfg = CheckpointConfig::parse(raw)?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    fn plan(&self, checkpoint: &CheckpointConfig, config: &Value) -> Result<ModelPlan> {
+        let cfg = match &checkpoint.kind {
+            Kind::Assistant(a) => return assistant::plan(a, config),
+            Kind::Text(c) => c,
+        };
         let mut stored = config.clone();
         if let Some(o) = stored.as_object_mut() {
             o.retain(|k, _| !k.starts_with("quantization"));
@@ -108,8 +116,8 @@ impl FamilySpec for Gemma4Family {
         // A vision_config that does not describe a usable tower (e.g. a
         // stub beside text weights) leaves the model without images; an
         // audio_config that does not parse is an error.
-        let image = ImageConfig::parse(config).ok().flatten();
-        let audio = AudioConfig::parse(config)?;
+        let image = checkpoint.image().ok().flatten();
+        let audio = checkpoint.audio()?;
         let both_ways = image.as_ref().is_some_and(|i| i.bidirectional);
         Ok(match media::media_spec(image.map(|i| i.placeholders()), audio.map(|a| a.spec()), both_ways) {
             Some(spec) => plan.with_media(spec),
@@ -117,27 +125,33 @@ impl FamilySpec for Gemma4Family {
         })
     }
 
-    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> Result<MediaInput> {
-        let img = ImageConfig::parse(&plan.config_as::<Value>()?)?
-            .ok_or_else(|| Error::msg("this gemma4 checkpoint has no vision_config"))?;
+    fn process_image(&self, cfg: &CheckpointConfig, _plan: &ModelPlan, image: &RawImage) -> Result<MediaInput> {
+        let img = cfg.image()?.ok_or_else(|| Error::msg("this gemma4 checkpoint has no vision_config"))?;
         img.process(image)
     }
 
-    fn process_audio(&self, plan: &ModelPlan, audio: &RawAudio) -> Result<MediaInput> {
-        let cfg = AudioConfig::parse(&plan.config_as::<Value>()?)?
-            .ok_or_else(|| Error::msg("this gemma4 checkpoint has no audio_config"))?;
+    fn process_audio(&self, cfg: &CheckpointConfig, _plan: &ModelPlan, audio: &RawAudio) -> Result<MediaInput> {
+        let cfg = cfg.audio()?.ok_or_else(|| Error::msg("this gemma4 checkpoint has no audio_config"))?;
         cfg.process(audio)
     }
 
-    fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+    fn rewrite(
+        &self,
+        checkpoint: &CheckpointConfig,
+        plan: &ModelPlan,
+        name: &str,
+        t: Array,
+    ) -> Result<Vec<(String, Array)>> {
         if plan.model_type.as_str() == assistant::MODEL_TYPE {
-            return assistant::rewrite(plan, name, t);
+            if let Kind::Assistant(a) = &checkpoint.kind {
+                return assistant::rewrite(a, name, t);
+            }
         }
         let bare = name.strip_prefix("model.").unwrap_or(name);
         if VISION_PREFIXES.iter().any(|p| bare.starts_with(p)) {
             // Hugging Face's `model.vision_tower.X` is mlx-vlm's `vision_tower.X`;
             // clip bounds are kept only where the tower clips.
-            let img = ImageConfig::parse(&plan.config_as::<Value>()?).ok().flatten();
+            let img = checkpoint.image().ok().flatten();
             let keep = match &img {
                 None => false,
                 Some(_) if name.contains("rotary_emb") => false,
@@ -147,9 +161,9 @@ impl FamilySpec for Gemma4Family {
             return Ok(if keep { vec![(bare.to_string(), t)] } else { vec![] });
         }
         if AUDIO_PREFIXES.iter().any(|p| bare.starts_with(p)) {
-            return rewrite_audio(plan, bare, t);
+            return rewrite_audio(checkpoint, bare, t);
         }
-        let cfg = Config::from_plan(plan)?;
+        let cfg = checkpoint.text();
         if UNUSED_PREFIXES.iter().any(|p| bare.starts_with(p)) || DROPPED.iter().any(|d| name.contains(d)) {
             return Ok(vec![]);
         }
@@ -184,7 +198,7 @@ impl FamilySpec for Gemma4Family {
         Ok(vec![(name, t)])
     }
 
-    fn quant_class(&self, _plan: &ModelPlan, name: &str) -> QuantClass {
+    fn quant_class(&self, _cfg: &CheckpointConfig, _plan: &ModelPlan, name: &str) -> QuantClass {
         if VISION_PREFIXES.iter().chain(&AUDIO_PREFIXES).any(|p| name.starts_with(p)) {
             // The towers stay in float, as mlx-vlm's converter keeps them.
             return QuantClass::Skip;
@@ -201,8 +215,8 @@ impl FamilySpec for Gemma4Family {
     }
 
     /// One matmul for gate/up in every layer's dense MLP.
-    fn fusions(&self, plan: &ModelPlan) -> Vec<Fusion> {
-        let Ok(cfg) = Config::from_plan(plan) else { return Vec::new() };
+    fn fusions(&self, checkpoint: &CheckpointConfig, _plan: &ModelPlan) -> Vec<Fusion> {
+        let cfg = checkpoint.text();
         let p = format!("{}model", cfg.prefix());
         // q/k/v fuse where a layer has all three (not in K=V or KV-shared
         // layers: the host leaves a fusion with a missing part alone).
@@ -214,21 +228,20 @@ impl FamilySpec for Gemma4Family {
             .collect()
     }
 
-    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        if plan.model_type.as_str() == assistant::MODEL_TYPE {
-            return Err(Error::msg("gemma4_assistant is a draft model: pass it with --draft-model"));
-        }
-        let cfg = Config::from_plan(plan)?;
-        let model = Gemma4Text::load(&cfg, w)?;
-        let c = plan.config_as::<Value>()?;
+    fn build(&self, checkpoint: &CheckpointConfig, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
+        let cfg = match &checkpoint.kind {
+            Kind::Text(c) if plan.model_type.as_str() != assistant::MODEL_TYPE => c,
+            _ => return Err(Error::msg("gemma4_assistant is a draft model: pass it with --draft-model")),
+        };
+        let model = Gemma4Text::load(cfg, w)?;
         // A multimodal checkpoint's prompt reads media ids as such even
         // where it takes no media (as mlx-vlm, which always builds the towers).
-        let media_ids = media::media_ids(&c)?;
+        let media_ids = checkpoint.media_ids()?;
         let Some(spec) = plan.media.as_ref().into_option() else {
             return Ok(Box::new(model.with_media(MediaTokens { media_ids, ..Default::default() }, None, None)));
         };
-        let image = if spec.image.is_some() { ImageConfig::parse(&c)? } else { None };
-        let audio = if spec.audio.is_some() { AudioConfig::parse(&c)? } else { None };
+        let image = if spec.image.is_some() { checkpoint.image()? } else { None };
+        let audio = if spec.audio.is_some() { checkpoint.audio()? } else { None };
         let tokens = MediaTokens {
             image_token_id: image.as_ref().map(|i| i.image_token_id),
             audio_token_id: audio.as_ref().map(|a| a.audio_token_id),
@@ -253,15 +266,18 @@ impl FamilySpec for Gemma4Family {
 
     fn build_drafter(
         &self,
+        _role: DraftRole,
+        checkpoint: &CheckpointConfig,
         plan: &ModelPlan,
         w: &dyn Weights,
         target_plan: &ModelPlan,
         target_w: &dyn Weights,
-    ) -> Result<Option<Box<dyn DraftForward>>> {
+    ) -> Result<Option<Box<dyn Drafter>>> {
+        let Kind::Assistant(cfg) = &checkpoint.kind else { return Ok(None) };
         if plan.model_type.as_str() != assistant::MODEL_TYPE {
             return Ok(None);
         }
-        Ok(Some(Box::new(assistant::Gemma4Assistant::load(plan, w, target_plan, target_w)?)))
+        Ok(Some(Box::new(assistant::Gemma4Assistant::load(cfg, w, target_plan, target_w)?)))
     }
 }
 
@@ -270,8 +286,8 @@ impl FamilySpec for Gemma4Family {
 /// (`[out, in, kh, kw]` → `[out, kh, kw, in]`, `[out, in, k]` → `[out, k,
 /// in]`) unless stored so already, as mlx-vlm's `sanitize` decides;
 /// dropped when the checkpoint has no `audio_config`.
-fn rewrite_audio(plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
-    let Some(audio) = AudioConfig::parse(&plan.config_as::<Value>()?)? else { return Ok(vec![]) };
+fn rewrite_audio(checkpoint: &CheckpointConfig, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+    let Some(audio) = checkpoint.audio()? else { return Ok(vec![]) };
     if name.contains("rotary_emb") {
         return Ok(vec![]);
     }

@@ -9,10 +9,10 @@ use crate::layer::Gemma4Layer;
 use crate::media::{MediaTokens, Tower};
 use mlx::nn::{Embedding, Linear, OutputHead, RmsNorm, Weights};
 use mlx::{Array, Dtype, Error, Result};
-use plugin_api::family::{Caches, Input, ModelForward, Output};
 use plugin_api::layers::{lm_output, splice_rows, SharedKv, Stage};
 use plugin_api::media::MediaInput;
 use plugin_api::TokenSource;
+use plugin_api::{Caches, Input, Model, Output};
 
 /// Per-layer input embeddings (E2B/E4B).
 #[derive(Debug, Clone)]
@@ -174,7 +174,7 @@ impl Gemma4Text {
     }
 }
 
-impl ModelForward for Gemma4Text {
+impl Model for Gemma4Text {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let stage = self.stage.as_ref();
         let first_stage = stage.is_none_or(|s| s.rank == 0);

@@ -4,14 +4,16 @@
 
 use mlx::nn::Weights;
 use mlx::{Error, Result};
-use plugin_api::family::{FamilySpec, ModelForward};
 use plugin_api::ModelPlan;
+use plugin_api::{Family, Model};
 use serde_json::Value;
 
 /// The family.
 pub struct NoModelTypeFamily;
 
-impl FamilySpec for NoModelTypeFamily {
+impl Family for NoModelTypeFamily {
+    type Config = Value;
+
     fn name(&self) -> &'static str {
         "nomodeltype"
     }
@@ -20,11 +22,11 @@ impl FamilySpec for NoModelTypeFamily {
         &[]
     }
 
-    fn plan(&self, _config: &Value) -> Result<ModelPlan> {
+    fn plan(&self, _config: &Value, _raw: &Value) -> Result<ModelPlan> {
         Err(Error("nomodeltype plugin: never planned".into()))
     }
 
-    fn build(&self, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, _config: &Value, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn Model>> {
         Err(Error("nomodeltype plugin: never built".into()))
     }
 }

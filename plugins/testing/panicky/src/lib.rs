@@ -4,8 +4,8 @@
 
 use mlx::nn::Weights;
 use mlx::Result;
-use plugin_api::family::{FamilySpec, ModelForward};
 use plugin_api::{CacheKind, ModelPlan};
+use plugin_api::{Family, Model};
 use serde_json::Value;
 
 /// The message the panic carries (tests look for it).
@@ -14,7 +14,10 @@ pub const PANIC_MESSAGE: &str = "panicky plugin: build always panics";
 /// The family.
 pub struct PanickyFamily;
 
-impl FamilySpec for PanickyFamily {
+impl Family for PanickyFamily {
+    /// Any config.
+    type Config = Value;
+
     fn name(&self) -> &'static str {
         "panicky"
     }
@@ -23,11 +26,11 @@ impl FamilySpec for PanickyFamily {
         &["panicky"]
     }
 
-    fn plan(&self, config: &Value) -> Result<ModelPlan> {
+    fn plan(&self, _config: &Value, config: &Value) -> Result<ModelPlan> {
         Ok(ModelPlan::text("panicky", "panicky", config, vec![CacheKind::Full], 512, 64)?.with_dtype("float32"))
     }
 
-    fn build(&self, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
+    fn build(&self, _config: &Value, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn Model>> {
         panic!("{PANIC_MESSAGE}");
     }
 }

@@ -9,25 +9,26 @@ mod decoder;
 
 use mlx::nn::Weights;
 use mlx::{Array, Result};
-use plugin_api::config::field;
-use plugin_api::family::{FamilySpec, ModelForward};
 use plugin_api::ModelPlan;
+use plugin_api::{Family, Model};
 use serde_json::Value;
 
 /// The family.
 pub struct SplitFusedFamily;
 
-impl FamilySpec for SplitFusedFamily {
+impl Family for SplitFusedFamily {
+    type Config = decoder::Config;
+
     fn name(&self) -> &'static str {
         "splitfused"
     }
     fn model_types(&self) -> &'static [&'static str] {
         &["splitfused"]
     }
-    fn plan(&self, c: &Value) -> Result<ModelPlan> {
-        decoder::plan("splitfused", c)
+    fn plan(&self, c: &decoder::Config, raw: &Value) -> Result<ModelPlan> {
+        decoder::plan("splitfused", c, raw)
     }
-    fn rewrite(&self, plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+    fn rewrite(&self, c: &decoder::Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
         // Rows of a quantized tensor's weight, scales and biases are its
         // output features alike, so one split serves all three.
         let split = |module: &str, parts: &[&str], rows: &[i32]| -> Result<Vec<(String, Array)>> {
@@ -36,10 +37,8 @@ impl FamilySpec for SplitFusedFamily {
             Ok(parts.iter().zip(pieces).map(|(p, a)| (format!("{module}.{p}.{part}"), a)).collect())
         };
         if let Some((module, _)) = name.split_once(".qkv_proj.") {
-            let c: Value = plan.config_as()?;
-            let d: i32 = field(&c, "head_dim")?;
-            let q = d * field::<i32>(&c, "num_attention_heads")?;
-            let kv = d * field::<i32>(&c, "num_key_value_heads")?;
+            let q = c.head_dim * c.num_attention_heads;
+            let kv = c.head_dim * c.num_key_value_heads;
             return split(module, &["q_proj", "k_proj", "v_proj"], &[q, q + kv]);
         }
         if let Some((module, _)) = name.split_once(".gate_up_proj.") {
@@ -47,8 +46,8 @@ impl FamilySpec for SplitFusedFamily {
         }
         Ok(vec![(name.to_string(), t)])
     }
-    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        Ok(Box::new(decoder::build(plan, w)?))
+    fn build(&self, c: &decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
+        Ok(Box::new(decoder::build(c, w)?))
     }
 }
 

@@ -9,9 +9,9 @@ mod decoder;
 
 use mlx::nn::Weights;
 use mlx::Result;
-use plugin_api::family::{Caches, FamilySpec, Input, ModelForward, Output};
 use plugin_api::layers::DecoderLm;
 use plugin_api::ModelPlan;
+use plugin_api::{Caches, Family, Input, Model, Output};
 use serde_json::Value;
 
 /// The family.
@@ -21,7 +21,7 @@ struct Truncated {
     inner: DecoderLm,
 }
 
-impl ModelForward for Truncated {
+impl Model for Truncated {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let mut out = self.inner.forward(input, caches)?;
         if let Some(l) = out.logits.take() {
@@ -32,18 +32,20 @@ impl ModelForward for Truncated {
     }
 }
 
-impl FamilySpec for WrongShapeFamily {
+impl Family for WrongShapeFamily {
+    type Config = decoder::Config;
+
     fn name(&self) -> &'static str {
         "wrongshape"
     }
     fn model_types(&self) -> &'static [&'static str] {
         &["wrongshape"]
     }
-    fn plan(&self, c: &Value) -> Result<ModelPlan> {
-        decoder::plan("wrongshape", c)
+    fn plan(&self, c: &decoder::Config, raw: &Value) -> Result<ModelPlan> {
+        decoder::plan("wrongshape", c, raw)
     }
-    fn build(&self, plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn ModelForward>> {
-        Ok(Box::new(Truncated { inner: decoder::build(plan, w)? }))
+    fn build(&self, c: &decoder::Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
+        Ok(Box::new(Truncated { inner: decoder::build(c, w)? }))
     }
 }
 

@@ -5,9 +5,9 @@
 
 use crate::common;
 
-use common::names::{fixture_plan, rewritten, zeros};
+use common::names::{config, fixture_plan, rewritten, zeros};
 use famlx_gemma4::Gemma4Family;
-use plugin_api::family::FamilySpec;
+use plugin_api::family::Family;
 
 #[test]
 fn gemma4_rewrite_renames_splits_experts_and_drops_towers() {
@@ -57,7 +57,7 @@ fn gemma4_vision_tensors_follow_mlx_vlm_names() {
     );
     assert!(rewritten(&f, &plan, "model.vision_tower.rotary_emb.inv_freq", zeros(&[2])).is_empty());
     assert_eq!(
-        f.quant_class(&plan, "vision_tower.encoder.layers.0.mlp.up_proj.linear.weight"),
+        f.quant_class(&config(&f, &plan), &plan, "vision_tower.encoder.layers.0.mlp.up_proj.linear.weight"),
         plugin_api::QuantClass::Skip
     );
     let text_only = fixture_plan(&f, "gemma4-e2b-bf16");

@@ -36,8 +36,9 @@ use famlx::model::HostWeights;
 use famlx::model::LoadedModel;
 use famlx::prompt::{chat_ids, Message};
 use mlx::Array;
+use plugin_api::abi::{CacheBox, DrafterBox, WeightStore_TO};
 use plugin_api::CacheKind;
-use plugin_api::{CacheBox, DrafterBox, LogitsWanted, TokenSource, WeightStore_TO};
+use plugin_api::{LogitsWanted, TokenSource};
 
 fn load(variant: &str) -> LoadedModel {
     load_with(variant, CacheOptions::default())
@@ -337,6 +338,7 @@ fn assistant_drafter(dir: &std::path::Path, m: &LoadedModel) -> (std::rc::Rc<Hos
     let w = std::rc::Rc::new(HostWeights::rewritten(&m.family, &plan, &ck.tensors, &ck.on_disk, &ck.quant).unwrap());
     let d = fam
         .build_drafter(
+            plugin_api::DraftRole::Checkpoint,
             &plan,
             WeightStore_TO::from_ptr(&*w, TD_Opaque),
             &m.plan,

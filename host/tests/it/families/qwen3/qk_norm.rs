@@ -50,7 +50,7 @@ fn attention(dt: Dtype, fused: bool) -> Attention {
     Attention::load(&Map(w), "a", &shape, rope).unwrap()
 }
 
-fn caches(quantized: bool) -> RVec<plugin_api::CacheBox> {
+fn caches(quantized: bool) -> RVec<plugin_api::abi::CacheBox> {
     let c: Box<dyn CacheImpl> = if quantized {
         let q = Some(QBits { bits: 8, group_size: 32 });
         Box::new(QuantizedKvCache::new(q, q))

@@ -4,10 +4,10 @@
 
 use crate::common;
 
-use common::names::{fixture_plan, rewritten, zeros};
+use common::names::{config, fixture_plan, rewritten, zeros};
 use famlx_plugin_qwen3_5::names::canonical_name;
 use famlx_plugin_qwen3_5::Qwen3_5Family;
-use plugin_api::family::FamilySpec;
+use plugin_api::family::Family;
 
 #[test]
 fn qwen3_5_hugging_face_names_map_to_mlx_lm_names() {
@@ -50,9 +50,10 @@ fn qwen3_5_rewrite_splits_experts_moves_convs_and_shifts_norms() {
         [("language_model.model.layers.0.linear_attn.conv1d.weight".to_string(), vec![32, 4, 1])]
     );
     // Zero-centred HF norms come out as 1 + w; converted ones are kept.
-    let w = f.rewrite(&plan, &format!("{p}.input_layernorm.weight"), zeros(&[4])).unwrap();
+    let w = f.rewrite(&config(&f, &plan), &plan, &format!("{p}.input_layernorm.weight"), zeros(&[4])).unwrap();
     assert_eq!(w[0].1.to_vec::<f32>().unwrap(), [1.0; 4]);
-    let w = f.rewrite(&plan, "language_model.model.layers.0.input_layernorm.weight", zeros(&[4])).unwrap();
+    let cfg = config(&f, &plan);
+    let w = f.rewrite(&cfg, &plan, "language_model.model.layers.0.input_layernorm.weight", zeros(&[4])).unwrap();
     assert_eq!(w[0].1.to_vec::<f32>().unwrap(), [0.0; 4]);
     // The vision tower: mlx-vlm's names, Conv3d weights moved to channels-last.
     let vl = fixture_plan(&f, "qwen3_5-vl-hf-f32");
@@ -64,5 +65,8 @@ fn qwen3_5_rewrite_splits_experts_moves_convs_and_shifts_norms() {
         rewritten(&f, &vl, "vision_tower.patch_embed.proj.weight", zeros(&[32, 2, 16, 16, 3])),
         [("vision_tower.patch_embed.proj.weight".to_string(), vec![32, 2, 16, 16, 3])]
     );
-    assert_eq!(f.quant_class(&vl, "vision_tower.blocks.0.attn.qkv.weight"), plugin_api::QuantClass::Skip);
+    assert_eq!(
+        f.quant_class(&config(&f, &vl), &vl, "vision_tower.blocks.0.attn.qkv.weight"),
+        plugin_api::QuantClass::Skip
+    );
 }

@@ -77,7 +77,7 @@ fn qwen3_5_moe_f32() {
 fn qwen3_5_moe_q4() {
     let _g = mlx_lock();
     let m = load("qwen3_5_moe-q4");
-    use plugin_api::WeightStore;
+    use plugin_api::abi::WeightStore;
     for (name, bits, group) in [
         ("language_model.model.layers.0.mlp.gate", 8, 64),
         ("language_model.model.layers.3.mlp.shared_expert_gate", 8, 64),
@@ -347,13 +347,13 @@ fn prompt_reuse_moe_q4() {
 /// fixtures/make_qwen3_5_fixtures.py): dense bf16 and MoE f32.
 const MTP_FIXTURES: [&str; 2] = ["qwen3_5-mtp-hf-bf16", "qwen3_5_moe-mtp-hf-f32"];
 
-fn mtp_drafter(m: &LoadedModel) -> plugin_api::DrafterBox {
+fn mtp_drafter(m: &LoadedModel) -> plugin_api::abi::DrafterBox {
     use abi_stable::sabi_trait::TD_Opaque;
-    let store = plugin_api::WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
-    let target = plugin_api::WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
+    let store = plugin_api::abi::WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
+    let target = plugin_api::abi::WeightStore_TO::from_ptr(&*m.weights, TD_Opaque);
     m.family
         .family
-        .build_drafter(&m.plan, store, &m.plan, target)
+        .build_drafter(plugin_api::DraftRole::OwnHead, &m.plan, store, &m.plan, target)
         .into_result()
         .unwrap_or_else(|e| panic!("build_drafter: {e}"))
         .into_option()

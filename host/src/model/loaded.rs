@@ -38,7 +38,7 @@ pub struct LoadedModel {
 }
 
 /// What a forward runs on: one sequence, or a batch's rows stacked.
-pub enum Caches<'a> {
+pub enum ForwardOn<'a> {
     /// One sequence, fed any number of tokens.
     One(&'a mut Sequence),
     /// A decode step of a batch: one generated token per row, row `r`
@@ -46,15 +46,15 @@ pub enum Caches<'a> {
     Batch(&'a BatchCaches),
 }
 
-impl<'a> From<&'a mut Sequence> for Caches<'a> {
+impl<'a> From<&'a mut Sequence> for ForwardOn<'a> {
     fn from(s: &'a mut Sequence) -> Self {
-        Caches::One(s)
+        ForwardOn::One(s)
     }
 }
 
-impl<'a> From<&'a BatchCaches> for Caches<'a> {
+impl<'a> From<&'a BatchCaches> for ForwardOn<'a> {
     fn from(b: &'a BatchCaches) -> Self {
-        Caches::Batch(b)
+        ForwardOn::Batch(b)
     }
 }
 
@@ -294,7 +294,7 @@ impl LoadedModel {
     /// batch's rows), updating them.
     pub fn forward<'a>(
         &mut self,
-        caches: impl Into<Caches<'a>>,
+        caches: impl Into<ForwardOn<'a>>,
         tokens: &Array,
         source: TokenSource,
         logits_wanted: LogitsWanted,
@@ -308,7 +308,7 @@ impl LoadedModel {
     /// batch's decode step (`[B, 1]` generated tokens, no media) alike.
     pub fn forward_io<'a>(
         &mut self,
-        caches: impl Into<Caches<'a>>,
+        caches: impl Into<ForwardOn<'a>>,
         tokens: &Array,
         source: TokenSource,
         logits_wanted: LogitsWanted,
@@ -316,14 +316,14 @@ impl LoadedModel {
     ) -> Result<(Option<Array>, Option<Array>)> {
         let mut batch_boxes;
         let (media, boxes, what) = match caches.into() {
-            Caches::One(seq) => {
+            ForwardOn::One(seq) => {
                 let media = match &seq.media {
                     Some(m) => Some(m.chunk(seq.cache_offset().max(0) as usize, tokens.dim(1) as usize)?),
                     None => None,
                 };
                 (media, seq.boxes_mut(), "")
             }
-            Caches::Batch(batch) => {
+            ForwardOn::Batch(batch) => {
                 let rows = batch.ids().len();
                 if tokens.dim(0) as usize != rows || tokens.dim(1) != 1 {
                     bail!("forward: a batch of {rows} rows for tokens of shape {:?}", tokens.shape());

@@ -6,7 +6,7 @@ mod media;
 mod sequence;
 mod weights;
 
-pub use loaded::{apply_bos_convention, Caches, LoadedModel};
+pub use loaded::{apply_bos_convention, ForwardOn, LoadedModel};
 pub use media::{ChunkMedia, MediaSpan, MediaState};
 pub use sequence::{DraftCaches, Sequence};
 pub use weights::{build, count, HostWeights};

@@ -31,9 +31,9 @@ fn static_registry() -> Registry {
 }
 
 fn decode_tps(m: &mut LoadedModel, tokens: usize) -> f64 {
-    m.reset_caches().unwrap();
+    let mut seq = m.sequence().unwrap();
     let p = GenParams { max_tokens: tokens, prefill_step: 512, ..Default::default() };
-    generate(m, &[1, 2, 3, 4, 5, 6, 7, 8], &p, |_| true).unwrap().generation_tps
+    generate(m, &mut seq, &[1, 2, 3, 4, 5, 6, 7, 8], &p, |_| true).unwrap().generation_tps
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

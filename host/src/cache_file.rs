@@ -2,10 +2,11 @@
 //! `save_prompt_cache` / `load_prompt_cache`): every layer's cache in one
 //! safetensors file, tensors named `cache.{layer}.{field}`, and string
 //! metadata saying which model and cache layout it belongs to, how to
-//! rebuild each layer, and which token ids the caches hold.
+//! rebuild each layer, and which token ids the caches hold. A file holds
+//! one [`Sequence`]'s caches, for the model given beside it.
 
 use crate::cache::{self, SharedCache};
-use crate::model::LoadedModel;
+use crate::model::{LoadedModel, Sequence};
 use anyhow::{anyhow, bail, Context, Result};
 use mlx::Array;
 use plugin_api::CacheKind;
@@ -85,26 +86,27 @@ fn check_name(path: &Path) -> Result<()> {
     Ok(())
 }
 
-impl LoadedModel {
+impl Sequence {
     /// Saves every layer's cache to `path` (a `.safetensors` file) with
-    /// `ids`, the token ids the caches hold, and this model's identity.
-    pub fn save_prompt_cache(&self, path: &Path, ids: &[u32]) -> Result<()> {
+    /// `ids`, the token ids the caches hold, and the identity of `m`, the
+    /// model that filled them.
+    pub fn save_prompt_cache(&self, m: &LoadedModel, path: &Path, ids: &[u32]) -> Result<()> {
         check_name(path)?;
         let offset = self.cache_offset();
         if offset != ids.len() as i64 {
             bail!("{}: the caches hold {offset} tokens but {} token ids were given", path.display(), ids.len());
         }
         let mut arrays: Vec<(String, Array)> = Vec::new();
-        let mut layers = Vec::with_capacity(self.caches.len());
-        for (i, c) in self.caches.iter().enumerate() {
+        let mut layers = Vec::with_capacity(self.caches().len());
+        for (i, c) in self.caches().iter().enumerate() {
             let (a, meta) = c.lock().save()?;
             arrays.extend(a.into_iter().map(|(n, x)| (format!("cache.{i}.{n}"), x)));
             layers.push(meta);
         }
-        let id = Identity::of(self);
+        let id = Identity::of(m);
         let layers = Value::Array(layers).to_string();
         let ids_text = serde_json::to_string(ids)?;
-        let flags = cache_flags(&self.cache_opts);
+        let flags = cache_flags(&m.cache_opts);
         let mut meta: Vec<(&str, &str)> =
             vec![("format", FORMAT), ("caches", &layers), ("token_ids", &ids_text), ("cache_flags", &flags)];
         meta.extend(id.fields());
@@ -114,10 +116,10 @@ impl LoadedModel {
 
     /// Replaces the caches with those saved in `path` and returns the token
     /// ids they hold. Refuses, changing nothing, a file saved for another
-    /// model or cache layout, or with other cache flags (KV bits, group
+    /// model than `m` or another cache layout, or with other cache flags (KV bits, group
     /// size, quantization start, `--max-kv-size`) than this run's, as
     /// mlx-lm does: the caches would silently not be what the flags say.
-    pub fn load_prompt_cache(&mut self, path: &Path) -> Result<Vec<u32>> {
+    pub fn load_prompt_cache(&mut self, m: &LoadedModel, path: &Path) -> Result<Vec<u32>> {
         let shown = path.display();
         // MLX's reader would block on a FIFO and trusts the header it reads.
         famlx_formats::safetensors::check_file(path)?;
@@ -125,7 +127,7 @@ impl LoadedModel {
         if meta.get("format").map(String::as_str) != Some(FORMAT) {
             bail!("{shown}: not a famlx prompt cache (no `format: {FORMAT}` metadata)");
         }
-        let want = Identity::of(self);
+        let want = Identity::of(m);
         let differ: Vec<String> = want
             .fields()
             .iter()
@@ -140,38 +142,45 @@ impl LoadedModel {
                 differ.join("; ")
             );
         }
-        let mine = cache_flags(&self.cache_opts);
+        let mine = cache_flags(&m.cache_opts);
         if let Some(saved) = meta.get("cache_flags").filter(|f| **f != mine) {
             bail!("{shown}: prompt cache was saved with cache flags {saved}, this run has {mine}; pass the same flags or re-create it with `famlx cache-prompt`");
         }
-        self.read_caches(&arrays, &meta).with_context(|| format!("{shown}: bad prompt cache"))
-    }
-
-    fn read_caches(&mut self, arrays: &HashMap<String, Array>, meta: &HashMap<String, String>) -> Result<Vec<u32>> {
-        let text = |k: &str| meta.get(k).ok_or_else(|| anyhow!("no `{k}` metadata"));
-        let ids: Vec<u32> = serde_json::from_str(text("token_ids")?)?;
-        let layers: Vec<Value> = serde_json::from_str(text("caches")?)?;
-        if layers.len() != self.plan.caches.len() {
-            bail!("{} layer caches for a model of {}", layers.len(), self.plan.caches.len());
-        }
-        if let Some(&bad) = ids.iter().find(|&&i| i >= self.plan.vocab_size) {
-            bail!("token id {bad} is outside the vocabulary");
-        }
-        let mut caches = Vec::with_capacity(layers.len());
-        for (i, lm) in layers.iter().enumerate() {
-            let prefix = format!("cache.{i}.");
-            let mine: HashMap<String, Array> =
-                arrays.iter().filter_map(|(n, a)| Some((n.strip_prefix(&prefix)?.to_string(), a.clone()))).collect();
-            let c = cache::load(lm, &mine).map_err(|e| anyhow!("layer {i}: {}", e.0))?;
-            if c.offset() != ids.len() as i64 {
-                bail!("layer {i} holds {} tokens, the file lists {} token ids", c.offset(), ids.len());
-            }
-            caches.push(SharedCache::new(c));
-        }
-        // Read the tensors now, so a truncated file fails here, naming it, not mid-generation.
-        let all: Vec<Array> = caches.iter().flat_map(|c| c.lock().arrays()).collect();
-        mlx::eval(&all.iter().collect::<Vec<_>>())?;
-        self.set_caches(caches);
+        let (caches, ids) = read_caches(m, &arrays, &meta).with_context(|| format!("{shown}: bad prompt cache"))?;
+        self.replace_caches(caches);
         Ok(ids)
     }
+}
+
+/// The caches and token ids a file's tensors and metadata hold, checked
+/// against the model `m`.
+fn read_caches(
+    m: &LoadedModel,
+    arrays: &HashMap<String, Array>,
+    meta: &HashMap<String, String>,
+) -> Result<(Vec<SharedCache>, Vec<u32>)> {
+    let text = |k: &str| meta.get(k).ok_or_else(|| anyhow!("no `{k}` metadata"));
+    let ids: Vec<u32> = serde_json::from_str(text("token_ids")?)?;
+    let layers: Vec<Value> = serde_json::from_str(text("caches")?)?;
+    if layers.len() != m.plan.caches.len() {
+        bail!("{} layer caches for a model of {}", layers.len(), m.plan.caches.len());
+    }
+    if let Some(&bad) = ids.iter().find(|&&i| i >= m.plan.vocab_size) {
+        bail!("token id {bad} is outside the vocabulary");
+    }
+    let mut caches = Vec::with_capacity(layers.len());
+    for (i, lm) in layers.iter().enumerate() {
+        let prefix = format!("cache.{i}.");
+        let mine: HashMap<String, Array> =
+            arrays.iter().filter_map(|(n, a)| Some((n.strip_prefix(&prefix)?.to_string(), a.clone()))).collect();
+        let c = cache::load(lm, &mine).map_err(|e| anyhow!("layer {i}: {}", e.0))?;
+        if c.offset() != ids.len() as i64 {
+            bail!("layer {i} holds {} tokens, the file lists {} token ids", c.offset(), ids.len());
+        }
+        caches.push(SharedCache::new(c));
+    }
+    // Read the tensors now, so a truncated file fails here, naming it, not mid-generation.
+    let all: Vec<Array> = caches.iter().flat_map(|c| c.lock().arrays()).collect();
+    mlx::eval(&all.iter().collect::<Vec<_>>())?;
+    Ok((caches, ids))
 }

@@ -1,11 +1,11 @@
-//! A session: a loaded model with its decoding state. The caches stay warm
-//! across turns (each turn prefills only what follows the longest common
+//! A session: a loaded model with its conversation's [`Sequence`]. The
+//! caches stay warm across turns (each turn prefills only what follows the longest common
 //! prefix with what is cached), the drafter for speculative decoding, and
 //! the rollback point a turn falls back to when a cache cannot rewind.
 
 use crate::cache::Rollback;
 use crate::decode::{generate, generate_speculative, DraftSource, Drafter, GenParams, GenStats, MediaTime, SpecParams};
-use crate::model::{LoadedModel, MediaSpan, MediaState};
+use crate::model::{LoadedModel, MediaSpan, MediaState, Sequence};
 use crate::plugins::FamilyEntry;
 use crate::prompt::{MediaKind, Prompt};
 use anyhow::Result;
@@ -16,8 +16,10 @@ use std::time::Instant;
 
 /// A model and what decoding keeps between calls.
 pub struct Session {
-    /// The model (weights, plugin model, caches).
+    /// The model (weights, plugin model, tokenizer).
     pub model: LoadedModel,
+    /// The conversation's sequence: its caches, media and drafter caches.
+    pub seq: Sequence,
     /// The drafter speculative decoding uses, when one is loaded.
     pub drafter: Option<Drafter>,
     /// Speculative decoding settings.
@@ -37,8 +39,9 @@ pub struct Session {
 
 impl Session {
     /// A session over `model` with empty memory and no drafter.
-    pub fn new(model: LoadedModel) -> Session {
-        Session {
+    pub fn new(model: LoadedModel) -> Result<Session> {
+        Ok(Session {
+            seq: model.sequence()?,
             model,
             drafter: None,
             spec: SpecParams::default(),
@@ -46,7 +49,7 @@ impl Session {
             rollback: None,
             cached_media: Vec::new(),
             media_rows: HashMap::new(),
-        }
+        })
     }
 
     /// Makes the caches hold a prefix of `ids` and returns where prefill must
@@ -82,14 +85,14 @@ impl Session {
         }
         // Every cache must hold exactly `cached` (a recurrent state cannot
         // give back the step the decode loop queued ahead).
-        let in_step = self.model.caches.iter().all(|c| c.lock().offset() == self.cached.len() as i64);
-        if in_step && self.model.trim(self.cached.len() - common) {
+        let in_step = self.seq.caches().iter().all(|c| c.lock().offset() == self.cached.len() as i64);
+        if in_step && self.seq.trim(self.cached.len() - common) {
             self.truncate_cached(common);
             return Ok(common);
         }
         if let Some(cp) = &self.rollback {
             let at = cp.tokens() as usize;
-            if at <= common && cp.restore_into(&self.model.caches).is_ok() {
+            if at <= common && self.seq.restore(cp).is_ok() {
                 self.truncate_cached(at);
                 return Ok(at);
             }
@@ -104,13 +107,13 @@ impl Session {
     }
 
     /// Embeds the images and clips of `prompt` that the prefill from
-    /// `start` feeds (those seen before are reused) and hands the model the
-    /// sequence's media: each item's rows and, for families that place
+    /// `start` feeds (those seen before are reused) and gives the sequence
+    /// its media: each item's rows and, for families that place
     /// images in 2-D, the positions of the whole sequence. Returns the time
     /// spent in the towers.
     pub(crate) fn attach_media(&mut self, prompt: &Prompt, start: usize) -> Result<MediaTime> {
         if prompt.media.is_empty() {
-            self.model.media = None;
+            self.seq.media = None;
             self.media_rows.clear();
             return Ok(MediaTime::default());
         }
@@ -163,7 +166,7 @@ impl Session {
             Some((p, d)) => (Some(p), d),
             None => (None, 0),
         };
-        self.model.media = Some(MediaState { spans, positions, delta });
+        self.seq.media = Some(MediaState { spans, positions, delta });
         Ok(time)
     }
 
@@ -189,7 +192,7 @@ impl Session {
     ) -> Result<(GenStats, usize)> {
         self.turn(prompt, p, |s, tail, p, media| match media {
             false => s.run(tail, p, on_token),
-            true => generate(&mut s.model, tail, p, on_token),
+            true => generate(&mut s.model, &mut s.seq, tail, p, on_token),
         })
     }
 
@@ -236,16 +239,16 @@ impl Session {
     /// reuse, nothing remembered): with the drafter when one is loaded.
     pub fn run(&mut self, prompt: &[u32], p: &GenParams, on_token: impl FnMut(u32) -> bool) -> Result<GenStats> {
         match self.drafter.as_mut() {
-            Some(d) => generate_speculative(&mut self.model, d, prompt, p, &self.spec, on_token)
+            Some(d) => generate_speculative(&mut self.model, &mut self.seq, d, prompt, p, &self.spec, on_token)
                 .map_err(crate::memory::explain),
-            None => generate(&mut self.model, prompt, p, on_token),
+            None => generate(&mut self.model, &mut self.seq, prompt, p, on_token),
         }
     }
 
     /// Empties the caches and forgets what they held.
     pub fn reset(&mut self) -> Result<()> {
         self.forget();
-        self.model.reset_caches()
+        self.seq.reset()
     }
 
     /// Forgets what the caches hold (they are about to be replaced), and
@@ -259,9 +262,14 @@ impl Session {
 
     /// Swaps in another build of the serving family (hot reload), rebuilding
     /// the model from the weights in memory and the target's own draft head
-    /// from the new build. Returns whether the caches survived.
+    /// from the new build. The caches survive when the new plan asks for the
+    /// same cache layout, else the sequence starts over; returns whether
+    /// they did.
     pub fn swap_family(&mut self, fam: Arc<FamilyEntry>) -> Result<bool> {
         let kept = self.model.swap_family(fam)?;
+        if !kept {
+            self.seq = self.model.sequence()?;
+        }
         if self.drafter.as_ref().is_some_and(|d| d.source == DraftSource::OwnHead) {
             self.drafter = match Drafter::from_target(&self.model) {
                 Ok(d) => d,

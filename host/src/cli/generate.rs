@@ -41,12 +41,12 @@ pub(crate) fn run(a: GenerateArgs) -> Result<()> {
 /// Runs `famlx cache-prompt`.
 pub(crate) fn run_cache_prompt(a: CachePromptArgs) -> Result<()> {
     crate::distributed::refuse("cache-prompt")?;
-    let mut model = load(&a.model, &a.cache, None, false)?.model;
+    let Session { mut model, mut seq, .. } = load(&a.model, &a.cache, None, false)?;
     let ids = encode_prompt(&model, &a.prompt)?;
     // As mlx-lm's cache_prompt: the whole prompt goes into the caches (its last token alone).
-    prefill_last_alone(&mut model, &ids, a.cache.prefill_step_size.max(1)).map_err(crate::memory::explain)?;
-    model.eval_caches()?;
-    model.save_prompt_cache(&a.prompt_cache_file, &ids)?;
+    prefill_last_alone(&mut model, &mut seq, &ids, a.cache.prefill_step_size.max(1)).map_err(crate::memory::explain)?;
+    seq.eval_caches()?;
+    seq.save_prompt_cache(&model, &a.prompt_cache_file, &ids)?;
     eprintln!("Saved {} prompt tokens to {}", ids.len(), a.prompt_cache_file.display());
     Ok(())
 }
@@ -68,7 +68,7 @@ fn generate_once(a: &GenerateArgs, s: &mut Session) -> Result<()> {
                 "--prompt-cache-file: prompt caches hold text only; leave out --image/--audio or the cache file"
             );
         }
-        s.cached = s.model.load_prompt_cache(f)?;
+        s.cached = s.seq.load_prompt_cache(&s.model, f)?;
     }
     let mut detok = s.model.tokenizer.as_ref().map(|t| t.detokenizer());
     let mut text = String::new();
@@ -119,7 +119,7 @@ fn dump_logits(s: &mut Session, prompt: &crate::prompt::Prompt, path: &std::path
     let ids = &prompt.ids;
     let tokens = mlx::Array::from_slice(&ids.iter().map(|&i| i as i32).collect::<Vec<_>>(), &[1, ids.len() as i32])?;
     let logits = m
-        .forward(&tokens, plugin_api::TokenSource::Prompt, plugin_api::LogitsWanted::All)?
+        .forward(&mut s.seq, &tokens, plugin_api::TokenSource::Prompt, plugin_api::LogitsWanted::All)?
         .context("--dump-logits: the model returned no logits")?
         .astype(mlx::Dtype::F32)?;
     let v = logits.dim(-1) as usize;

@@ -66,7 +66,7 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
     if !watch {
         model.release_source();
     }
-    let mut s = Session::new(model);
+    let mut s = Session::new(model)?;
     s.spec = params;
     // The speculative loop chooses between trimming and restoring snapshots
     // by the caches it holds, which differ between the ranks of a pipeline

@@ -27,7 +27,7 @@ pub struct Verification {
 /// then runs both models over that sequence and compares their logits.
 pub fn verify(reg: &Registry, src: &Path, out: &Path, family: Option<&str>, steps: usize) -> Result<Verification> {
     let load = |p: &Path| LoadedModel::load(p, reg, family, CacheOptions::default());
-    let mut source = Session::new(load(src)?);
+    let mut source = Session::new(load(src)?)?;
     let prompt = match &source.model.tokenizer {
         Some(t) => t.encode("The capital of France is", true).map_err(|e| anyhow!("{e}"))?,
         None => (1..9).collect(),
@@ -58,8 +58,9 @@ pub fn verify(reg: &Registry, src: &Path, out: &Path, family: Option<&str>, step
 fn all_logits(m: &mut LoadedModel, ids: &[u32]) -> Result<Array> {
     let t: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
     let tokens = Array::from_slice(&t, &[1, t.len() as i32])?;
+    let mut empty = m.sequence()?;
     let logits = m
-        .forward(&tokens, TokenSource::Prompt, LogitsWanted::All)?
+        .forward(&mut empty, &tokens, TokenSource::Prompt, LogitsWanted::All)?
         .ok_or_else(|| anyhow!("the model returned no logits"))?;
     Ok(logits.astype(Dtype::F32)?)
 }

@@ -1,9 +1,10 @@
 //! A drafter as the host holds it, for speculative decoding: the plugin's
 //! draft head (the target's own MTP head, or a separate draft checkpoint's
-//! model), its own caches, and where they stand against the target's.
+//! model). Its caches for a sequence are the sequence's
+//! ([`crate::model::DraftCaches`]), passed into each step.
 
-use crate::cache::{make_caches, CacheImpl, CacheOptions, SharedCache};
-use crate::model::{plan_and_rewrite, HostWeights, LoadedModel, Source};
+use crate::cache::{make_caches, CacheOptions};
+use crate::model::{plan_and_rewrite, DraftCaches, HostWeights, LoadedModel, Source};
 use crate::plugins::Registry;
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::RVec;
@@ -13,6 +14,7 @@ use plugin_api::abi::{ArrayHandle, CacheBox, DrafterBox, WeightStore_TO};
 use plugin_api::DraftRole;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Speculative decoding settings.
 #[derive(Debug, Clone)]
@@ -76,71 +78,25 @@ impl PartialEq<&str> for DraftSource {
     }
 }
 
-/// A drafter's caches for one sequence: the server keeps one set per
-/// request and swaps it in for that request's rounds.
-pub struct DraftCaches {
-    caches: Vec<SharedCache>,
-    lead: i64,
-}
-
-impl DraftCaches {
-    /// Caches a prompt-cache hit kept for the drafter.
-    pub(crate) fn from_parts(caches: Vec<SharedCache>, lead: i64) -> DraftCaches {
-        DraftCaches { caches, lead }
-    }
-
-    /// Copies of the caches (sharing their arrays), and the lead.
-    pub(crate) fn copies(&self) -> (Vec<Box<dyn CacheImpl>>, i64) {
-        (self.caches.iter().map(|c| c.lock().snapshot()).collect(), self.lead)
-    }
-
-    /// A copy to work on (sharing the arrays).
-    pub(crate) fn snapshot(&self) -> DraftCaches {
-        let (copies, lead) = self.copies();
-        DraftCaches::from_parts(copies.into_iter().map(SharedCache::new).collect(), lead)
-    }
-
-    /// Where the caches stand against the target's: positions held beyond
-    /// what the target's caches hold at the same point (the lead).
-    pub(crate) fn lead(&self) -> i64 {
-        self.lead
-    }
-
-    /// Positions the caches hold.
-    pub(crate) fn offset(&self) -> i64 {
-        self.caches.first().map_or(0, |c| c.lock().offset())
-    }
-}
-
-/// A drafter as the host holds it: the plugin's object, its own caches, and
-/// (for a separate draft checkpoint) the weights it was built from.
+/// A drafter as the host holds it: the plugin's object and (for a separate
+/// draft checkpoint) the weights it was built from.
 pub struct Drafter {
     /// The family that built it.
     pub family: String,
     /// Where it came from.
     pub source: DraftSource,
     drafter: DrafterBox,
-    caches: Vec<SharedCache>,
-    boxes: RVec<CacheBox>,
-    /// Tokens the drafter's caches hold beyond the target's (the first
-    /// token, for drafters that read it in `begin`).
-    pub(crate) lead: i64,
+    /// Marks the caches it makes ([`DraftCaches`] of another drafter are
+    /// not its own).
+    id: u64,
     _weights: Option<Rc<HostWeights>>,
 }
 
 impl Drafter {
     fn new(family: &str, source: DraftSource, drafter: DrafterBox, weights: Option<Rc<HostWeights>>) -> Result<Self> {
-        let mut d = Drafter {
-            family: family.to_string(),
-            source,
-            drafter,
-            caches: Vec::new(),
-            boxes: RVec::new(),
-            lead: 0,
-            _weights: weights,
-        };
-        d.reset()?;
-        Ok(d)
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        Ok(Drafter { family: family.to_string(), source, drafter, id, _weights: weights })
     }
 
     /// The target's own draft head (e.g. Qwen3.5's MTP layer), if its
@@ -204,78 +160,49 @@ impl Drafter {
     /// Empty caches for a new sequence.
     pub(crate) fn fresh_caches(&self) -> Result<DraftCaches> {
         let kinds: Vec<_> = self.drafter.cache_kinds().into_iter().collect();
-        Ok(DraftCaches { caches: make_caches(&kinds, &CacheOptions::default())?, lead: 0 })
+        Ok(DraftCaches::from_parts(make_caches(&kinds, &CacheOptions::default())?, 0, self.id))
     }
 
-    /// Puts `c` in place of the caches the drafter holds, returning those.
-    fn swap_caches(&mut self, mut c: DraftCaches) -> DraftCaches {
-        std::mem::swap(&mut self.caches, &mut c.caches);
-        std::mem::swap(&mut self.lead, &mut c.lead);
-        self.boxes = self.caches.iter().map(SharedCache::boxed).collect();
-        c
+    /// Its id, which the caches it makes carry.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
-    /// Runs `f` with `c` in place of the drafter's own caches, which are put
-    /// back after; returns `c` as `f` left it, and `f`'s result.
-    pub(crate) fn with_caches<T>(&mut self, c: DraftCaches, f: impl FnOnce(&mut Drafter) -> T) -> (DraftCaches, T) {
-        let own = self.swap_caches(c);
-        let r = f(self);
-        (self.swap_caches(own), r)
+    /// Whether `c` are caches this drafter made.
+    pub(crate) fn owns(&self, c: &DraftCaches) -> bool {
+        c.owner() == self.id
     }
 
-    /// Tokens in the drafter's own caches.
-    pub(crate) fn offset(&self) -> i64 {
-        self.caches.first().map_or(0, |c| c.lock().offset())
-    }
-
-    /// Starts a conversation whose first token is `first`.
-    pub(crate) fn begin(&mut self, first: u32) -> Result<()> {
-        self.reset()?;
+    /// Starts `c` over for a conversation whose first token is `first`.
+    pub(crate) fn begin(&mut self, c: &mut DraftCaches, first: u32) -> Result<()> {
+        *c = self.fresh_caches()?;
         let n = self
             .drafter
-            .begin(first, &mut self.boxes)
+            .begin(first, c.boxes_mut())
             .into_result()
             .map_err(|e| anyhow!("{} drafter: {e}", self.family))?;
-        self.lead = n as i64;
-        self.eval_caches()
+        c.set_lead(n as i64);
+        c.eval_caches()
     }
 
-    pub(crate) fn reset(&mut self) -> Result<()> {
-        self.lead = 0;
-        let kinds: Vec<_> = self.drafter.cache_kinds().into_iter().collect();
-        self.caches = make_caches(&kinds, &CacheOptions::default())?;
-        self.boxes = self.caches.iter().map(SharedCache::boxed).collect();
-        Ok(())
-    }
-
-    /// Trims the drafter's caches to `offset` tokens; false when some cache
-    /// could not rewind exactly (the caller starts them over).
-    pub(crate) fn trim_to(&mut self, offset: i64) -> bool {
-        let mut exact = true;
-        for c in &self.caches {
-            let mut c = c.lock();
-            let n = c.offset() - offset;
-            if n > 0 && c.trim(n) != n {
-                exact = false;
-            }
-        }
-        exact
-    }
-
-    pub(crate) fn eval_caches(&self) -> Result<()> {
-        let arrays: Vec<Array> = self.caches.iter().flat_map(|c| c.lock().arrays()).collect();
-        mlx::eval(&arrays.iter().collect::<Vec<_>>()).map_err(Into::into)
-    }
-
-    /// One step: (logits `[1, V]`, hidden `[1, 1, H]`).
-    pub(crate) fn step(&mut self, target: &mut LoadedModel, hidden: &Array, tokens: &Array) -> Result<(Array, Array)> {
+    /// One step reading the target's caches `target` (the plugin's view)
+    /// and writing its own `own`: (logits `[1, V]`, hidden `[1, 1, H]`),
+    /// the logits over the target's `vocab` ids.
+    pub(crate) fn step(
+        &mut self,
+        vocab: u32,
+        target: &mut RVec<CacheBox>,
+        own: &mut DraftCaches,
+        hidden: &Array,
+        tokens: &Array,
+    ) -> Result<(Array, Array)> {
         let out = self
             .drafter
-            .step(hidden.clone().into(), tokens.clone().into(), target.cache_boxes_mut(), &mut self.boxes)
+            .step(hidden.clone().into(), tokens.clone().into(), target, own.boxes_mut())
             .into_result()
             .map_err(|e| anyhow!("{} drafter: {e}", self.family))?;
         let logits = out.logits.into_array();
-        let (v, want) = (logits.dim(-1), target.plan.vocab_size as i32);
+        let (v, want) = (logits.dim(-1), vocab as i32);
         if logits.size() != v as usize {
             return Err(anyhow!(
                 "{} drafter: step returned logits of shape {:?}, expected [1, 1, {want}]",

@@ -2,7 +2,7 @@
 //! [`GenStats`]), prefill, and the two loops beneath it: the plain pipelined
 //! loop ([`generate`]) and speculative decoding with a [`Drafter`]
 //! ([`generate_speculative`]). A [`crate::session::Session`] picks between
-//! them and keeps a conversation's caches across turns.
+//! them and keeps a conversation's sequence across turns.
 
 mod batch;
 mod drafter;
@@ -15,7 +15,7 @@ mod spec_row;
 mod speculative;
 
 pub use batch::{decode_alone, decode_step, prefill_into, prefill_step};
-pub use drafter::{DraftCaches, DraftSource, Drafter, SpecParams, MAX_DEPTH};
+pub use drafter::{DraftSource, Drafter, SpecParams, MAX_DEPTH};
 pub use logprob::{logprob_of, TokenLogprob};
 pub use params::{DecodeSplit, DraftStats, FinishReason, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};
 pub use plain::generate;

@@ -5,42 +5,45 @@
 use super::params::{emit, DecodeRelease, DecodeSplit, FinishReason, GenParams, GenStats};
 use super::prefill::prefill_last_alone_until;
 use crate::cache::Rollback;
-use crate::model::LoadedModel;
+use crate::model::{LoadedModel, Sequence};
 use crate::sample::sample;
 use anyhow::{anyhow, Result};
 use plugin_api::{LogitsWanted, TokenSource};
 use std::time::Instant;
 
-/// After a prompt's prefill: the rollback point `p` asks for.
-pub(crate) fn prompt_rollback(m: &LoadedModel, p: &GenParams) -> Option<Rollback> {
+/// After a prompt's prefill: the rollback point of `seq` that `p` asks for.
+pub(crate) fn prompt_rollback(seq: &Sequence, p: &GenParams) -> Option<Rollback> {
     if p.keep_prompt_rollback {
-        Rollback::take_for_any(&m.caches)
+        Rollback::take_for_any(seq.caches())
     } else {
         None
     }
 }
 
-/// Generates after `prompt`, calling `on_token` with each id (return false to stop).
+/// Generates after `prompt` on `seq`, calling `on_token` with each id
+/// (return false to stop).
 pub fn generate(
     m: &mut LoadedModel,
+    seq: &mut Sequence,
     prompt: &[u32],
     p: &GenParams,
     on_token: impl FnMut(u32) -> bool,
 ) -> Result<GenStats> {
     // MLX failing an allocation becomes the error that names the flags that help.
-    generate_inner(m, prompt, p, on_token).map_err(crate::memory::explain)
+    generate_inner(m, seq, prompt, p, on_token).map_err(crate::memory::explain)
 }
 
 fn generate_inner(
     m: &mut LoadedModel,
+    seq: &mut Sequence,
     prompt: &[u32],
     p: &GenParams,
     mut on_token: impl FnMut(u32) -> bool,
 ) -> Result<GenStats> {
     mlx::memory::reset_peak();
     let t0 = Instant::now();
-    let logits = prefill_last_alone_until(m, prompt, p.prefill_step, p.cancel.as_deref())?;
-    let prompt_rollback = prompt_rollback(m, p);
+    let logits = prefill_last_alone_until(m, seq, prompt, p.prefill_step, p.cancel.as_deref())?;
+    let prompt_rollback = prompt_rollback(seq, p);
     let mut y = sample(&logits, &p.sampler)?;
     mlx::async_eval(&[&y])?;
     let mut tokens = Vec::new();
@@ -55,7 +58,7 @@ fn generate_inner(
         // Queue the next step before reading this token, so the device never waits on the host.
         let next = if i + 1 < p.max_tokens {
             let l = m
-                .forward(&y.reshape(&[1, 1])?, TokenSource::Generated, LogitsWanted::Last)?
+                .forward(&mut *seq, &y.reshape(&[1, 1])?, TokenSource::Generated, LogitsWanted::Last)?
                 .ok_or_else(|| anyhow!("no logits"))?;
             let v = l.dim(-1);
             let ny = sample(&l.reshape(&[1, v])?, &p.sampler)?;
@@ -99,7 +102,7 @@ fn generate_inner(
         // back, once it has run (no work of this call outlives it: a process
         // exiting under it corrupts MLX's heap).
         mlx::synchronize()?;
-        for c in &m.caches {
+        for c in seq.caches() {
             c.lock().trim(1);
         }
     }

@@ -1,21 +1,20 @@
-//! Speculative decoding for one request of a batching server: the request
-//! keeps its own drafter caches (swapped into the server's one drafter for
-//! its steps), fed during its prefill with the target's hidden states, and
-//! decodes by draft-and-verify rounds on its own caches while it is the only
-//! one decoding.
+//! Speculative decoding for one request of a batching server: the request's
+//! sequence holds its own drafter caches ([`Sequence::draft`]), fed during
+//! its prefill with the target's hidden states, and it decodes by
+//! draft-and-verify rounds on its own caches while it is the only one
+//! decoding. [`RowDraft`] keeps what the rounds replay.
 
-use super::drafter::{DraftCaches, Drafter};
+use super::drafter::Drafter;
 use super::prefill::ids_array;
 use super::speculative::{round, Round, RoundGuide};
-use crate::cache::{DraftHit, DraftState, SharedCache};
-use crate::model::LoadedModel;
+use crate::cache::{DraftHit, DraftState};
+use crate::model::{DraftCaches, LoadedModel, Sequence};
 use crate::sample::SamplerParams;
 use anyhow::{anyhow, Result};
 use mlx::Array;
 
-/// A request's drafter state.
+/// What a request's drafter replays next (its caches are the sequence's).
 pub struct RowDraft {
-    caches: Option<DraftCaches>,
     begun: bool,
     /// The last prefill chunk's hidden states and the tokens after their
     /// first, waiting for the token that follows them.
@@ -26,30 +25,27 @@ pub struct RowDraft {
 }
 
 impl RowDraft {
-    /// Empty drafter caches for a new request.
-    pub fn new(d: &Drafter) -> Result<RowDraft> {
-        Ok(RowDraft { caches: Some(d.fresh_caches()?), begun: false, pending: None, next: None })
+    /// A new request: empty drafter caches go into `seq`.
+    pub fn new(d: &Drafter, seq: &mut Sequence) -> Result<RowDraft> {
+        seq.draft = Some(d.fresh_caches()?);
+        Ok(RowDraft { begun: false, pending: None, next: None })
     }
 
     /// A request whose prompt-cache hit came with the drafter's state for
-    /// the same tokens: it drafts with the whole context.
-    pub fn resumed(hit: DraftHit) -> RowDraft {
+    /// the same tokens (its caches go into `seq`): it drafts with the whole
+    /// context.
+    pub fn resumed(d: &Drafter, hit: DraftHit, seq: &mut Sequence) -> RowDraft {
         let pending = hit.last_hidden.map(|h| (h, Vec::new()));
-        RowDraft { caches: Some(DraftCaches::from_parts(hit.caches, hit.lead)), begun: true, pending, next: None }
+        seq.draft = Some(DraftCaches::from_parts(hit.caches, hit.lead, d.id()));
+        RowDraft { begun: true, pending, next: None }
     }
 
-    /// The drafter's state for the `n` tokens the row's `caches` hold, for
-    /// the prompt cache ([`DraftState`]): the hidden states not read yet
-    /// are read into a copy of the drafter's caches, all but the last,
-    /// which is kept. `None` when the drafter does not stand where the row
-    /// does (a round gave tokens back).
-    pub fn state(
-        &self,
-        m: &mut LoadedModel,
-        d: &mut Drafter,
-        caches: &[SharedCache],
-        n: i64,
-    ) -> Result<Option<DraftState>> {
+    /// The drafter's state for the `n` tokens `seq`'s caches hold, for the
+    /// prompt cache ([`DraftState`]): the hidden states not read yet are
+    /// read into a copy of the drafter's caches, all but the last, which is
+    /// kept. `None` when the drafter does not stand where the row does (a
+    /// round gave tokens back).
+    pub fn state(&self, m: &LoadedModel, d: &mut Drafter, seq: &mut Sequence, n: i64) -> Result<Option<DraftState>> {
         // Before the first token: the last prefill chunk's hidden states and
         // the tokens after each but the last; after a round: its positions'
         // and the tokens after each (the last not in the caches yet).
@@ -58,21 +54,16 @@ impl RowDraft {
             (None, Some((h, t))) => (h.clone(), t.clone()),
             _ => return Ok(None),
         };
-        let Some(mine) = self.caches.as_ref() else { return Ok(None) };
+        let Some(mine) = seq.draft.as_ref() else { return Ok(None) };
         let l = h.dim(1);
         if l < 1 || mine.offset() != mine.lead() + n - l as i64 {
             return Ok(None);
         }
         let mut copy = mine.snapshot();
         if l > 1 {
-            let read;
-            (copy, read) = d.with_caches(copy, |d| {
-                m.with_sequence(caches, None, |m| {
-                    d.step(m, &h.slice_axis(1, 0, l - 1)?, &toks.slice_axis(1, 0, l - 1)?)?;
-                    d.eval_caches()
-                })
-            });
-            read?;
+            let (hh, tt) = (h.slice_axis(1, 0, l - 1)?, toks.slice_axis(1, 0, l - 1)?);
+            d.step(m.plan.vocab_size, seq.boxes_mut(), &mut copy, &hh, &tt)?;
+            copy.eval_caches()?;
         }
         let (caches, lead) = copy.copies();
         // A copy, evaluated: a slice would keep the whole chunk's hidden
@@ -84,33 +75,31 @@ impl RowDraft {
         Ok(Some(DraftState { caches, lead, last_hidden }))
     }
 
-    /// Runs `f` with the row's drafter caches in the drafter.
-    fn swapped<T>(&mut self, d: &mut Drafter, f: impl FnOnce(&mut Drafter, &mut Self) -> Result<T>) -> Result<T> {
-        let mine = self.caches.take().ok_or_else(|| anyhow!("internal: the drafter caches are in use"))?;
-        let (mine, r) = d.with_caches(mine, |d| f(d, self));
-        self.caches = Some(mine);
-        r
-    }
-
-    /// Feeds the drafter what a prefill forward over `chunk` (the row's
-    /// caches in `m`) gave: its hidden states wait for the token after the
-    /// chunk, the previous chunk's go in now.
-    pub(crate) fn feed(&mut self, m: &mut LoadedModel, d: &mut Drafter, chunk: &[u32], hidden: Array) -> Result<()> {
-        self.swapped(d, |d, me| {
-            if !me.begun {
-                // Drafts only propose: a request that reuses a cached
-                // prefix starts its drafter at the first token it feeds.
-                d.begin(chunk[0])?;
-                me.begun = true;
-            }
-            if let Some((h, mut toks)) = me.pending.take() {
-                toks.push(chunk[0]);
-                d.step(m, &h, &ids_array(&toks)?)?;
-                d.eval_caches()?;
-            }
-            me.pending = Some((hidden, chunk[1..].to_vec()));
-            Ok(())
-        })
+    /// Feeds the drafter what a prefill forward over `chunk` (into `seq`)
+    /// gave: its hidden states wait for the token after the chunk, the
+    /// previous chunk's go in now.
+    pub(crate) fn feed(
+        &mut self,
+        m: &LoadedModel,
+        seq: &mut Sequence,
+        d: &mut Drafter,
+        chunk: &[u32],
+        hidden: Array,
+    ) -> Result<()> {
+        let (target, own) = seq.draft_parts()?;
+        if !self.begun {
+            // Drafts only propose: a request that reuses a cached
+            // prefix starts its drafter at the first token it feeds.
+            d.begin(own, chunk[0])?;
+            self.begun = true;
+        }
+        if let Some((h, mut toks)) = self.pending.take() {
+            toks.push(chunk[0]);
+            d.step(m.plan.vocab_size, target, own, &h, &ids_array(&toks)?)?;
+            own.eval_caches()?;
+        }
+        self.pending = Some((hidden, chunk[1..].to_vec()));
+        Ok(())
     }
 
     /// The prompt is in and `y` drawn after it: the first round replays the
@@ -123,14 +112,14 @@ impl RowDraft {
     }
 
     /// One round after `y` (the row's last token, not in its caches yet) on
-    /// the row's `caches`, drafting up to `depth` tokens (shaped by `guide`:
-    /// the row's grammar and penalties).
+    /// `seq`, drafting up to `depth` tokens (shaped by `guide`: the row's
+    /// grammar and penalties).
     #[allow(clippy::too_many_arguments)]
     pub fn round(
         &mut self,
         m: &mut LoadedModel,
         d: &mut Drafter,
-        caches: &[SharedCache],
+        seq: &mut Sequence,
         y: u32,
         depth: usize,
         sampler: &SamplerParams,
@@ -139,18 +128,16 @@ impl RowDraft {
     ) -> Result<Round> {
         let (mut hid, mut pend) = self.next.take().ok_or_else(|| anyhow!("internal: no round prepared"))?;
         let y = Array::from_slice(&[y as i32], &[1, 1])?;
-        let r = m.with_sequence(caches, None, |m| {
-            self.swapped(d, |d, _| round(m, d, &mut hid, &mut pend, &y, depth, sampler, min_confidence, guide))
-        })?;
+        let r = round(m, seq, d, &mut hid, &mut pend, &y, depth, sampler, min_confidence, guide)?;
         self.next = Some((hid, pend));
         Ok(r)
     }
 
-    /// Gives back the last `extra` tokens round `r` left in `caches`.
+    /// Gives back the last `extra` tokens round `r` left in `seq`'s caches.
     /// The positions the next round would replay lose as many, so the
     /// drafter still stands where the row does ([`RowDraft::state`]).
-    pub fn give_back(&mut self, m: &mut LoadedModel, caches: &[SharedCache], r: &Round, extra: usize) -> Result<()> {
-        m.with_sequence(caches, None, |m| r.give_back(m, extra))?;
+    pub fn give_back(&mut self, m: &mut LoadedModel, seq: &mut Sequence, r: &Round, extra: usize) -> Result<()> {
+        r.give_back(m, seq, extra)?;
         if let Some((h, t)) = self.next.take() {
             let keep = h.dim(1) - extra as i32;
             if keep >= 1 {

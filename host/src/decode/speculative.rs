@@ -20,34 +20,49 @@ use super::prefill::{ids_array, prefill_chunks};
 use super::process::{mask_logits, LogitsParams};
 use crate::cache::Rollback;
 use crate::grammar::GrammarConstraint;
-use crate::model::LoadedModel;
+use crate::model::{LoadedModel, Sequence};
 use crate::sample::{probs, sample};
 use anyhow::{anyhow, Result};
 use mlx::{Array, Dtype};
 use plugin_api::{LogitsWanted, TokenSource};
 use std::time::Instant;
 
-/// Rewinds the target's caches so they hold `keep` of the `fed` tokens
-/// the last forward appended: trims when every cache can, else goes back to
+/// Rewinds `seq`'s caches so they hold `keep` of the `fed` tokens the
+/// last forward appended: trims when every cache can, else goes back to
 /// `cp` (taken before that forward) and feeds `tokens[..keep]` again.
-fn rewind(m: &mut LoadedModel, cp: Option<&Rollback>, fed: usize, keep: usize, tokens: &Array) -> Result<()> {
-    if keep == fed || m.trim(fed - keep) {
+fn rewind(
+    m: &mut LoadedModel,
+    seq: &mut Sequence,
+    cp: Option<&Rollback>,
+    fed: usize,
+    keep: usize,
+    tokens: &Array,
+) -> Result<()> {
+    if keep == fed || seq.trim(fed - keep) {
         return Ok(());
     }
     let cp = cp.ok_or_else(|| anyhow!("internal: a cache cannot rewind and no checkpoint was taken"))?;
-    cp.restore_into(&m.caches)?;
+    seq.restore(cp)?;
     if keep > 0 {
-        m.forward(&tokens.slice_axis(1, 0, keep as i32)?, TokenSource::Generated, LogitsWanted::None)?;
-        m.eval_caches()?;
+        m.forward(&mut *seq, &tokens.slice_axis(1, 0, keep as i32)?, TokenSource::Generated, LogitsWanted::None)?;
+        seq.eval_caches()?;
     }
     Ok(())
 }
 
-/// Generates after `prompt` with the drafter `d`, calling `on_token` per id
-/// (false stops). Leaves the caches as [`super::generate`] does:
-/// holding the prompt and every generated token but the last.
+/// One drafter step on `seq` (its caches and its drafter caches).
+fn draft_step(m: &LoadedModel, d: &mut Drafter, seq: &mut Sequence, h: &Array, t: &Array) -> Result<(Array, Array)> {
+    let (target, own) = seq.draft_parts()?;
+    d.step(m.plan.vocab_size, target, own, h, t)
+}
+
+/// Generates after `prompt` on `seq` with the drafter `d` (its caches the
+/// sequence's [`Sequence::draft`]), calling `on_token` per id (false
+/// stops). Leaves the caches as [`super::generate`] does: holding the
+/// prompt and every generated token but the last.
 pub fn generate_speculative(
     m: &mut LoadedModel,
+    seq: &mut Sequence,
     d: &mut Drafter,
     prompt: &[u32],
     p: &GenParams,
@@ -60,11 +75,16 @@ pub fn generate_speculative(
     // A new conversation starts the drafter over. Otherwise its caches must
     // not run ahead of the target's (a turn that rewound to a shorter common
     // prefix): trim them back, or start them over when they cannot rewind.
-    let target_at = m.cache_offset();
+    // Caches another drafter made (one swapped in since) are not this one's.
+    if !seq.draft.as_ref().is_some_and(|c| d.owns(c)) {
+        seq.draft = Some(d.fresh_caches()?);
+    }
+    let target_at = seq.cache_offset();
+    let own = seq.draft_parts()?.1;
     if target_at == 0 {
-        d.begin(prompt.first().copied().ok_or_else(|| anyhow!("the prompt is empty: nothing to generate from"))?)?;
-    } else if d.offset() > target_at + d.lead && !d.trim_to(target_at + d.lead) {
-        d.reset()?;
+        d.begin(own, prompt.first().copied().ok_or_else(|| anyhow!("the prompt is empty: nothing to generate from"))?)?;
+    } else if own.offset() > target_at + own.lead() && !own.trim_to(target_at + own.lead()) {
+        *own = d.fresh_caches()?;
     }
 
     // Prefill as the plain loop does (so the first logits are identical),
@@ -72,19 +92,19 @@ pub fn generate_speculative(
     // tokens that follow them, once those are known.
     let mut pending: Option<(Array, Vec<u32>)> = None;
     let mut logits = None;
-    prefill_chunks(m, prompt, p.prefill_step, true, p.cancel.as_deref(), |m, chunk, hidden, last| {
+    prefill_chunks(m, seq, prompt, p.prefill_step, true, p.cancel.as_deref(), |m, seq, chunk, hidden, last| {
         let hidden = hidden.ok_or_else(|| anyhow!("no hidden state"))?;
         if let Some((h, mut toks)) = pending.take() {
             toks.push(chunk[0]);
-            d.step(m, &h, &ids_array(&toks)?)?;
-            d.eval_caches()?;
+            draft_step(m, d, seq, &h, &ids_array(&toks)?)?;
+            seq.draft_parts()?.1.eval_caches()?;
         }
         pending = Some((hidden, chunk[1..].to_vec()));
         logits = last;
         Ok(())
     })?;
     let logits = logits.ok_or_else(|| anyhow!("the model returned no logits"))?;
-    let prompt_rollback = prompt_rollback(m, p);
+    let prompt_rollback = prompt_rollback(seq, p);
     let (mut hid, first_toks) = pending.take().ok_or_else(|| anyhow!("the prompt is empty"))?;
     let mut y = sample(&logits, &p.sampler)?.reshape(&[1, 1])?;
     let mut pend_tokens = concat_ids(&first_toks, &y)?;
@@ -117,8 +137,8 @@ pub fn generate_speculative(
             break;
         }
         let depth = sp.depth.min(remaining);
-        let r =
-            round(m, d, &mut hid, &mut pend_tokens, &y, depth, &p.sampler, sp.min_confidence, RoundGuide::default())?;
+        let guide = RoundGuide::default();
+        let r = round(m, seq, d, &mut hid, &mut pend_tokens, &y, depth, &p.sampler, sp.min_confidence, guide)?;
         stats.proposed += r.proposed;
         stats.accepted += r.accepted.len();
         stats.rounds += 1;
@@ -140,7 +160,7 @@ pub fn generate_speculative(
     let t_end = Instant::now();
     if extra > 0 {
         let r = last_round.as_ref().ok_or_else(|| anyhow!("internal: no verify round to rewind"))?;
-        r.give_back(m, extra)?;
+        r.give_back(m, seq, extra)?;
     }
     let mut out = GenStats::timed(prompt.len(), tokens, finish, [t0, t_first.unwrap_or(t_end), t_end], Some(stats));
     out.prompt_rollback = prompt_rollback;
@@ -166,11 +186,11 @@ pub struct Round {
 }
 
 impl Round {
-    /// Gives back the last `extra` tokens the round left in the target's
-    /// caches (the reply ended before them).
-    pub(crate) fn give_back(&self, m: &mut LoadedModel, extra: usize) -> Result<()> {
+    /// Gives back the last `extra` tokens the round left in `seq`'s caches
+    /// (the reply ended before them).
+    pub(crate) fn give_back(&self, m: &mut LoadedModel, seq: &mut Sequence, extra: usize) -> Result<()> {
         let kept = self.accepted.len() + 1;
-        rewind(m, self.snap.as_ref(), kept, kept - extra.min(kept), &self.fed)
+        rewind(m, seq, self.snap.as_ref(), kept, kept - extra.min(kept), &self.fed)
     }
 }
 
@@ -197,6 +217,7 @@ pub struct RoundGuide<'a> {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn round(
     m: &mut LoadedModel,
+    seq: &mut Sequence,
     d: &mut Drafter,
     hid: &mut Array,
     pend: &mut Array,
@@ -208,8 +229,8 @@ pub(crate) fn round(
 ) -> Result<Round> {
     let RoundGuide { grammar: mut guide, logits: penalties } = guide;
     let greedy = sampler.temperature <= 0.0;
-    let (mut lg, mut dh) = d.step(m, hid, pend)?;
-    let own_keep = d.offset();
+    let (mut lg, mut dh) = draft_step(m, d, seq, hid, pend)?;
+    let own_keep = seq.draft_parts()?.1.offset();
     // What the penalties look back over: the request's tokens, then the drafts.
     let mut hist: Vec<u32> = penalties.map_or_else(Vec::new, |(_, h)| h.to_vec());
     let mut drafts: Vec<Array> = vec![y.reshape(&[1, 1])?.astype(Dtype::I32)?];
@@ -253,7 +274,7 @@ pub(crate) fn round(
         if last {
             break;
         }
-        (lg, dh) = d.step(m, &dh, &t)?;
+        (lg, dh) = draft_step(m, d, seq, &dh, &t)?;
     }
     let k = drafts.len() - 1;
     if let Some(g) = guide.as_deref_mut() {
@@ -263,8 +284,8 @@ pub(crate) fn round(
     }
     // Verify [y, d1..dk] in one forward.
     let fed = mlx::concatenate(&drafts.iter().collect::<Vec<_>>(), 1)?;
-    let snap = Rollback::take(&m.caches, k as i64 + 1, k as i64);
-    let (vl, vh) = m.forward_io(&fed, TokenSource::Generated, LogitsWanted::All, true)?;
+    let snap = Rollback::take(seq.caches(), k as i64 + 1, k as i64);
+    let (vl, vh) = m.forward_io(&mut *seq, &fed, TokenSource::Generated, LogitsWanted::All, true)?;
     let (vl, vh) = (vl.ok_or_else(|| anyhow!("no logits"))?, vh.ok_or_else(|| anyhow!("no hidden state"))?);
     let mut vl = vl.reshape(&[k as i32 + 1, -1])?;
     if penalties.is_some() || guide.is_some() {
@@ -301,9 +322,10 @@ pub(crate) fn round(
         rejection(&vl, &qs, &draft_ids, sampler)?
     };
     // Keep [y, d1..da]; the bonus token is next round's y.
-    rewind(m, snap.as_ref(), k + 1, accepted + 1, &fed)?;
-    if !d.trim_to(own_keep) {
-        d.reset()?;
+    rewind(m, seq, snap.as_ref(), k + 1, accepted + 1, &fed)?;
+    let own = seq.draft_parts()?.1;
+    if !own.trim_to(own_keep) {
+        *own = d.fresh_caches()?;
     }
     *hid = vh.slice_axis(1, 0, accepted as i32 + 1)?;
     let next: Vec<u32> = dv[..accepted].iter().map(|&t| t as u32).chain([bonus as u32]).collect();

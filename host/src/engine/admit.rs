@@ -6,8 +6,8 @@ use super::media;
 use super::request::{EngineError, ErrorKind, Event, Request};
 use super::row::Row;
 use super::Engine;
-use crate::cache::{make_caches, DraftHit, SharedCache};
-use crate::model::MediaState;
+use crate::cache::DraftHit;
+use crate::model::Sequence;
 use famlx_text::Tokenizer;
 use std::time::Instant;
 
@@ -36,20 +36,15 @@ impl Engine {
         }
         let tok = self.tokenizer()?.clone();
         let cache_key = media::prefix_key(&prompt);
-        let (cached, caches, draft) = match self.prefix.lookup(&cache_key, self.drafter.is_some()) {
-            Some(h) if !media::cuts_item(&prompt, h.tokens) => (h.tokens, h.caches, h.draft),
-            _ => (
-                0,
-                make_caches(&self.model.plan.caches, &self.model.cache_opts)
-                    .map_err(|e| EngineError::internal(format!("{e:#}")))?,
-                None,
-            ),
+        let (cached, mut seq, draft) = match self.prefix.lookup(&cache_key, self.drafter.is_some()) {
+            Some(h) if !media::cuts_item(&prompt, h.tokens) => (h.tokens, self.model.sequence_with(h.caches), h.draft),
+            _ => (0, self.model.sequence().map_err(|e| EngineError::internal(format!("{e:#}")))?, None),
         };
         let key = match spec.seed {
             Some(s) => Some(mlx::random::key(s).map_err(|e| EngineError::internal(format!("{e:#}")))?),
             None => None,
         };
-        let media = match prompt.media.is_empty() {
+        seq.media = match prompt.media.is_empty() {
             true => None,
             false => Some(media::embed(&mut self.model, &prompt, cached)?),
         };
@@ -60,8 +55,7 @@ impl Engine {
             detok: tok.detokenizer_with(false),
             ids,
             cache_key,
-            media,
-            caches,
+            seq,
             cached,
             draft,
             max,
@@ -76,8 +70,7 @@ impl Engine {
 pub(super) struct RowParts {
     ids: Vec<u32>,
     cache_key: Vec<u32>,
-    media: Option<MediaState>,
-    caches: Vec<SharedCache>,
+    seq: Sequence,
     cached: usize,
     /// The drafter's state for the cached tokens, from the prompt cache.
     pub(super) draft: Option<DraftHit>,
@@ -99,8 +92,7 @@ impl RowParts {
             logprobs: spec.logprobs,
             ids: self.ids,
             cache_key: self.cache_key,
-            media: self.media,
-            caches: self.caches,
+            seq: self.seq,
             fed: self.cached,
             cached: self.cached,
             max_tokens: self.max,

@@ -171,7 +171,7 @@ impl Engine {
                     let mut row = parts.into_row(job, self.serial);
                     row.lockstep = role != Role::Alone;
                     if role == Role::Alone {
-                        row.draft = self.row_draft(&row, hit);
+                        row.draft = self.row_draft(&mut row, hit);
                     }
                     prefilling.push_back(row);
                 }
@@ -220,7 +220,7 @@ impl Engine {
             self.spec_step(&mut decoding[0])
         } else {
             // Drafter caches follow a request only while it decodes alone.
-            decoding.iter_mut().for_each(|r| r.draft = None);
+            decoding.iter_mut().for_each(|r| (r.draft, r.seq.draft) = (None, None));
             self.step(decoding)
         }
     }
@@ -266,7 +266,7 @@ impl Engine {
                 continue;
             }
             let draft = self.drafter.as_mut().map(|d| &mut d.0).zip(r.draft.as_mut());
-            let out = prefill_step(&mut self.model, &r.caches, &r.ids, &mut r.fed, step, r.media.as_ref(), draft)
+            let out = prefill_step(&mut self.model, &mut r.seq, &r.ids, &mut r.fed, step, draft)
                 .and_then(|l| l.map(|l| self.first_token(&mut r, &l)).transpose());
             match out {
                 Ok(None) => kept.push_back(r),
@@ -326,10 +326,10 @@ impl Engine {
     /// prompt's last `logits`; the prompt's caches are kept for reuse when
     /// they could not be rewound to it later.
     fn first_token(&mut self, r: &mut Row, logits: &Array) -> anyhow::Result<(u32, Option<TokenLogprob>)> {
-        if !r.caches.iter().all(|c| c.lock().can_trim(r.ids.len() as i64)) {
+        if !r.seq.caches().iter().all(|c| c.lock().can_trim(r.ids.len() as i64)) {
             // Hybrid and windowed models rewind only to a snapshot: keep the prompt's.
             let draft = self.draft_state(r, r.ids.len() as i64);
-            self.prefix.insert(r.cache_key.clone(), &r.caches, draft);
+            self.prefix.insert(r.cache_key.clone(), r.seq.caches(), draft);
         }
         r.prepare_mask()?;
         let (y, lp) = r.sample(logits)?;
@@ -347,23 +347,25 @@ impl Engine {
     /// them, and logprobs come from the verify's logits.
     /// A prompt-cache `hit` may bring the drafter's state for the cached
     /// tokens; otherwise the drafter starts at the first token fed.
-    fn row_draft(&self, r: &Row, hit: Option<DraftHit>) -> Option<RowDraft> {
+    fn row_draft(&self, r: &mut Row, hit: Option<DraftHit>) -> Option<RowDraft> {
         let (d, _) = self.drafter.as_ref()?;
-        if r.key.is_some() || r.media.is_some() {
+        if r.key.is_some() || r.seq.media.is_some() {
             return None;
         }
         match hit {
-            Some(h) => Some(RowDraft::resumed(h)),
-            None => RowDraft::new(d).map_err(|e| tracing::warn!(target: "famlx::serve", "drafter caches: {e:#}")).ok(),
+            Some(h) => Some(RowDraft::resumed(d, h, &mut r.seq)),
+            None => RowDraft::new(d, &mut r.seq)
+                .map_err(|e| tracing::warn!(target: "famlx::serve", "drafter caches: {e:#}"))
+                .ok(),
         }
     }
 
     /// The drafter's state for the `n` tokens row `r`'s caches hold, to
     /// keep beside them in the prompt cache (none when the row does not
     /// speculate).
-    fn draft_state(&mut self, r: &Row, n: i64) -> Option<DraftState> {
+    fn draft_state(&mut self, r: &mut Row, n: i64) -> Option<DraftState> {
         let (d, _) = self.drafter.as_mut()?;
-        let state = r.draft.as_ref()?.state(&mut self.model, d, &r.caches, n);
+        let state = r.draft.as_ref()?.state(&self.model, d, &mut r.seq, n);
         state.map_err(|e| tracing::warn!(target: "famlx::serve", "drafter state: {e:#}")).ok().flatten()
     }
 
@@ -376,7 +378,7 @@ impl Engine {
         let depth = sp.depth.min(r.max_tokens.saturating_sub(r.tokens.len())).max(1);
         let logits = (!r.logits.is_off()).then_some((&r.logits, r.history.as_slice()));
         let guide = RoundGuide { grammar: r.constraint.as_mut(), logits };
-        let round = rd.round(&mut self.model, d, &r.caches, y, depth, &r.sampler, sp.min_confidence, guide)?;
+        let round = rd.round(&mut self.model, d, &mut r.seq, y, depth, &r.sampler, sp.min_confidence, guide)?;
         self.metrics.draft_proposed.fetch_add(round.proposed as u64, Ordering::SeqCst);
         self.metrics.draft_accepted.fetch_add(round.accepted.len() as u64, Ordering::SeqCst);
         let tok = self.model.tokenizer.as_ref().expect("admitted with a tokenizer");
@@ -396,7 +398,7 @@ impl Engine {
                 let extra = round.accepted.len() - j.min(round.accepted.len());
                 if extra > 0 {
                     if let Some(rd) = r.draft.as_mut() {
-                        rd.give_back(&mut self.model, &r.caches, &round, extra)?;
+                        rd.give_back(&mut self.model, &mut r.seq, &round, extra)?;
                     }
                 }
                 break;
@@ -417,12 +419,12 @@ impl Engine {
                 Array::from_slice(&last, &[last.len() as i32])?
             }
         };
-        let logits = if let [r] = &*rows {
+        let logits = if let [r] = &mut *rows {
             // One row decodes on its own caches, as `generate` does.
             self.batch.set_rows(&[])?;
-            decode_alone(&mut self.model, &r.caches, r.media.as_ref(), &ids)?
+            decode_alone(&mut self.model, &mut r.seq, &ids)?
         } else {
-            let members: Vec<(u64, &[SharedCache])> = rows.iter().map(|r| (r.serial, &r.caches[..])).collect();
+            let members: Vec<(u64, &[SharedCache])> = rows.iter().map(|r| (r.serial, r.seq.caches())).collect();
             self.batch.set_rows(&members)?;
             self.batch.set_shifts(rows.iter().map(Row::shift).collect())?;
             decode_step(&mut self.model, &self.batch, &ids)?
@@ -479,10 +481,10 @@ impl Engine {
             Usage { prompt: r.ids.len(), cached: r.cached, completion: r.completion_tokens(&self.base.stop_ids) };
         if r.fed == r.ids.len() && finish != FinishReason::Cancelled {
             let held = r.held_tokens();
-            let at = r.caches.iter().map(|c| c.lock().offset()).max().unwrap_or(0);
+            let at = r.seq.cache_offset();
             if at == held.len() as i64 {
-                let draft = self.draft_state(&r, at);
-                self.prefix.insert(held, &r.caches, draft);
+                let draft = self.draft_state(&mut r, at);
+                self.prefix.insert(held, r.seq.caches(), draft);
             } else {
                 // Never key a snapshot by tokens it does not hold.
                 tracing::warn!(target: "famlx::serve", id = %r.job.id, "caches hold {at} tokens, the reply {}: not kept for reuse", held.len());

@@ -1,12 +1,11 @@
-//! One request in the batch: its prompt and caches, its sampler and
+//! One request in the batch: its prompt and sequence, its sampler and
 //! constraint, and the tokens it has drawn so far.
 
 use super::request::{Event, LogprobEntry, Request};
-use crate::cache::SharedCache;
 use crate::decode::RowDraft;
 use crate::decode::{logprob_of, mask_logits, FinishReason, LogitsParams, TokenLogprob};
 use crate::grammar::GrammarConstraint;
-use crate::model::MediaState;
+use crate::model::Sequence;
 use crate::sample::{sample_keyed, SamplerParams};
 use anyhow::Result;
 use famlx_text::{StreamingDetokenizer, Tokenizer};
@@ -25,10 +24,8 @@ pub struct Row {
     /// The ids the prompt cache knows it by (each image's or clip's
     /// placeholders made its own: [`super::media::prefix_key`]).
     pub cache_key: Vec<u32>,
-    /// Its images and clips, spliced in while it is prefilled.
-    pub media: Option<MediaState>,
-    /// Its own caches, one per plan slot.
-    pub caches: Vec<SharedCache>,
+    /// Its own sequence: caches, images and clips, drafter caches.
+    pub seq: Sequence,
     /// Prompt tokens in the caches so far.
     pub fed: usize,
     /// Of those, how many came from the prompt cache.
@@ -71,7 +68,7 @@ pub struct Row {
     /// only by its tokens or by `halt`, never by a clock or flag read
     /// mid-turn, which the ranks would read differently.
     pub lockstep: bool,
-    /// Its drafter caches, while it may speculate (see the engine).
+    /// What its drafter replays, while it may speculate (see the engine).
     pub draft: Option<RowDraft>,
 }
 
@@ -89,7 +86,7 @@ impl Row {
     /// What its rotary positions add to its cache offset once decoding
     /// (past images a family places in 2-D).
     pub fn shift(&self) -> i64 {
-        self.media.as_ref().map_or(0, |m| m.delta)
+        self.seq.media.as_ref().map_or(0, |m| m.delta)
     }
 
     /// Computes the constraint's mask for the next token (host work, done

@@ -1,16 +1,17 @@
 //! A model ready to run: the family's plan and built model over the host's
-//! weights, the tokenizer and the caches. Decoding state (drafters, a
-//! conversation's memory) lives in [`crate::session`], not here.
+//! weights, and the tokenizer. A sequence's state (its caches, media and
+//! drafter caches) is a [`Sequence`] passed into each forward; a
+//! conversation's memory lives in [`crate::session`].
 
-use super::media::MediaState;
+use super::sequence::Sequence;
 use super::weights::{assemble, plugin_err, HostWeights, Source};
-use crate::cache::{make_caches, BatchCaches, CacheOptions, Rollback, SharedCache};
+use crate::cache::{make_caches, BatchCaches, CacheOptions, SharedCache};
 use crate::plugins::{FamilyEntry, Registry};
 use abi_stable::std_types::{ROption, RVec};
 use anyhow::{anyhow, bail, Context, Result};
 use famlx_text::Tokenizer;
 use mlx::Array;
-use plugin_api::abi::{ArrayHandle, CacheBox, ForwardInput, ModelBox};
+use plugin_api::abi::{ArrayHandle, ForwardInput, ModelBox};
 use plugin_api::{LogitsWanted, ModelPlan, ProcessedMedia, TokenSource};
 use std::collections::HashMap;
 use std::path::Path;
@@ -33,14 +34,29 @@ pub struct LoadedModel {
     pub tokenizer: Option<Tokenizer>,
     /// Why the checkpoint has no usable tokenizer.
     pub tokenizer_error: Option<String>,
-    /// Host handles to the caches.
-    pub caches: Vec<SharedCache>,
-    /// The plugin's view of the same caches.
-    cache_boxes: RVec<CacheBox>,
-    /// Cache settings.
+    /// Cache settings, for every sequence's caches.
     pub cache_opts: CacheOptions,
-    /// The images of the sequence the caches are filling (none: text).
-    pub media: Option<MediaState>,
+}
+
+/// What a forward runs on: one sequence, or a batch's rows stacked.
+pub enum ForwardOn<'a> {
+    /// One sequence, fed any number of tokens.
+    One(&'a mut Sequence),
+    /// A decode step of a batch: one generated token per row, row `r`
+    /// continuing the batch's row `r`.
+    Batch(&'a BatchCaches),
+}
+
+impl<'a> From<&'a mut Sequence> for ForwardOn<'a> {
+    fn from(s: &'a mut Sequence) -> Self {
+        ForwardOn::One(s)
+    }
+}
+
+impl<'a> From<&'a BatchCaches> for ForwardOn<'a> {
+    fn from(b: &'a BatchCaches) -> Self {
+        ForwardOn::Batch(b)
+    }
 }
 
 /// The model's BOS convention (`plan.add_bos`, from its family) where the
@@ -66,8 +82,8 @@ impl LoadedModel {
         let fam = registry.resolve(&ck.model_type, family).with_context(|| format!("{}", path.display()))?;
         let source = Rc::new(source);
         let (plan, weights, model) = assemble(&fam, &source)?;
-        let caches = make_caches(&plan.caches, &cache_opts)?;
-        let cache_boxes = caches.iter().map(SharedCache::boxed).collect();
+        // Bad cache settings fail here, at load, not at the first sequence.
+        make_caches(&plan.caches, &cache_opts)?;
         let mut tokenizer = ck.tokenizer;
         if let Some(t) = tokenizer.as_mut() {
             apply_bos_convention(t, &plan);
@@ -80,10 +96,7 @@ impl LoadedModel {
             model,
             tokenizer,
             tokenizer_error: ck.tokenizer_error,
-            caches,
-            cache_boxes,
             cache_opts,
-            media: None,
         })
     }
 
@@ -108,9 +121,10 @@ impl LoadedModel {
     }
 
     /// Swaps in another build of the serving family (hot reload), rebuilding
-    /// the model from the tensors already in memory. Caches survive when the
-    /// new plan asks for the same cache layout; returns whether they did.
-    /// On error the current family keeps serving.
+    /// the model from the tensors already in memory. Returns whether the new
+    /// plan asks for the same cache layout (a sequence's caches stay good
+    /// only then: the caller starts them over otherwise). On error the
+    /// current family keeps serving.
     pub fn swap_family(&mut self, fam: Arc<FamilyEntry>) -> Result<bool> {
         if self.source.tensors.is_empty() {
             return Err(anyhow!(
@@ -126,9 +140,6 @@ impl LoadedModel {
         self.model = model;
         if let Some(t) = self.tokenizer.as_mut() {
             apply_bos_convention(t, &self.plan);
-        }
-        if !same {
-            self.reset_caches()?;
         }
         Ok(same)
     }
@@ -158,74 +169,15 @@ impl LoadedModel {
             .ok_or_else(|| anyhow!("{}", self.tokenizer_error.clone().unwrap_or_else(|| "no tokenizer".into())))
     }
 
-    /// Replaces the caches with empty ones.
-    pub fn reset_caches(&mut self) -> Result<()> {
-        self.media = None;
-        self.caches = make_caches(&self.plan.caches, &self.cache_opts)?;
-        self.cache_boxes = self.caches.iter().map(SharedCache::boxed).collect();
-        Ok(())
+    /// An empty sequence for this model: one cache per plan slot, made
+    /// with its cache settings.
+    pub fn sequence(&self) -> Result<Sequence> {
+        Sequence::new(&self.plan.caches, &self.cache_opts)
     }
 
-    /// Replaces the caches (one per plan layer, e.g. read from a file).
-    pub fn set_caches(&mut self, caches: Vec<SharedCache>) {
-        self.cache_boxes = caches.iter().map(SharedCache::boxed).collect();
-        self.caches = caches;
-    }
-
-    /// Runs `f` on one sequence of a batching server: its own `caches` and
-    /// `media` in place of the model's, which are put back after.
-    pub fn with_sequence<T>(
-        &mut self,
-        caches: &[SharedCache],
-        media: Option<&MediaState>,
-        f: impl FnOnce(&mut Self) -> Result<T>,
-    ) -> Result<T> {
-        let own = std::mem::take(&mut self.caches);
-        let own_media = std::mem::replace(&mut self.media, media.cloned());
-        self.set_caches(caches.to_vec());
-        let r = f(self);
-        self.media = own_media;
-        self.set_caches(own);
-        r
-    }
-
-    /// A cheap copy of every cache (arrays are shared, not copied), for
-    /// [`LoadedModel::restore`].
-    pub fn snapshot(&self) -> Rollback {
-        Rollback::full(&self.caches)
-    }
-
-    /// Puts the caches back as `snap` recorded them; `snap` stays usable.
-    pub fn restore(&mut self, snap: &Rollback) -> Result<()> {
-        snap.restore_into(&self.caches).map_err(Into::into)
-    }
-
-    /// Drops the last `n` tokens from every cache. Returns false, changing
-    /// nothing, when some cache cannot rewind exactly (a window that has
-    /// slid, a recurrent state): restore a snapshot instead.
-    pub fn trim(&mut self, n: usize) -> bool {
-        let n = n as i64;
-        // Slots nothing was written to (the layers another rank of a
-        // pipeline split holds) have nothing to trim.
-        let used = || self.caches.iter().filter(|c| c.lock().offset() > 0);
-        if !used().all(|c| c.lock().can_trim(n)) {
-            return false;
-        }
-        for c in used() {
-            c.lock().trim(n);
-        }
-        true
-    }
-
-    /// The plugin's view of the caches (for drafters reading them).
-    pub(crate) fn cache_boxes_mut(&mut self) -> &mut RVec<CacheBox> {
-        &mut self.cache_boxes
-    }
-
-    /// Tokens currently held by the caches (the most any slot holds: a rank
-    /// of a pipeline split writes only its own layers' slots).
-    pub fn cache_offset(&self) -> i64 {
-        self.caches.iter().map(|c| c.lock().offset()).max().unwrap_or(0)
+    /// A sequence over `caches` already filled (one per plan slot).
+    pub fn sequence_with(&self, caches: Vec<SharedCache>) -> Sequence {
+        Sequence::with_caches(&self.plan.caches, &self.cache_opts, caches)
     }
 
     /// Switches image (audio) input off when the plan takes it but the
@@ -338,29 +290,48 @@ impl LoadedModel {
         Ok(p.into_option().map(|p| (p.ids.into_array(), p.delta)))
     }
 
-    /// Runs the model over `tokens` (`[1, L]` int32) from `source` (the
-    /// prompt, or tokens the model generated), updating the caches.
-    pub fn forward(
+    /// Runs the model over `tokens` (`[B, L]` int32) from `source` (the
+    /// prompt, or tokens the model generated) on `caches` (a sequence, or a
+    /// batch's rows), updating them.
+    pub fn forward<'a>(
         &mut self,
+        caches: impl Into<ForwardOn<'a>>,
         tokens: &Array,
         source: TokenSource,
         logits_wanted: LogitsWanted,
     ) -> Result<Option<Array>> {
-        Ok(self.forward_io(tokens, source, logits_wanted, false)?.0)
+        Ok(self.forward_io(caches, tokens, source, logits_wanted, false)?.0)
     }
 
     /// [`LoadedModel::forward`] that also returns the final hidden state
-    /// (`[1, L, hidden]`) when `want_hidden`.
-    pub fn forward_io(
+    /// (`[1, L, hidden]`) when `want_hidden`. The one forward path: a lone
+    /// sequence (its media spliced in where the tokens cover it) and a
+    /// batch's decode step (`[B, 1]` generated tokens, no media) alike.
+    pub fn forward_io<'a>(
         &mut self,
+        caches: impl Into<ForwardOn<'a>>,
         tokens: &Array,
         source: TokenSource,
         logits_wanted: LogitsWanted,
         want_hidden: bool,
     ) -> Result<(Option<Array>, Option<Array>)> {
-        let media = match &self.media {
-            Some(m) => Some(m.chunk(self.cache_offset().max(0) as usize, tokens.dim(1) as usize)?),
-            None => None,
+        let mut batch_boxes;
+        let (media, boxes, what) = match caches.into() {
+            ForwardOn::One(seq) => {
+                let media = match &seq.media {
+                    Some(m) => Some(m.chunk(seq.cache_offset().max(0) as usize, tokens.dim(1) as usize)?),
+                    None => None,
+                };
+                (media, seq.boxes_mut(), "")
+            }
+            ForwardOn::Batch(batch) => {
+                let rows = batch.ids().len();
+                if tokens.dim(0) as usize != rows || tokens.dim(1) != 1 {
+                    bail!("forward: a batch of {rows} rows for tokens of shape {:?}", tokens.shape());
+                }
+                batch_boxes = batch.boxes();
+                (None, &mut batch_boxes, " for a batch")
+            }
         };
         let input = ForwardInput {
             tokens: tokens.clone().into(),
@@ -372,11 +343,8 @@ impl LoadedModel {
             position_delta: media.as_ref().map_or(0, |m| m.delta),
             source,
         };
-        let out = self
-            .model
-            .forward(input, &mut self.cache_boxes)
-            .into_result()
-            .map_err(|e| plugin_err(&self.family.name, "forward", e))?;
+        let out =
+            self.model.forward(input, boxes).into_result().map_err(|e| plugin_err(&self.family.name, "forward", e))?;
         let logits = out.logits.into_option().map(ArrayHandle::into_array);
         if let Some(l) = &logits {
             let (b, n) = (tokens.dim(0), tokens.dim(1));
@@ -384,7 +352,7 @@ impl LoadedModel {
             let want = [b, rows, self.plan.vocab_size as i32];
             if l.shape() != want {
                 return Err(anyhow!(
-                    "{} plugin: forward returned logits of shape {:?}, expected {:?}",
+                    "{} plugin: forward returned logits of shape {:?}{what}, expected {:?}",
                     self.family.name,
                     l.shape(),
                     want
@@ -406,53 +374,5 @@ impl LoadedModel {
             }
         }
         Ok((logits, hidden))
-    }
-
-    /// One decode step for a batch of sequences: `tokens` `[B, 1]` int32
-    /// (generated), row `r` continuing the batch's row `r`. Returns the
-    /// logits `[B, 1, V]`.
-    pub fn forward_batch(&mut self, tokens: &Array, batch: &BatchCaches) -> Result<Array> {
-        let b = tokens.dim(0);
-        if b as usize != batch.ids().len() || tokens.dim(1) != 1 {
-            return Err(anyhow!("forward_batch: {} rows for tokens of shape {:?}", batch.ids().len(), tokens.shape()));
-        }
-        let mut boxes = batch.boxes();
-        let input = ForwardInput {
-            tokens: tokens.clone().into(),
-            embeddings: ROption::RNone,
-            logits: LogitsWanted::Last,
-            want_hidden: false,
-            media: ROption::RNone,
-            positions: ROption::RNone,
-            position_delta: 0,
-            source: TokenSource::Generated,
-        };
-        let out = self
-            .model
-            .forward(input, &mut boxes)
-            .into_result()
-            .map_err(|e| plugin_err(&self.family.name, "forward", e))?;
-        let logits = out
-            .logits
-            .into_option()
-            .map(ArrayHandle::into_array)
-            .ok_or_else(|| anyhow!("{} plugin: forward returned no logits", self.family.name))?;
-        let want = [b, 1, self.plan.vocab_size as i32];
-        if logits.shape() != want {
-            return Err(anyhow!(
-                "{} plugin: forward returned logits of shape {:?} for a batch, expected {:?}",
-                self.family.name,
-                logits.shape(),
-                want
-            ));
-        }
-        Ok(logits)
-    }
-
-    /// Evaluates the cache contents (after a prefill chunk).
-    pub fn eval_caches(&self) -> Result<()> {
-        let arrays: Vec<Array> = self.caches.iter().flat_map(|c| c.lock().arrays()).collect();
-        let refs: Vec<&Array> = arrays.iter().collect();
-        mlx::eval(&refs).map_err(Into::into)
     }
 }

@@ -1,4 +1,4 @@
-//! The media of the sequence a model's caches are filling: each image's or
+//! The media of a sequence: each image's or
 //! clip's rows (what replaces its placeholder tokens) at their absolute
 //! positions, and the rotary positions of the whole sequence for families
 //! that place images in 2-D. A forward takes the part that falls in its

@@ -7,7 +7,7 @@ use crate::common;
 use common::{expected, fixture, ids, mlx_lock, registry, run, texts, FIXTURES};
 use famlx::cache::{AttnArgs, CacheImpl, CacheOptions, KvMask, RecurrentCache, RotatingKvCache, SharedCache};
 use famlx::decode::{generate, prefill_last_alone, GenParams};
-use famlx::model::LoadedModel;
+use famlx::model::{LoadedModel, Sequence};
 use famlx::sample::SamplerParams;
 use mlx::fast::{scaled_dot_product_attention, Mask};
 use mlx::{concatenate, Array, Dtype};
@@ -32,7 +32,11 @@ fn rotating(n: usize) -> CacheOptions {
 }
 
 fn greedy(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Vec<u32> {
-    m.reset_caches().unwrap();
+    let mut seq = m.sequence().unwrap();
+    greedy_on(m, &mut seq, prompt, step)
+}
+
+fn greedy_on(m: &mut LoadedModel, seq: &mut Sequence, prompt: &[u32], step: usize) -> Vec<u32> {
     let p = GenParams {
         max_tokens: 24,
         sampler: SamplerParams { temperature: 0.0, ..Default::default() },
@@ -40,7 +44,7 @@ fn greedy(m: &mut LoadedModel, prompt: &[u32], step: usize) -> Vec<u32> {
         stop_ids: Vec::new(),
         ..Default::default()
     };
-    generate(m, prompt, &p, |_| true).unwrap_or_else(|e| panic!("generate: {e:#}")).tokens
+    generate(m, seq, prompt, &p, |_| true).unwrap_or_else(|e| panic!("generate: {e:#}")).tokens
 }
 
 /// Ours against mlx-lm's tokens: a divergence is accepted only at or after
@@ -133,19 +137,20 @@ fn quantized_rotating_generates() {
     check("qwen3-bf16/len1/quantized rotating", &ours, &ids(&p["greedy_kv4"]), &floats(&p["greedy_kv4_margins"]))
         .unwrap();
     let p40 = exp["prompts"].as_array().unwrap().iter().find(|p| p["name"] == "len40").unwrap();
-    let ours = greedy(&mut m, &ids(&p40["ids"]), 16);
+    let mut seq = m.sequence().unwrap();
+    let ours = greedy_on(&mut m, &mut seq, &ids(&p40["ids"]), 16);
     assert_eq!(ours.len(), 24);
-    assert_eq!(m.cache_offset(), 40 + 23);
+    assert_eq!(seq.cache_offset(), 40 + 23);
 }
 
 fn logits_f32(a: &Array) -> Vec<f32> {
     a.astype(Dtype::F32).unwrap().to_vec().unwrap()
 }
 
-fn step(m: &mut LoadedModel, toks: &[u32]) -> Vec<f32> {
+fn step(m: &mut LoadedModel, seq: &mut Sequence, toks: &[u32]) -> Vec<f32> {
     let v: Vec<i32> = toks.iter().map(|&t| t as i32).collect();
     let x = Array::from_slice(&v, &[1, v.len() as i32]).unwrap();
-    let l = m.forward(&x, plugin_api::TokenSource::Prompt, LogitsWanted::Last).unwrap().unwrap();
+    let l = m.forward(seq, &x, plugin_api::TokenSource::Prompt, LogitsWanted::Last).unwrap().unwrap();
     logits_f32(&l)
 }
 
@@ -156,40 +161,40 @@ fn exact_rollback(what: &str, opts: CacheOptions, prompt: &[u32], extra: &[u32],
     let mut m = load("qwen3-bf16", opts);
     let next = [7u32];
     // Reference: the prompt, then `next`.
-    m.reset_caches().unwrap();
-    prefill_last_alone(&mut m, prompt, 16).unwrap();
-    let want = step(&mut m, &next);
+    let mut seq = m.sequence().unwrap();
+    prefill_last_alone(&mut m, &mut seq, prompt, 16).unwrap();
+    let want = step(&mut m, &mut seq, &next);
 
     // Snapshot, feed the extra tokens one by one and as a chunk, restore.
-    m.reset_caches().unwrap();
-    prefill_last_alone(&mut m, prompt, 16).unwrap();
-    let snap = m.snapshot();
+    let mut seq = m.sequence().unwrap();
+    prefill_last_alone(&mut m, &mut seq, prompt, 16).unwrap();
+    let snap = seq.snapshot();
     assert_eq!(snap.tokens(), prompt.len() as i64);
     for &t in extra {
-        step(&mut m, &[t]);
+        step(&mut m, &mut seq, &[t]);
     }
-    step(&mut m, extra);
-    m.eval_caches().unwrap();
-    m.restore(&snap).unwrap();
-    assert_eq!(m.cache_offset(), prompt.len() as i64, "{what}: offset after restore");
-    assert_eq!(step(&mut m, &next), want, "{what}: logits after restore differ");
+    step(&mut m, &mut seq, extra);
+    seq.eval_caches().unwrap();
+    seq.restore(&snap).unwrap();
+    assert_eq!(seq.cache_offset(), prompt.len() as i64, "{what}: offset after restore");
+    assert_eq!(step(&mut m, &mut seq, &next), want, "{what}: logits after restore differ");
     // The snapshot is reusable.
-    m.restore(&snap).unwrap();
-    assert_eq!(step(&mut m, &next), want, "{what}: logits after a second restore differ");
+    seq.restore(&snap).unwrap();
+    assert_eq!(step(&mut m, &mut seq, &next), want, "{what}: logits after a second restore differ");
 
     // Trim.
-    m.reset_caches().unwrap();
-    prefill_last_alone(&mut m, prompt, 16).unwrap();
+    let mut seq = m.sequence().unwrap();
+    prefill_last_alone(&mut m, &mut seq, prompt, 16).unwrap();
     for &t in extra {
-        step(&mut m, &[t]);
+        step(&mut m, &mut seq, &[t]);
     }
-    let before = m.cache_offset();
-    assert_eq!(m.trim(extra.len()), expect_trim, "{what}: trim");
+    let before = seq.cache_offset();
+    assert_eq!(seq.trim(extra.len()), expect_trim, "{what}: trim");
     if expect_trim {
-        assert_eq!(m.cache_offset(), prompt.len() as i64);
-        assert_eq!(step(&mut m, &next), want, "{what}: logits after trim differ");
+        assert_eq!(seq.cache_offset(), prompt.len() as i64);
+        assert_eq!(step(&mut m, &mut seq, &next), want, "{what}: logits after trim differ");
     } else {
-        assert_eq!(m.cache_offset(), before, "{what}: a refused trim must change nothing");
+        assert_eq!(seq.cache_offset(), before, "{what}: a refused trim must change nothing");
     }
 }
 

@@ -47,26 +47,29 @@ fn rotating(quant: bool) -> CacheOptions {
 fn round_trip(what: &str, kind: &str, opts: CacheOptions, prompt: &[u32], suffix: &[u32], dir: &Path) {
     let file = dir.join(format!("{what}.safetensors"));
     let mut a = load("llama-bf16", opts.clone());
-    prefill_last_alone(&mut a, prompt, 8).unwrap();
-    a.eval_caches().unwrap();
-    a.save_prompt_cache(&file, prompt).unwrap();
+    let mut qa = a.sequence().unwrap();
+    prefill_last_alone(&mut a, &mut qa, prompt, 8).unwrap();
+    qa.eval_caches().unwrap();
+    qa.save_prompt_cache(&a, &file, prompt).unwrap();
     let (_, meta) = mlx::io::load_safetensors(&file).unwrap();
     assert!(meta["caches"].contains(&format!("\"kind\":\"{kind}\"")), "{what}: saved as {kind}: {}", meta["caches"]);
 
     let mut b = load("llama-bf16", opts);
-    let got = b.load_prompt_cache(&file).unwrap();
+    let mut qb = b.sequence().unwrap();
+    let got = qb.load_prompt_cache(&b, &file).unwrap();
     assert_eq!(got, prompt, "{what}: token ids come back");
-    assert_eq!(b.cache_offset(), prompt.len() as i64, "{what}: offset");
+    assert_eq!(qb.cache_offset(), prompt.len() as i64, "{what}: offset");
 
-    let (sa, sb) = (a.snapshot(), b.snapshot());
-    let la = floats(&prefill(&mut a, suffix, 8).unwrap());
-    let lb = floats(&prefill(&mut b, suffix, 8).unwrap());
+    let (sa, sb) = (qa.snapshot(), qb.snapshot());
+    let la = floats(&prefill(&mut a, &mut qa, suffix, 8).unwrap());
+    let lb = floats(&prefill(&mut b, &mut qb, suffix, 8).unwrap());
     assert_eq!(la, lb, "{what}: suffix logits after loading");
-    a.restore(&sa).unwrap();
-    b.restore(&sb).unwrap();
+    qa.restore(&sa).unwrap();
+    qb.restore(&sb).unwrap();
 
     let full: Vec<u32> = prompt.iter().chain(suffix).copied().collect();
-    let (mut a, mut b) = (Session::new(a), Session::new(b));
+    let (mut a, mut b) = (Session::new(a).unwrap(), Session::new(b).unwrap());
+    (a.seq, b.seq) = (qa, qb);
     a.cached = prompt.to_vec();
     b.cached = got;
     let (ta, pa) = a.generate(&full, &params(), |_| true).unwrap();
@@ -122,29 +125,33 @@ fn a_file_for_another_model_is_refused() {
     let file = dir.path().join("llama.safetensors");
     let prompt = ids(9, 4);
     let mut m = load("llama-bf16", CacheOptions::default());
-    prefill_last_alone(&mut m, &prompt, 8).unwrap();
-    m.save_prompt_cache(&file, &prompt).unwrap();
+    let mut seq = m.sequence().unwrap();
+    prefill_last_alone(&mut m, &mut seq, &prompt, 8).unwrap();
+    seq.save_prompt_cache(&m, &file, &prompt).unwrap();
     // Another family, and the same family's quantized checkpoint.
     for other in ["qwen3-bf16", "llama-q8"] {
-        let mut o = load(other, CacheOptions::default());
-        let e = o.load_prompt_cache(&file).unwrap_err().to_string();
+        let o = load(other, CacheOptions::default());
+        let mut os = o.sequence().unwrap();
+        let e = os.load_prompt_cache(&o, &file).unwrap_err().to_string();
         assert!(e.contains(&file.display().to_string()) && e.contains("another model"), "{other}: {e}");
         assert!(!e.contains('\n'), "one line: {e}");
-        assert_eq!(o.cache_offset(), 0, "{other}: caches untouched");
+        assert_eq!(os.cache_offset(), 0, "{other}: caches untouched");
     }
     // The same model with other cache flags (as mlx-lm, refused rather
     // than silently running with the file's cache kinds).
     for opts in [kv8(), rotating(false)] {
-        let mut o = load("llama-bf16", opts);
-        let e = o.load_prompt_cache(&file).unwrap_err().to_string();
+        let o = load("llama-bf16", opts);
+        let mut os = o.sequence().unwrap();
+        let e = os.load_prompt_cache(&o, &file).unwrap_err().to_string();
         assert!(e.contains("cache flags") && e.contains("--kv-group-size"), "{e}");
-        assert_eq!(o.cache_offset(), 0, "caches untouched");
+        assert_eq!(os.cache_offset(), 0, "caches untouched");
     }
     // Not a prompt cache at all: a checkpoint's weights.
-    let e = m.load_prompt_cache(&common::fixture("llama-bf16").join("model.safetensors")).unwrap_err().to_string();
+    let e =
+        seq.load_prompt_cache(&m, &common::fixture("llama-bf16").join("model.safetensors")).unwrap_err().to_string();
     assert!(e.contains("not a famlx prompt cache"), "{e}");
     // MLX would silently append the extension.
-    let e = m.save_prompt_cache(&dir.path().join("x.bin"), &prompt).unwrap_err();
+    let e = seq.save_prompt_cache(&m, &dir.path().join("x.bin"), &prompt).unwrap_err();
     assert!(e.to_string().contains(".safetensors"), "{e}");
 }
 

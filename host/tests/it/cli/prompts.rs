@@ -36,7 +36,8 @@ fn library(variant: &str, text: &str, raw: bool) -> (Vec<u32>, Vec<u32>) {
     let mut stop: Vec<u32> = m.plan.eos_ids.iter().copied().collect();
     stop.extend(tok.eos_ids());
     let p = GenParams { max_tokens: MAX, stop_ids: stop, ..Default::default() };
-    let out = generate(&mut m, &prompt, &p, |_| true).unwrap().tokens;
+    let mut seq = m.sequence().unwrap();
+    let out = generate(&mut m, &mut seq, &prompt, &p, |_| true).unwrap().tokens;
     (prompt, out)
 }
 

@@ -166,18 +166,19 @@ pub fn check_prompts(variant: &str, m: &mut LoadedModel, exp: &Value, f32_model:
         let name = p["name"].as_str().unwrap();
         let prompt = ids(&p["ids"]);
 
-        m.reset_caches().unwrap();
-        let logits = prefill(m, &prompt, prompt.len()).unwrap_or_else(|e| panic!("{variant}/{name}: prefill: {e:#}"));
+        let mut seq = m.sequence().unwrap();
+        let logits =
+            prefill(m, &mut seq, &prompt, prompt.len()).unwrap_or_else(|e| panic!("{variant}/{name}: prefill: {e:#}"));
         assert_eq!(logits.shape(), &[1, 512]);
         let ours: Vec<f32> = logits.astype(mlx::Dtype::F32).unwrap().to_vec().unwrap();
         errs.extend(check_logits(variant, name, f32_model, &ours, &floats(&p["logits"])).err());
 
-        m.reset_caches().unwrap();
+        let mut seq = m.sequence().unwrap();
         // Greedy: the default sampler has temperature 0.
         let params = GenParams { max_tokens: 24, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() };
         assert_eq!(params.sampler.temperature, 0.0);
-        let stats =
-            generate(m, &prompt, &params, |_| true).unwrap_or_else(|e| panic!("{variant}/{name}: generate: {e:#}"));
+        let stats = generate(m, &mut seq, &prompt, &params, |_| true)
+            .unwrap_or_else(|e| panic!("{variant}/{name}: generate: {e:#}"));
         assert_eq!(stats.prompt_tokens, prompt.len());
         let (want, margins) = (ids(&p["greedy"]), floats(&p["greedy_margins"]));
         let same = stats.tokens.iter().zip(&want).take_while(|(a, b)| a == b).count();
@@ -193,13 +194,18 @@ pub fn check_prompts(variant: &str, m: &mut LoadedModel, exp: &Value, f32_model:
 pub fn logit_steps(m: &mut LoadedModel, steps: usize) -> Vec<Vec<f32>> {
     use plugin_api::{LogitsWanted, TokenSource};
     let f32s = |a: &mlx::Array| a.astype(mlx::Dtype::F32).unwrap().to_vec::<f32>().unwrap();
-    m.reset_caches().unwrap();
+    let mut seq = m.sequence().unwrap();
     let ids = mlx::Array::from_slice(&[2i32, 17, 88, 5, 301, 42, 9], &[1, 7]).unwrap();
-    let mut out = vec![f32s(&m.forward(&ids, TokenSource::Prompt, LogitsWanted::All).unwrap().unwrap())];
+    let mut out = vec![f32s(&m.forward(&mut seq, &ids, TokenSource::Prompt, LogitsWanted::All).unwrap().unwrap())];
     let mut tok = 11i32;
     for _ in 0..steps {
         let l = m
-            .forward(&mlx::Array::from_slice(&[tok], &[1, 1]).unwrap(), TokenSource::Generated, LogitsWanted::Last)
+            .forward(
+                &mut seq,
+                &mlx::Array::from_slice(&[tok], &[1, 1]).unwrap(),
+                TokenSource::Generated,
+                LogitsWanted::Last,
+            )
             .unwrap()
             .unwrap();
         let v = f32s(&l);

@@ -6,9 +6,9 @@
 use crate::common;
 
 use common::{fixture, mlx_lock, registry};
-use famlx::cache::{make_caches, BatchCaches, CacheOptions, SharedCache};
+use famlx::cache::{BatchCaches, CacheOptions, SharedCache};
 use famlx::decode::{decode_step, generate, prefill_into, GenParams};
-use famlx::model::LoadedModel;
+use famlx::model::{LoadedModel, Sequence};
 
 fn load(variant: &str, opts: CacheOptions) -> LoadedModel {
     LoadedModel::load(&fixture(variant), &registry(), None, opts).unwrap_or_else(|e| panic!("{variant}: load: {e:#}"))
@@ -40,14 +40,14 @@ fn batch_equals_alone(variant: &str, opts: CacheOptions) {
         .iter()
         .zip(&counts)
         .map(|(p, &n)| {
-            m.reset_caches().unwrap();
+            let mut seq = m.sequence().unwrap();
             let gp = GenParams { max_tokens: n, prefill_step: 8, stop_ids: vec![], ..GenParams::default() };
-            generate(&mut m, p, &gp, |_| true).unwrap().tokens
+            generate(&mut m, &mut seq, p, &gp, |_| true).unwrap().tokens
         })
         .collect();
     // Row i joins at step i (its prompt prefilled in chunks of 8 between steps) and leaves after counts[i] tokens.
     struct Row {
-        caches: Vec<SharedCache>,
+        seq: Sequence,
         out: Vec<u32>,
         id: usize,
     }
@@ -57,14 +57,14 @@ fn batch_equals_alone(variant: &str, opts: CacheOptions) {
     let mut next = 0;
     for _step in 0..200 {
         if next < ps.len() {
-            let caches = make_caches(&m.plan.caches, &opts).unwrap();
-            let l = prefill_into(&mut m, &caches, &ps[next], 8, None).unwrap();
-            active.push(Row { caches, out: argmax_rows(&l), id: next });
+            let mut seq = m.sequence().unwrap();
+            let l = prefill_into(&mut m, &mut seq, &ps[next], 8, None).unwrap();
+            active.push(Row { seq, out: argmax_rows(&l), id: next });
             next += 1;
         }
         let tokens: Vec<u32> = active.iter().map(|r| *r.out.last().unwrap()).collect();
         if !tokens.is_empty() {
-            let rows: Vec<(u64, &[SharedCache])> = active.iter().map(|r| (r.id as u64, &r.caches[..])).collect();
+            let rows: Vec<(u64, &[SharedCache])> = active.iter().map(|r| (r.id as u64, r.seq.caches())).collect();
             batch.set_rows(&rows).unwrap();
             let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
             let ids = mlx::Array::from_slice(&ids, &[ids.len() as i32]).unwrap();
@@ -77,7 +77,7 @@ fn batch_equals_alone(variant: &str, opts: CacheOptions) {
             if r.out.len() >= counts[r.id] {
                 // Leaving writes the row back into its own caches.
                 batch.release(r.id as u64).unwrap();
-                assert_eq!(r.caches[0].lock().offset() as usize, ps[r.id].len() + r.out.len() - 1, "{variant}");
+                assert_eq!(r.seq.caches()[0].lock().offset() as usize, ps[r.id].len() + r.out.len() - 1, "{variant}");
                 done[r.id] = Some(r.out[..counts[r.id]].to_vec());
                 false
             } else {

@@ -20,7 +20,7 @@ fn second_turn_prefills_only_the_new_suffix() {
     let reg = Registry::discover(&search_dirs(&[]));
     for name in ["llama-bf16", "qwen3-q4"] {
         let path = common::fixture(name);
-        let mut cache = Session::new(LoadedModel::load(&path, &reg, None, CacheOptions::default()).unwrap());
+        let mut cache = Session::new(LoadedModel::load(&path, &reg, None, CacheOptions::default()).unwrap()).unwrap();
         let tok = cache.model.tokenizer().unwrap().clone();
         let extra = serde_json::Map::new();
         let mut history = vec![Message::new("user", "hello there, how are you today?")];
@@ -37,7 +37,7 @@ fn second_turn_prefills_only_the_new_suffix() {
         // token but the last (which was never fed back).
         let mut cached = ids1.clone();
         cached.extend_from_slice(&s1.tokens[..s1.tokens.len() - 1]);
-        assert_eq!(cache.model.cache_offset(), cached.len() as i64, "{name}: cache holds prompt + fed tokens");
+        assert_eq!(cache.seq.cache_offset(), cached.len() as i64, "{name}: cache holds prompt + fed tokens");
         let (s2, pre2) = cache.generate(&ids2, &params(), |_| true).unwrap();
         let common_prefix = cached.iter().zip(&ids2).take_while(|(a, b)| a == b).count();
         assert!(common_prefix >= ids1.len() - 1, "{name}: the template keeps turn 1 as a prefix");
@@ -46,8 +46,8 @@ fn second_turn_prefills_only_the_new_suffix() {
 
         // The same conversation from scratch.
         let m = &mut cache.model;
-        m.reset_caches().unwrap();
-        let full = generate(m, &ids2, &params(), |_| true).unwrap();
+        let mut seq = m.sequence().unwrap();
+        let full = generate(m, &mut seq, &ids2, &params(), |_| true).unwrap();
         assert_eq!(s2.tokens, full.tokens, "{name}: reuse must not change the answer");
     }
 }
@@ -67,11 +67,11 @@ fn unrewindable_caches_fall_back_to_the_turn_checkpoint() {
         ("llama-bf16", CacheOptions { max_kv_size: Some(24), ..Default::default() }),
     ] {
         let mut m = LoadedModel::load(&common::fixture(name), &reg, None, opts.clone()).unwrap();
-        let plain = generate(&mut m, &turn1, &params(), |_| true).unwrap().tokens;
+        let mut seq = m.sequence().unwrap();
+        let plain = generate(&mut m, &mut seq, &turn1, &params(), |_| true).unwrap().tokens;
         // Stop on the third token: the loop had already queued the next step.
         let p = GenParams { stop_ids: vec![plain[2]], ..params() };
-        m.reset_caches().unwrap();
-        let mut cache = Session::new(m);
+        let mut cache = Session::new(m).unwrap();
         let (s1, _) = cache.generate(&turn1, &p, |_| true).unwrap();
         assert_eq!(s1.tokens, plain[..3].to_vec(), "{name}");
         assert!(cache.rollback.is_some(), "{name}: a checkpoint was kept");
@@ -84,8 +84,8 @@ fn unrewindable_caches_fall_back_to_the_turn_checkpoint() {
             // A window's content depends on chunk boundaries (as in mlx-lm),
             // so only the recurrent model must match a fresh run exactly.
             let m = &mut cache.model;
-            m.reset_caches().unwrap();
-            let fresh = generate(m, &turn2, &params(), |_| true).unwrap();
+            let mut seq = m.sequence().unwrap();
+            let fresh = generate(m, &mut seq, &turn2, &params(), |_| true).unwrap();
             assert_eq!(s2.tokens, fresh.tokens, "{name}: same reply as a full re-prefill");
         }
     }

@@ -23,7 +23,7 @@ fn load_model(variant: &str, opts: CacheOptions) -> LoadedModel {
 }
 
 fn load(variant: &str, opts: CacheOptions) -> Session {
-    Session::new(load_model(variant, opts))
+    Session::new(load_model(variant, opts)).unwrap()
 }
 
 fn with_drafter(mut s: Session, draft: &str, depth: usize) -> Session {
@@ -61,7 +61,7 @@ fn greedy_output_unchanged_by_draft_model() {
         assert!(d.proposed > 0 && d.rounds > 0, "depth {depth}: {d:?}");
         assert!(d.accepted < d.proposed, "depth {depth}: an unrelated draft model should miss sometimes: {d:?}");
         // The caches hold the prompt and every generated token but the last.
-        assert_eq!(m.model.cache_offset() as usize, PROMPT.len() + got.tokens.len() - 1, "depth {depth}");
+        assert_eq!(m.seq.cache_offset() as usize, PROMPT.len() + got.tokens.len() - 1, "depth {depth}");
     }
 }
 
@@ -127,11 +127,11 @@ fn stops_inside_a_round() {
     p.stop_ids = vec![stop];
     let got = run(&mut m, &PROMPT, &p);
     assert_eq!(got.tokens, full.tokens[..=first_stop].to_vec());
-    assert_eq!(m.model.cache_offset() as usize, PROMPT.len() + got.tokens.len() - 1);
+    assert_eq!(m.seq.cache_offset() as usize, PROMPT.len() + got.tokens.len() - 1);
     for n in [1, 2, 5, 6] {
         let got = run(&mut m, &PROMPT, &params(n));
         assert_eq!(got.tokens, full.tokens[..n].to_vec(), "max_tokens {n}");
-        assert_eq!(m.model.cache_offset() as usize, PROMPT.len() + n - 1, "max_tokens {n}");
+        assert_eq!(m.seq.cache_offset() as usize, PROMPT.len() + n - 1, "max_tokens {n}");
     }
 }
 

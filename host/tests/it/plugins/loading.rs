@@ -95,7 +95,8 @@ fn plugins_from_a_copied_folder_run_models() {
         let p = &expected(variant)["prompts"][1];
         let want = ids(&p["greedy"]);
         let params = GenParams { max_tokens: 8, prefill_step: 16, ..Default::default() };
-        let got = generate(&mut m, &ids(&p["ids"]), &params, |_| true).unwrap().tokens;
+        let mut seq = m.sequence().unwrap();
+        let got = generate(&mut m, &mut seq, &ids(&p["ids"]), &params, |_| true).unwrap().tokens;
         assert_eq!(got, want[..8], "{variant}");
     }
 }
@@ -161,7 +162,8 @@ fn panicking_build_is_an_error_and_the_host_keeps_running() {
     let mut m = LoadedModel::load(&fixture("llama-bf16"), &reg, None, CacheOptions::default()).unwrap();
     let p = &expected("llama-bf16")["prompts"][2];
     let params = GenParams { max_tokens: 24, prefill_step: 16, ..Default::default() };
-    let got = generate(&mut m, &ids(&p["ids"]), &params, |_| true).unwrap().tokens;
+    let mut seq = m.sequence().unwrap();
+    let got = generate(&mut m, &mut seq, &ids(&p["ids"]), &params, |_| true).unwrap().tokens;
     assert_eq!(got, ids(&p["greedy"]));
 
     // Through the binary: a one-line error and exit status 1, not an abort.
@@ -255,7 +257,8 @@ fn llama_still_serves(reg: &Registry) {
     let mut m = LoadedModel::load(&fixture("llama-bf16"), reg, None, CacheOptions::default()).unwrap();
     let p = &expected("llama-bf16")["prompts"][1];
     let params = GenParams { max_tokens: 8, prefill_step: 16, ..Default::default() };
-    let got = generate(&mut m, &ids(&p["ids"]), &params, |_| true).unwrap().tokens;
+    let mut seq = m.sequence().unwrap();
+    let got = generate(&mut m, &mut seq, &ids(&p["ids"]), &params, |_| true).unwrap().tokens;
     assert_eq!(got, ids(&p["greedy"])[..8]);
 }
 
@@ -320,8 +323,10 @@ fn wrong_logits_shape_is_an_error_and_the_host_keeps_running() {
     let mut m = LoadedModel::load(ck.path(), &reg, None, CacheOptions::default()).unwrap();
     assert_eq!(m.family.plugin_path, so);
     let params = GenParams { max_tokens: 4, prefill_step: 16, ..Default::default() };
+    let mut seq = m.sequence().unwrap();
     for _ in 0..2 {
-        let e = generate(&mut m, &[1, 2, 3, 4], &params, |_| true).expect_err("a wrong logits shape must be an error");
+        let e = generate(&mut m, &mut seq, &[1, 2, 3, 4], &params, |_| true)
+            .expect_err("a wrong logits shape must be an error");
         let e = format!("{e:#}");
         assert!(e.contains("wrongshape plugin"), "names the plugin: {e}");
         assert!(e.contains(&format!("shape [1, 1, {}]", vocab - 1)), "names the shape returned: {e}");

@@ -156,10 +156,11 @@ fn library_refuses_bad_ids_and_reload_without_source() {
     let opts = famlx::cache::CacheOptions::default();
     let mut m = famlx::model::LoadedModel::load(&fixture("llama-bf16"), &reg, None, opts).unwrap();
     let p = famlx::decode::GenParams { max_tokens: 2, ..Default::default() };
-    let e = famlx::decode::generate(&mut m, &[1, 2, 512], &p, |_| true).unwrap_err();
+    let mut seq = m.sequence().unwrap();
+    let e = famlx::decode::generate(&mut m, &mut seq, &[1, 2, 512], &p, |_| true).unwrap_err();
     assert!(format!("{e:#}").contains("token id 512 is outside the vocabulary of 512"), "{e:#}");
     m.release_source();
-    assert_eq!(famlx::decode::generate(&mut m, &[1, 2, 3], &p, |_| true).unwrap().tokens.len(), 2);
+    assert_eq!(famlx::decode::generate(&mut m, &mut seq, &[1, 2, 3], &p, |_| true).unwrap().tokens.len(), 2);
     let fam = m.family.clone();
     let e = m.swap_family(fam).unwrap_err();
     assert!(format!("{e:#}").contains("--watch"), "{e:#}");

@@ -196,7 +196,7 @@ fn prompt_reuse_keys_images_by_pixels() {
     let _g = mlx_lock();
     let load = || {
         let m = LoadedModel::load(&fixture(VLM), &registry(), None, CacheOptions::default()).unwrap();
-        Session::new(m)
+        Session::new(m).unwrap()
     };
     let mut s = load();
     let tok = s.model.tokenizer().unwrap().clone();

@@ -162,9 +162,9 @@ fn kv_bits_8() {
         for p in exp["prompts"].as_array().unwrap() {
             let name = p["name"].as_str().unwrap();
             let prompt = ids(&p["ids"]);
-            m.reset_caches().unwrap();
+            let mut seq = m.sequence().unwrap();
             let params = GenParams { max_tokens: 24, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() };
-            let stats = generate(&mut m, &prompt, &params, |_| true)
+            let stats = generate(&mut m, &mut seq, &prompt, &params, |_| true)
                 .unwrap_or_else(|e| panic!("{variant}/{name}: kv8 generate: {e:#}"));
             if p["greedy_kv8"].is_null() {
                 assert!(p["greedy_kv8_error"].is_string(), "{variant}/{name}: no kv8 reference and no reason");
@@ -179,9 +179,9 @@ fn kv_bits_8() {
         }
         if variant == "gemma4-e2b-bf16" {
             let p = &exp["prompts"][2];
-            m.reset_caches().unwrap();
+            let mut seq = m.sequence().unwrap();
             let prompt = ids(&p["ids"]);
-            let logits = prefill(&mut m, &prompt, 16).unwrap();
+            let logits = prefill(&mut m, &mut seq, &prompt, 16).unwrap();
             let ours: Vec<f32> = logits.astype(mlx::Dtype::F32).unwrap().to_vec().unwrap();
             let want = floats(&p["logits"]);
             let worst = ours.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
@@ -202,11 +202,12 @@ fn kv_bits_quantize_only_full_layers() {
     let _g = mlx_lock();
     let mut m = load_with("gemma4-bf16", kv8());
     let prompt = ids(&expected("gemma4-bf16")["prompts"][1]["ids"]);
-    prefill(&mut m, &prompt, 16).unwrap();
+    let mut seq = m.sequence().unwrap();
+    prefill(&mut m, &mut seq, &prompt, 16).unwrap();
     for (i, kind) in m.plan.caches.iter().enumerate() {
         // A full cache turns into a packed one on its next use; until then
         // it carries the quantization that is due.
-        let saved = m.caches[i].lock().save().unwrap().1;
+        let saved = seq.caches()[i].lock().save().unwrap().1;
         let kind_name = saved["kind"].as_str().unwrap();
         if matches!(kind, CacheKind::Full) {
             assert!(kind_name == "quantized" || !saved["quant"].is_null(), "layer {i} ({kind:?}): {saved}");
@@ -371,15 +372,15 @@ fn assistant_draft_steps_match_mlx_vlm() {
         for p in exp["prompts"].as_array().unwrap() {
             let name = p["name"].as_str().unwrap();
             let prompt = ids(&p["ids"]);
-            m.reset_caches().unwrap();
+            let mut seq = m.sequence().unwrap();
             let x = Array::from_slice(&prompt.iter().map(|&t| t as i32).collect::<Vec<_>>(), &[1, prompt.len() as i32])
                 .unwrap();
-            let (logits, hidden) = m.forward_io(&x, TokenSource::Prompt, LogitsWanted::Last, true).unwrap();
+            let (logits, hidden) = m.forward_io(&mut seq, &x, TokenSource::Prompt, LogitsWanted::Last, true).unwrap();
             let tok = logits.unwrap().argmax(-1, false).unwrap().item_i64().unwrap() as i32;
             let steps = p["steps"].as_array().unwrap();
             assert_eq!(tok as u64, steps[0]["token"].as_u64().unwrap(), "{variant}/{name}: target token");
-            let mut boxes: RVec<CacheBox> = m.caches.iter().map(|c| c.boxed()).collect();
-            let offset_before = m.cache_offset();
+            let mut boxes: RVec<CacheBox> = seq.caches().iter().map(|c| c.boxed()).collect();
+            let offset_before = seq.cache_offset();
             let mut next: Vec<i32> = prompt[1..].iter().map(|&t| t as i32).collect();
             next.push(tok);
             let mut h = hidden.unwrap();
@@ -405,7 +406,7 @@ fn assistant_draft_steps_match_mlx_vlm() {
                 }
                 h = nh;
             }
-            assert_eq!(m.cache_offset(), offset_before, "{variant}: the drafter changed the target's caches");
+            assert_eq!(seq.cache_offset(), offset_before, "{variant}: the drafter changed the target's caches");
         }
         assert!(errs.is_empty(), "{variant}: {} mismatches:\n{}", errs.len(), errs.join("\n"));
     }
@@ -437,9 +438,10 @@ fn assistant_greedy_unchanged() {
             let prompt = ids(&p["ids"]);
             let params = GenParams { max_tokens: 16, prefill_step: 16, stop_ids: Vec::new(), ..Default::default() };
             let mut plain = load(target);
-            let want = generate(&mut plain, &prompt, &params, |_| true).unwrap().tokens;
+            let mut seq = plain.sequence().unwrap();
+            let want = generate(&mut plain, &mut seq, &prompt, &params, |_| true).unwrap().tokens;
             for depth in [1, 3] {
-                let mut m = famlx::session::Session::new(load(target));
+                let mut m = famlx::session::Session::new(load(target)).unwrap();
                 m.drafter = Some(
                     Drafter::load(&fixture(variant), &registry(), None, &m.model)
                         .unwrap_or_else(|e| panic!("{variant}: {e:#}")),
@@ -521,17 +523,18 @@ fn media_token_ids_read_as_mlx_vlm_does() {
     let mut errs = Vec::new();
     let prompt = ids(&forced["prompt"]);
     // Every prefill: one forward, and the server's into a sequence's own caches.
-    let l = prefill(&mut m, &prompt, prompt.len()).unwrap();
+    let mut seq = m.sequence().unwrap();
+    let l = prefill(&mut m, &mut seq, &prompt, prompt.len()).unwrap();
     errs.extend(check_logits("media ids", "prompt in one forward", false, &f(&l), &floats(&forced_logits[0])).err());
-    let caches = famlx::cache::make_caches(&m.plan.caches, &CacheOptions::default()).unwrap();
-    let l = famlx::decode::prefill_into(&mut m, &caches, &prompt, step, None).unwrap();
+    let mut own = m.sequence().unwrap();
+    let l = famlx::decode::prefill_into(&mut m, &mut own, &prompt, step, None).unwrap();
     errs.extend(check_logits("media ids", "prompt into caches", false, &f(&l), &floats(&forced_logits[0])).err());
-    m.reset_caches().unwrap();
-    let l = famlx::decode::prefill_last_alone(&mut m, &prompt, step).unwrap();
+    seq.reset().unwrap();
+    let l = famlx::decode::prefill_last_alone(&mut m, &mut seq, &prompt, step).unwrap();
     errs.extend(check_logits("media ids", "prompt", false, &f(&l), &floats(&forced_logits[0])).err());
     for (i, &t) in toks.iter().enumerate() {
         let x = Array::from_slice(&[t as i32], &[1, 1]).unwrap();
-        let l = m.forward(&x, TokenSource::Generated, LogitsWanted::Last).unwrap().unwrap();
+        let l = m.forward(&mut seq, &x, TokenSource::Generated, LogitsWanted::Last).unwrap().unwrap();
         errs.extend(
             check_logits("media ids", &format!("after generated {t}"), false, &f(&l), &floats(&forced_logits[i + 1]))
                 .err(),
@@ -545,14 +548,14 @@ fn media_token_ids_read_as_mlx_vlm_does() {
         assert!(want.contains(&kind), "the greedy run generates media id {kind}");
     }
     let params = GenParams { max_tokens: want.len(), prefill_step: step, stop_ids: Vec::new(), ..Default::default() };
-    m.reset_caches().unwrap();
-    let plain = generate(&mut m, &prompt, &params, |_| true).unwrap().tokens;
+    seq.reset().unwrap();
+    let plain = generate(&mut m, &mut seq, &prompt, &params, |_| true).unwrap().tokens;
     check_greedy("media ids", "plain", &plain, &want, &margins).unwrap();
 
-    let caches = famlx::cache::make_caches(&m.plan.caches, &CacheOptions::default()).unwrap();
-    let l = famlx::decode::prefill_into(&mut m, &caches, &prompt, step, None).unwrap();
+    let mut own = m.sequence().unwrap();
+    let l = famlx::decode::prefill_into(&mut m, &mut own, &prompt, step, None).unwrap();
     let mut batch = famlx::cache::BatchCaches::new();
-    batch.set_rows(&[(0, &caches[..])]).unwrap();
+    batch.set_rows(&[(0, own.caches())]).unwrap();
     let mut batched = vec![l.argmax(-1, false).unwrap().item_i64().unwrap() as u32];
     while batched.len() < want.len() {
         let t = Array::from_slice(&[*batched.last().unwrap() as i32], &[1]).unwrap();
@@ -561,7 +564,7 @@ fn media_token_ids_read_as_mlx_vlm_does() {
     }
     check_greedy("media ids", "batched", &batched, &want, &margins).unwrap();
 
-    let mut s = famlx::session::Session::new(load());
+    let mut s = famlx::session::Session::new(load()).unwrap();
     s.drafter = Some(Drafter::load(&fixture("gemma4-assistant-ordered-bf16"), &registry(), None, &s.model).unwrap());
     s.spec = SpecParams { depth: 3, min_confidence: 0.0 };
     let got = s.run(&prompt, &params, |_| true).unwrap();
@@ -573,6 +576,7 @@ fn media_token_ids_read_as_mlx_vlm_does() {
     let dir = e2b_with_media_ids(&config);
     let mut m = LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()).unwrap();
     assert!(m.plan.media.is_none(), "no vision_config, no audio_config: no media");
-    let l = famlx::decode::prefill_last_alone(&mut m, &ids(&forced["prompt"]), step).unwrap();
+    let mut seq = m.sequence().unwrap();
+    let l = famlx::decode::prefill_last_alone(&mut m, &mut seq, &ids(&forced["prompt"]), step).unwrap();
     check_logits("media ids", "prompt without media", false, &f(&l), &floats(&forced_logits[0])).unwrap();
 }

@@ -266,7 +266,7 @@ fn prompt_reuse(variant: &str) {
     let p = greedy_params(8);
 
     let turn1 = ids(&prompts[2]["ids"]); // 40 tokens: more than one prefill chunk
-    let mut pc = Session::new(m);
+    let mut pc = Session::new(m).unwrap();
     let (s1, fed1) = pc.generate(&turn1, &p, |_| true).unwrap();
     assert_eq!(fed1, turn1.len());
     assert_eq!(s1.tokens.len(), 8);
@@ -281,17 +281,17 @@ fn prompt_reuse(variant: &str) {
     let vocab = pc.model.plan.vocab_size;
     assert!(turn2.iter().all(|&t| t < vocab), "turn 2 stays inside the {vocab}-token vocabulary");
     let cached = turn1.len() + s1.tokens.len() - 1; // the last reply token was never fed
-    let snap = pc.model.snapshot();
+    let snap = pc.seq.snapshot();
     let pc_before = (pc.cached.clone(), pc.rollback.clone());
 
     // Logits of turn 2 through the reused caches vs a fresh prefill.
     let start = pc.prepare(&turn2).unwrap();
     assert_eq!(start, cached, "turn 2 starts where the caches end");
-    let m = &mut pc.model;
-    assert_eq!(m.cache_offset() as usize, cached);
-    let reused = prefill(m, &turn2[start..], 16).unwrap();
-    m.reset_caches().unwrap();
-    let fresh = prefill(m, &turn2, 16).unwrap();
+    let (m, seq) = (&mut pc.model, &mut pc.seq);
+    assert_eq!(seq.cache_offset() as usize, cached);
+    let reused = prefill(m, seq, &turn2[start..], 16).unwrap();
+    seq.reset().unwrap();
+    let fresh = prefill(m, seq, &turn2, 16).unwrap();
     let f = |a: &Array| -> Vec<f32> { a.astype(Dtype::F32).unwrap().to_vec().unwrap() };
     let (ours, want) = (f(&reused), f(&fresh));
     // The reused caches and the fresh prefill see the same chunk-aligned
@@ -300,13 +300,13 @@ fn prompt_reuse(variant: &str) {
     check_logits(variant, "turn2", f32_model, &ours, &want).unwrap();
 
     // The same through Session::generate, from the state after turn 1.
-    m.restore(&snap).unwrap();
+    seq.restore(&snap).unwrap();
     (pc.cached, pc.rollback) = pc_before;
     let (s2, fed2) = pc.generate(&turn2, &p, |_| true).unwrap();
     assert_eq!(fed2, turn2.len() - cached, "turn 2 prefills only what the caches lack");
     let m = &mut pc.model;
-    m.reset_caches().unwrap();
-    let fresh2 = generate(m, &turn2, &p, |_| true).unwrap();
+    let mut seq = m.sequence().unwrap();
+    let fresh2 = generate(m, &mut seq, &turn2, &p, |_| true).unwrap();
     assert_eq!(s2.tokens, fresh2.tokens, "reused caches give the same reply as a full re-prefill");
 
     // Edit history: the recurrent state cannot be trimmed, so it starts over.
@@ -317,8 +317,8 @@ fn prompt_reuse(variant: &str) {
     let (s3, fed3) = pc.generate(&edited, &p, |_| true).unwrap();
     assert_eq!(fed3, edited.len(), "a recurrent cache cannot rewind: full prefill");
     let m = &mut pc.model;
-    m.reset_caches().unwrap();
-    let fresh3 = generate(m, &edited, &p, |_| true).unwrap();
+    let mut seq = m.sequence().unwrap();
+    let fresh3 = generate(m, &mut seq, &edited, &p, |_| true).unwrap();
     assert_eq!(s3.tokens, fresh3.tokens, "starting over is a fresh run");
 }
 
@@ -394,10 +394,11 @@ fn mtp_steps_match_mlx_vlm() {
             let l = prompt.len() as i32;
             let want_h = floats_of(&case["target_hidden"]);
 
-            m.reset_caches().unwrap();
+            let mut seq = m.sequence().unwrap();
             let toks: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
             let (_, ours_h) = m
                 .forward_io(
+                    &mut seq,
                     &Array::from_slice(&toks, &[1, l]).unwrap(),
                     plugin_api::TokenSource::Prompt,
                     plugin_api::LogitsWanted::None,
@@ -456,7 +457,7 @@ fn mtp_greedy_output_unchanged() {
         let f32_model = exp["activation_dtype"].as_str() == Some("float32");
         let mut plain = load(variant);
         for depth in 1..=3 {
-            let mut m = Session::new(load(variant));
+            let mut m = Session::new(load(variant)).unwrap();
             let d = Drafter::from_target(&m.model).unwrap().expect("MTP drafter from the target's checkpoint");
             assert_eq!(d.source, "mtp");
             m.drafter = Some(d);
@@ -470,10 +471,10 @@ fn mtp_greedy_output_unchanged() {
                 let got = m.run(&prompt, &params, |_| true).unwrap();
                 let stats = got.draft.expect("the drafter ran");
                 proposed += stats.proposed;
-                assert_eq!(m.model.cache_offset() as usize, prompt.len() + 23, "{variant}/{name} depth {depth}");
+                assert_eq!(m.seq.cache_offset() as usize, prompt.len() + 23, "{variant}/{name} depth {depth}");
                 if f32_model {
-                    plain.reset_caches().unwrap();
-                    let want = generate(&mut plain, &prompt, &params, |_| true).unwrap();
+                    let mut seq = plain.sequence().unwrap();
+                    let want = generate(&mut plain, &mut seq, &prompt, &params, |_| true).unwrap();
                     assert_eq!(got.tokens, want.tokens, "{variant}/{name} depth {depth}");
                 } else {
                     let margins = floats_of(&p["greedy_margins"]);

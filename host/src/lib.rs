@@ -72,10 +72,9 @@ pub mod serve;
 pub mod session;
 
 // The crate's own.
-mod cache_file;
 mod convert;
 mod hub;
-mod media;
+mod image_file;
 mod memory;
 mod reload;
 mod scaffold;

@@ -8,6 +8,7 @@
 
 mod attn;
 mod batch;
+mod file;
 mod kv;
 mod layer;
 mod make;

@@ -7,7 +7,7 @@
 use super::drafter::Drafter;
 use super::params::{check_cancel, release_buffers};
 use super::prefill::{check_ids, chunk_end, ids_array};
-use super::spec_row::RowDraft;
+use super::row_draft::RowDraft;
 use crate::cache::BatchCaches;
 use crate::model::{LoadedModel, Sequence};
 use anyhow::{anyhow, Result};

@@ -6,20 +6,20 @@
 
 mod batch;
 mod drafter;
+mod logits_processors;
 mod logprob;
 mod params;
 mod plain;
 mod prefill;
-mod process;
-mod spec_row;
+mod row_draft;
 mod speculative;
 
 pub use batch::{decode_alone, decode_step, prefill_into, prefill_step};
 pub use drafter::{DraftSource, Drafter, SpecParams, MAX_DEPTH};
+pub use logits_processors::{mask_logits, LogitsParams};
 pub use logprob::{logprob_of, TokenLogprob};
 pub use params::{DecodeSplit, DraftStats, FinishReason, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};
 pub use plain::generate;
 pub use prefill::{prefill, prefill_last_alone};
-pub use process::{mask_logits, LogitsParams};
-pub use spec_row::RowDraft;
+pub use row_draft::RowDraft;
 pub use speculative::{generate_speculative, Round, RoundGuide};

@@ -14,10 +14,10 @@
 //! the verify forward and the accepted tokens are fed again.
 
 use super::drafter::{Drafter, SpecParams};
+use super::logits_processors::{mask_logits, LogitsParams};
 use super::params::{emit, DecodeRelease, DraftStats, FinishReason, GenParams, GenStats};
 use super::plain::prompt_rollback;
 use super::prefill::{ids_array, prefill_chunks};
-use super::process::{mask_logits, LogitsParams};
 use crate::cache::Rollback;
 use crate::grammar::GrammarConstraint;
 use crate::model::{LoadedModel, Sequence};

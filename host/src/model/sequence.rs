@@ -9,7 +9,8 @@ use crate::cache::{make_caches, CacheImpl, CacheOptions, Rollback, SharedCache};
 use abi_stable::std_types::RVec;
 use anyhow::{anyhow, Result};
 use mlx::Array;
-use plugin_api::{CacheBox, CacheKind};
+use plugin_api::abi::CacheBox;
+use plugin_api::CacheKind;
 
 /// One sequence: its caches, its media and its drafter caches.
 pub struct Sequence {

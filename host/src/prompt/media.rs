@@ -150,7 +150,7 @@ fn load_media(model: &LoadedModel, kind: MediaKind, paths: &[PathBuf]) -> Result
         .iter()
         .map(|path| {
             let decoded = match kind {
-                MediaKind::Image => Decoded::Image(crate::media::load_image(path)?),
+                MediaKind::Image => Decoded::Image(crate::image_file::load_image(path)?),
                 MediaKind::Audio => Decoded::Audio(crate::audio::load_audio(path)?),
             };
             process(model, path.clone(), decoded)
@@ -183,7 +183,7 @@ impl Decoded {
     /// An image or WAV file's bytes decoded (`name` for errors).
     pub fn from_bytes(kind: MediaKind, data: &[u8], name: &str) -> Result<Decoded> {
         Ok(match kind {
-            MediaKind::Image => Decoded::Image(crate::media::decode_image(data, name)?),
+            MediaKind::Image => Decoded::Image(crate::image_file::decode_image(data, name)?),
             MediaKind::Audio => Decoded::Audio(crate::audio::decode_audio(data, name)?),
         })
     }
@@ -226,7 +226,7 @@ fn process(model: &LoadedModel, path: PathBuf, decoded: Decoded) -> Result<Rc<Pr
     let family = &model.family.family;
     let (kind, processed, hash) = match decoded {
         Decoded::Image(raw) => {
-            (MediaKind::Image, family.process_image(&model.plan, &raw), crate::media::pixel_hash(&raw))
+            (MediaKind::Image, family.process_image(&model.plan, &raw), crate::image_file::pixel_hash(&raw))
         }
         Decoded::Audio(clip) => {
             let hash = crate::audio::sample_hash(&clip.samples);

@@ -5,7 +5,7 @@
 //! rebuild each layer, and which token ids the caches hold. A file holds
 //! one [`Sequence`]'s caches, for the model given beside it.
 
-use crate::cache::{self, SharedCache};
+use super::{CacheOptions, SharedCache};
 use crate::model::{LoadedModel, Sequence};
 use anyhow::{anyhow, bail, Context, Result};
 use mlx::Array;
@@ -66,7 +66,7 @@ fn layout(plan: &[CacheKind]) -> String {
 }
 
 /// The cache flags a file's caches depend on, as the command line spells them.
-fn cache_flags(o: &crate::cache::CacheOptions) -> String {
+fn cache_flags(o: &CacheOptions) -> String {
     let bits = |b: Option<i32>| b.map_or("none".to_string(), |b| b.to_string());
     let window = o.max_kv_size.map_or("none".to_string(), |n| n.to_string());
     format!(
@@ -173,7 +173,7 @@ fn read_caches(
         let prefix = format!("cache.{i}.");
         let mine: HashMap<String, Array> =
             arrays.iter().filter_map(|(n, a)| Some((n.strip_prefix(&prefix)?.to_string(), a.clone()))).collect();
-        let c = cache::load(lm, &mine).map_err(|e| anyhow!("layer {i}: {}", e.0))?;
+        let c = super::load(lm, &mine).map_err(|e| anyhow!("layer {i}: {}", e.0))?;
         if c.offset() != ids.len() as i64 {
             bail!("layer {i} holds {} tokens, the file lists {} token ids", c.offset(), ids.len());
         }

@@ -21,7 +21,7 @@
 //!     let tokenizer = model.tokenizer()?.clone();
 //!     let ids = tokenizer.encode("The capital of France is", true)?;
 //!     let params = GenParams { max_tokens: 32, stop_ids: tokenizer.eos_ids(), ..GenParams::default() };
-//!     let mut session = Session::new(model);
+//!     let mut session = Session::new(model)?;
 //!     let (stats, _) = session.generate(&ids, &params, |_| true)?;
 //!     println!("{} ({:?})", tokenizer.decode(&stats.tokens, true)?, stats.finish);
 //!     Ok(())

@@ -7,11 +7,12 @@ use crate::image::ImageConfig;
 use mlx::nn::{Rope, RopeScaling};
 use mlx::{Error, Result};
 use plugin_api::config::{
-    at_most, divides, field, field_or, implied_head_dim, in_range, limits, named_scaling, one_of, positive_finite,
+    at_most, divides, implied_head_dim, in_range, limits, named_scaling, nullable, one_of, parse, positive_finite,
     text_config,
 };
 use plugin_api::layers::AttentionShape;
 use plugin_api::FamilyConfig;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 /// Everything a checkpoint's config says, parsed once per plan: the text
@@ -53,26 +54,116 @@ impl FamilyConfig for CheckpointConfig {
     }
 }
 
-/// MoE settings.
-#[derive(Debug, Clone)]
+/// The config's `field: value` pairs where a `null` value reads as absent
+/// (as the hand parser read them): the default, and a reader for
+/// `#[serde(default = ..., deserialize_with = ...)]`.
+macro_rules! defaults {
+    ($($default:ident / $or_default:ident: $t:ty = $v:expr;)*) => {$(
+        fn $default() -> $t {
+            $v
+        }
+        fn $or_default<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<$t, D::Error> {
+            Ok(Option::<$t>::deserialize(d)?.unwrap_or_else($default))
+        }
+    )*};
+}
+
+defaults! {
+    yes / yes_or_null: bool = true;
+    one / one_or_null: i32 = 1;
+    four / four_or_null: i32 = 4;
+    eps / eps_or_null: f32 = 1e-6;
+}
+
+/// A field kept as written, `null` included (`None`: absent).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> std::result::Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// A number when the field holds one; any other value reads as absent.
+fn any_number<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<f64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_f64())
+}
+
+/// A string when the field holds one; any other value reads as absent.
+fn any_string<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<String>, D::Error> {
+    Ok(Value::deserialize(d)?.as_str().map(str::to_string))
+}
+
+/// The text part of config.json as written (`text_config`, or the top
+/// level without one); [`Config::parse`] derives the model's [`Config`]
+/// from it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TextConfig {
+    pub hidden_size: i32,
+    pub num_attention_heads: i32,
+    pub num_hidden_layers: i32,
+    #[serde(default, deserialize_with = "any_string")]
+    pub hidden_act: Option<String>,
+    /// `hidden_size / num_attention_heads` when absent.
+    pub head_dim: Option<i32>,
+    /// Rope settings of new configs (read when it is an object); else the
+    /// top-level `rope_theta`, `partial_rotary_factor`, `rope_scaling`.
+    pub rope_parameters: Option<Value>,
+    #[serde(default, deserialize_with = "any_number")]
+    pub partial_rotary_factor: Option<f64>,
+    #[serde(default, deserialize_with = "any_number")]
+    pub rope_theta: Option<f64>,
+    pub rope_scaling: Option<Value>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub max_position_embeddings: i32,
+    /// Every n-th layer is full attention (when there is no `layer_types`).
+    #[serde(default = "four", deserialize_with = "four_or_null")]
+    pub full_attention_interval: i32,
+    /// `linear_attention` / `full_attention` per layer (read when a list).
+    pub layer_types: Option<Value>,
+    /// Routed experts (0: dense; else the [`MoeConfig`] fields are read).
+    #[serde(default, deserialize_with = "nullable")]
+    pub num_experts: i32,
+    #[serde(default, deserialize_with = "present")]
+    pub tie_word_embeddings: Option<Value>,
+    pub intermediate_size: Option<i32>,
+    /// `num_attention_heads` when absent.
+    pub num_key_value_heads: Option<i32>,
+    #[serde(default = "eps", deserialize_with = "eps_or_null")]
+    pub rms_norm_eps: f32,
+    pub vocab_size: i32,
+    pub linear_num_key_heads: i32,
+    pub linear_num_value_heads: i32,
+    pub linear_key_head_dim: i32,
+    pub linear_value_head_dim: i32,
+    #[serde(default = "four", deserialize_with = "four_or_null")]
+    pub linear_conv_kernel_dim: i32,
+    #[serde(default = "one", deserialize_with = "one_or_null")]
+    pub mtp_num_hidden_layers: i32,
+}
+
+/// MoE settings (read when `num_experts` is above 0).
+#[derive(Debug, Clone, Deserialize)]
 pub struct MoeConfig {
     /// routed experts
     pub num_experts: i32,
     /// experts per token
+    #[serde(rename = "num_experts_per_tok")]
     pub top_k: i32,
     /// renormalise the top-k probabilities
+    #[serde(default = "yes", deserialize_with = "yes_or_null")]
     pub norm_topk_prob: bool,
     /// every n-th layer is sparse
+    #[serde(default = "one", deserialize_with = "one_or_null")]
     pub decoder_sparse_step: i32,
     /// layers that keep a dense MLP
+    #[serde(default, deserialize_with = "nullable")]
     pub mlp_only_layers: Vec<i32>,
     /// width of each routed expert's MLP
+    #[serde(rename = "moe_intermediate_size")]
     pub intermediate: i32,
     /// width of the shared expert's MLP
+    #[serde(rename = "shared_expert_intermediate_size")]
     pub shared_intermediate: i32,
 }
 
-/// The parsed text config.
+/// The model's view of the text config.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub hidden_size: i32,
@@ -104,32 +195,33 @@ impl Config {
     /// unchecked (see [`Config::check`]).
     pub fn parse(top: &Value) -> Result<Config> {
         let c = text_config(top);
-        let hidden: i32 = field(c, "hidden_size")?;
-        let heads: i32 = field(c, "num_attention_heads")?;
-        let n_layers: i32 = field(c, "num_hidden_layers")?;
+        let t: TextConfig = parse(c)?;
+        let n_layers = t.num_hidden_layers;
         // Checked before it sizes anything (layer_types, the plan's caches).
         in_range("num_hidden_layers", n_layers, limits::LAYERS)?;
-        one_of("hidden_act", c.get("hidden_act").and_then(Value::as_str), &["silu", "swish"])?;
-        let head_dim: i32 = match c.get("head_dim").filter(|v| !v.is_null()) {
-            Some(_) => field(c, "head_dim")?,
-            None => implied_head_dim(hidden, heads)?,
+        one_of("hidden_act", t.hidden_act.as_deref(), &["silu", "swish"])?;
+        let head_dim = match t.head_dim {
+            Some(d) => d,
+            None => implied_head_dim(t.hidden_size, t.num_attention_heads)?,
         };
         // Rope settings live in `rope_parameters` (new configs) or at the top level.
-        let rp = c.get("rope_parameters").filter(|v| v.is_object()).cloned().unwrap_or(Value::Null);
-        let getf = |k: &str, d: f64| -> f64 { rp.get(k).or_else(|| c.get(k)).and_then(Value::as_f64).unwrap_or(d) };
-        let partial = getf("partial_rotary_factor", 0.25);
+        let rp = t.rope_parameters.as_ref().filter(|v| v.is_object());
+        let rope_f = |k: &str, top_level: Option<f64>, d: f64| match rp.and_then(|r| r.get(k)) {
+            Some(v) => v.as_f64().unwrap_or(d),
+            None => top_level.unwrap_or(d),
+        };
+        let partial = rope_f("partial_rotary_factor", t.partial_rotary_factor, 0.25);
         if !(partial > 0.0 && partial <= 1.0) {
             return Err(Error(format!("config: field `partial_rotary_factor` is {partial}, must be in (0, 1]")));
         }
-        let mpe: i32 = field_or(c, "max_position_embeddings", 0)?;
-        let scaling = if rp.is_object() {
-            named_scaling("rope_parameters", Some(&rp), mpe)?
-        } else {
-            named_scaling("rope_scaling", c.get("rope_scaling"), mpe)?
+        let mpe = t.max_position_embeddings;
+        let scaling = match rp {
+            Some(rp) => named_scaling("rope_parameters", Some(rp), mpe)?,
+            None => named_scaling("rope_scaling", t.rope_scaling.as_ref(), mpe)?,
         };
-        let interval: i32 = field_or(c, "full_attention_interval", 4)?;
+        let interval = t.full_attention_interval;
         in_range("full_attention_interval", interval, limits::LAYERS)?;
-        let linear: Vec<bool> = match c.get("layer_types").and_then(Value::as_array) {
+        let linear: Vec<bool> = match t.layer_types.as_ref().and_then(Value::as_array) {
             Some(types) => {
                 if types.len() != n_layers as usize {
                     return Err(Error(format!(
@@ -148,50 +240,36 @@ impl Config {
             }
             None => (0..n_layers).map(|i| (i + 1) % interval.max(1) != 0).collect(),
         };
-        let num_experts: i32 = field_or(c, "num_experts", 0)?;
-        let moe = if num_experts > 0 {
-            Some(MoeConfig {
-                num_experts,
-                top_k: field(c, "num_experts_per_tok")?,
-                norm_topk_prob: field_or(c, "norm_topk_prob", true)?,
-                decoder_sparse_step: field_or(c, "decoder_sparse_step", 1)?,
-                mlp_only_layers: field_or(c, "mlp_only_layers", Vec::new())?,
-                intermediate: field(c, "moe_intermediate_size")?,
-                shared_intermediate: field(c, "shared_expert_intermediate_size")?,
-            })
-        } else {
-            None
-        };
-        let tie = match c.get("tie_word_embeddings").or_else(|| top.get("tie_word_embeddings")) {
+        let moe = if t.num_experts > 0 { Some(parse::<MoeConfig>(c)?) } else { None };
+        let tie = match t.tie_word_embeddings.as_ref().or_else(|| top.get("tie_word_embeddings")) {
             Some(v) => v.as_bool().unwrap_or(false),
             None => false,
         };
-        let cfg = Config {
-            hidden_size: hidden,
-            intermediate_size: field_or(c, "intermediate_size", None)?,
+        Ok(Config {
+            hidden_size: t.hidden_size,
+            intermediate_size: t.intermediate_size,
             num_hidden_layers: n_layers,
-            num_attention_heads: heads,
-            num_key_value_heads: field_or(c, "num_key_value_heads", heads)?,
+            num_attention_heads: t.num_attention_heads,
+            num_key_value_heads: t.num_key_value_heads.unwrap_or(t.num_attention_heads),
             head_dim,
-            rms_norm_eps: field_or(c, "rms_norm_eps", 1e-6)?,
-            vocab_size: field(c, "vocab_size")?,
-            rope_theta: getf("rope_theta", 100_000.0) as f32,
+            rms_norm_eps: t.rms_norm_eps,
+            vocab_size: t.vocab_size,
+            rope_theta: rope_f("rope_theta", t.rope_theta, 100_000.0) as f32,
             rope_dims: (head_dim as f64 * partial) as i32,
             rope_scaling: scaling,
             tie_word_embeddings: tie,
             max_position_embeddings: mpe,
             linear,
             gdn: GdnDims {
-                k_heads: field(c, "linear_num_key_heads")?,
-                v_heads: field(c, "linear_num_value_heads")?,
-                k_dim: field(c, "linear_key_head_dim")?,
-                v_dim: field(c, "linear_value_head_dim")?,
-                conv_kernel: field_or(c, "linear_conv_kernel_dim", 4)?,
+                k_heads: t.linear_num_key_heads,
+                v_heads: t.linear_num_value_heads,
+                k_dim: t.linear_key_head_dim,
+                v_dim: t.linear_value_head_dim,
+                conv_kernel: t.linear_conv_kernel_dim,
             },
             moe,
-            mtp_layers: field_or(c, "mtp_num_hidden_layers", 1)?,
-        };
-        Ok(cfg)
+            mtp_layers: t.mtp_num_hidden_layers,
+        })
     }
 
     /// The rope of the full-attention layers (partial: the first `rope_dims` features).

@@ -9,8 +9,10 @@
 //! multi-token-prediction head becomes the family's speculative-decoding
 //! drafter ([`mtp`]).
 
-pub mod chunked;
+// First: its `defaults!` serves the modules below.
+#[macro_use]
 pub mod config;
+pub mod chunked;
 pub mod gdn;
 pub mod image;
 pub mod layer;

@@ -7,30 +7,47 @@
 use mlx::fast::{layer_norm, scaled_dot_product_attention, Mask};
 use mlx::nn::{gelu_approx, Kind, Linear, Weights};
 use mlx::{Array, Dtype, Error, Result};
-use plugin_api::config::{field, field_or};
+use plugin_api::config::parse;
 use plugin_api::media::MediaInput;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-/// `vision_config`, the fields the tower reads.
-#[derive(Debug, Clone)]
+defaults! {
+    d3420 / d3420_or_null: i32 = 3420;
+    d1536 / d1536_or_null: i32 = 1536;
+    d16 / d16_or_null: i32 = 16;
+    two / two_or_null: i32 = 2;
+    d2304 / d2304_or_null: i32 = 2304;
+}
+
+/// `vision_config`, the fields the tower reads (mlx-vlm's defaults where a
+/// field is absent).
+#[derive(Debug, Clone, Deserialize)]
 pub struct VisionConfig {
     /// Blocks.
     pub depth: i32,
     /// Width of the tower.
     pub hidden_size: i32,
     /// MLP width.
+    #[serde(default = "d3420", deserialize_with = "d3420_or_null")]
     pub intermediate_size: i32,
     /// Output width (the text model's hidden size).
+    #[serde(default = "d1536", deserialize_with = "d1536_or_null")]
     pub out_hidden_size: i32,
     /// Attention heads.
+    #[serde(default = "d16", deserialize_with = "d16_or_null")]
     pub num_heads: i32,
     /// Pixels per patch side.
+    #[serde(default = "d16", deserialize_with = "d16_or_null")]
     pub patch_size: i32,
     /// Frames per patch.
+    #[serde(default = "two", deserialize_with = "two_or_null")]
     pub temporal_patch_size: i32,
     /// Patches per merged token side.
+    #[serde(default = "two", deserialize_with = "two_or_null")]
     pub spatial_merge_size: i32,
     /// Rows of the learned position table (a square grid).
+    #[serde(default = "d2304", deserialize_with = "d2304_or_null")]
     pub num_position_embeddings: i32,
 }
 
@@ -41,18 +58,7 @@ impl VisionConfig {
         if v.get("deepstack_visual_indexes").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
             return Err(Error::msg("config: vision_config.deepstack_visual_indexes: qwen3_5 has no deepstack layers"));
         }
-        let cfg = VisionConfig {
-            depth: field(v, "depth")?,
-            hidden_size: field(v, "hidden_size")?,
-            // mlx-vlm's defaults where a field is absent.
-            intermediate_size: field_or(v, "intermediate_size", 3420)?,
-            out_hidden_size: field_or(v, "out_hidden_size", 1536)?,
-            num_heads: field_or(v, "num_heads", 16)?,
-            patch_size: field_or(v, "patch_size", 16)?,
-            temporal_patch_size: field_or(v, "temporal_patch_size", 2)?,
-            spatial_merge_size: field_or(v, "spatial_merge_size", 2)?,
-            num_position_embeddings: field_or(v, "num_position_embeddings", 2304)?,
-        };
+        let cfg: VisionConfig = parse(v)?;
         let sizes = [
             ("depth", cfg.depth),
             ("hidden_size", cfg.hidden_size),

@@ -5,11 +5,12 @@
 use mlx::nn::{Rope, RopeScaling};
 use mlx::{Error, Result};
 use plugin_api::config::{
-    at_most, divides, field, field_or, in_range, limits, named_scaling, one_of, positive_finite, text_config,
+    at_most, divides, field_or, in_range, limits, named_scaling, nullable, one_of, parse, positive_finite, text_config,
     DecoderFields,
 };
 use plugin_api::layers::AttentionShape;
 use plugin_api::ModelPlan;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 /// Rope settings of one attention type (a `rope_parameters` entry).
@@ -37,7 +38,110 @@ impl RopeParams {
     }
 }
 
-/// The parsed text config (mlx-lm's defaults where a field is absent).
+/// The config's `field: value` pairs where a `null` value reads as absent
+/// (as the hand parser read them): the default, and a reader for
+/// `#[serde(default = ..., deserialize_with = ...)]`.
+macro_rules! defaults {
+    ($($default:ident / $or_default:ident: $t:ty = $v:expr;)*) => {$(
+        fn $default() -> $t {
+            $v
+        }
+        fn $or_default<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<$t, D::Error> {
+            Ok(Option::<$t>::deserialize(d)?.unwrap_or_else($default))
+        }
+    )*};
+}
+
+defaults! {
+    text_type / text_type_or_null: String = "gemma4_text".to_string();
+    yes / yes_or_null: bool = true;
+    five / five_or_null: i32 = 5;
+    twenty / twenty_or_null: i32 = 20;
+    d256 / d256_or_null: i32 = 256;
+    d512 / d512_or_null: i32 = 512;
+    vocab / vocab_or_null: i32 = 262144;
+    context / context_or_null: i32 = 131072;
+    eps / eps_or_null: f32 = 1e-6;
+    softcap / softcap_or_null: f32 = 30.0;
+}
+
+/// A field kept as written, `null` included (`None`: absent).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> std::result::Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// What the top level of config.json says beside `text_config`.
+#[derive(Debug, Clone, Deserialize)]
+struct TopConfig {
+    #[serde(default = "text_type", deserialize_with = "text_type_or_null")]
+    model_type: String,
+    /// mlx-lm's gemma4 wrapper takes the vocabulary from here.
+    vocab_size: Option<i32>,
+    #[serde(default = "yes", deserialize_with = "yes_or_null")]
+    tie_word_embeddings: bool,
+}
+
+/// The text config as written (`text_config`, or the whole config of
+/// `gemma4_text` checkpoints), mlx-lm's defaults where a field is absent;
+/// [`Config::parse`] derives the model's [`Config`] from it.
+#[derive(Debug, Clone, Deserialize)]
+struct TextConfig {
+    // The shape fields are required: a default would silently describe
+    // another model than the checkpoint's.
+    num_hidden_layers: i32,
+    hidden_size: i32,
+    intermediate_size: i32,
+    num_attention_heads: i32,
+    num_key_value_heads: i32,
+    head_dim: i32,
+    #[serde(default, deserialize_with = "present")]
+    hidden_activation: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    hidden_act: Option<Value>,
+    #[serde(default = "vocab", deserialize_with = "vocab_or_null")]
+    vocab_size: i32,
+    /// Read when not null, as a list of names.
+    layer_types: Option<Value>,
+    #[serde(default = "five", deserialize_with = "five_or_null")]
+    sliding_window_pattern: i32,
+    /// Per attention type (`full_attention`, `sliding_attention`).
+    rope_parameters: Option<Value>,
+    num_global_key_value_heads: Option<i32>,
+    #[serde(default = "d512", deserialize_with = "d512_or_null")]
+    global_head_dim: i32,
+    #[serde(default = "eps", deserialize_with = "eps_or_null")]
+    rms_norm_eps: f32,
+    #[serde(default = "vocab", deserialize_with = "vocab_or_null")]
+    vocab_size_per_layer_input: i32,
+    #[serde(default = "d256", deserialize_with = "d256_or_null")]
+    hidden_size_per_layer_input: i32,
+    #[serde(default = "twenty", deserialize_with = "twenty_or_null")]
+    num_kv_shared_layers: i32,
+    #[serde(default = "d512", deserialize_with = "d512_or_null")]
+    sliding_window: i32,
+    #[serde(default, deserialize_with = "nullable")]
+    rope_traditional: bool,
+    #[serde(default, deserialize_with = "nullable")]
+    attention_k_eq_v: bool,
+    #[serde(default = "softcap", deserialize_with = "softcap_or_null")]
+    final_logit_softcapping: f32,
+    #[serde(default = "yes", deserialize_with = "yes_or_null")]
+    use_double_wide_mlp: bool,
+    #[serde(default, deserialize_with = "nullable")]
+    enable_moe_block: bool,
+    #[serde(default, deserialize_with = "nullable")]
+    num_experts: i32,
+    #[serde(default, deserialize_with = "nullable")]
+    top_k_experts: i32,
+    #[serde(default, deserialize_with = "nullable")]
+    moe_intermediate_size: i32,
+    /// The top level's when absent.
+    tie_word_embeddings: Option<bool>,
+    #[serde(default = "context", deserialize_with = "context_or_null")]
+    max_position_embeddings: i32,
+}
+
+/// The model's view of the text config.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Checkpoint `model_type` (`gemma4` or `gemma4_text`).
@@ -101,21 +205,24 @@ pub struct Config {
 impl Config {
     /// From config.json (multimodal `gemma4` or `gemma4_text`).
     pub fn parse(c: &Value) -> Result<Config> {
-        let model_type: String = field_or(c, "model_type", "gemma4_text".to_string())?;
+        let top: TopConfig = parse(c)?;
         let t = text_config(c);
-        let n: i32 = field(t, "num_hidden_layers")?;
+        let nested = !std::ptr::eq(t, c);
+        let text: TextConfig = parse(t)?;
+        let n = text.num_hidden_layers;
         // Checked before it sizes anything (layer_types, the plan's caches).
         in_range("num_hidden_layers", n, limits::LAYERS)?;
-        let act = t.get("hidden_activation").or_else(|| t.get("hidden_act")).and_then(Value::as_str);
+        let act = text.hidden_activation.as_ref().or(text.hidden_act.as_ref()).and_then(Value::as_str);
         // mlx-lm runs the tanh approximation of GELU for every GELU name.
         one_of("hidden_activation", act, &["gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu"])?;
         // mlx-lm's gemma4 wrapper takes the vocabulary from the top level.
-        let vocab: i32 = match c.get("vocab_size").filter(|_| !std::ptr::eq(t, c)) {
-            Some(v) if !v.is_null() => field(c, "vocab_size")?,
-            _ => field_or(t, "vocab_size", 262144)?,
+        let vocab = match top.vocab_size {
+            Some(v) if nested => v,
+            _ => text.vocab_size,
         };
-        let full = match t.get("layer_types").filter(|v| !v.is_null()) {
-            Some(_) => field::<Vec<String>>(t, "layer_types")?
+        let full = match &text.layer_types {
+            Some(types) => serde_json::from_value::<Vec<String>>(types.clone())
+                .map_err(|e| Error(format!("config: field `layer_types`: {e}")))?
                 .iter()
                 .map(|s| match s.as_str() {
                     "full_attention" => Ok(true),
@@ -124,15 +231,14 @@ impl Config {
                 })
                 .collect::<Result<Vec<bool>>>()?,
             None => {
-                let p: i32 = field_or(t, "sliding_window_pattern", 5)?;
+                let p = text.sliding_window_pattern;
                 (0..n).map(|i| (i % p.max(1)) == p - 1).collect::<Vec<bool>>()
             }
         };
         if full.len() != n as usize {
             return Err(Error(format!("config: layer_types has {} entries for {n} layers", full.len())));
         }
-        let rp = t.get("rope_parameters").filter(|v| !v.is_null());
-        let (rope_full, rope_sliding) = match rp {
+        let (rope_full, rope_sliding) = match &text.rope_parameters {
             Some(r) => (
                 RopeParams::parse("full_attention", r.get("full_attention"))?,
                 RopeParams::parse("sliding_attention", r.get("sliding_attention"))?,
@@ -146,36 +252,34 @@ impl Config {
             ),
         };
         let cfg = Config {
-            model_type,
-            // The shape fields are required: a default would silently
-            // describe another model than the checkpoint's.
-            hidden_size: field(t, "hidden_size")?,
+            model_type: top.model_type,
+            hidden_size: text.hidden_size,
             num_hidden_layers: n,
-            intermediate_size: field(t, "intermediate_size")?,
-            num_attention_heads: field(t, "num_attention_heads")?,
-            num_key_value_heads: field(t, "num_key_value_heads")?,
-            num_global_key_value_heads: field_or(t, "num_global_key_value_heads", None)?,
-            head_dim: field(t, "head_dim")?,
-            global_head_dim: field_or(t, "global_head_dim", 512)?,
-            rms_norm_eps: field_or(t, "rms_norm_eps", 1e-6)?,
+            intermediate_size: text.intermediate_size,
+            num_attention_heads: text.num_attention_heads,
+            num_key_value_heads: text.num_key_value_heads,
+            num_global_key_value_heads: text.num_global_key_value_heads,
+            head_dim: text.head_dim,
+            global_head_dim: text.global_head_dim,
+            rms_norm_eps: text.rms_norm_eps,
             vocab_size: vocab,
-            vocab_size_per_layer_input: field_or(t, "vocab_size_per_layer_input", 262144)?,
-            hidden_size_per_layer_input: field_or(t, "hidden_size_per_layer_input", 256)?,
-            num_kv_shared_layers: field_or(t, "num_kv_shared_layers", 20)?,
-            sliding_window: field_or(t, "sliding_window", 512)?,
+            vocab_size_per_layer_input: text.vocab_size_per_layer_input,
+            hidden_size_per_layer_input: text.hidden_size_per_layer_input,
+            num_kv_shared_layers: text.num_kv_shared_layers,
+            sliding_window: text.sliding_window,
             full,
             rope_full,
             rope_sliding,
-            rope_traditional: field_or(t, "rope_traditional", false)?,
-            attention_k_eq_v: field_or(t, "attention_k_eq_v", false)?,
-            final_logit_softcapping: field_or(t, "final_logit_softcapping", Some(30.0))?,
-            use_double_wide_mlp: field_or(t, "use_double_wide_mlp", true)?,
-            enable_moe_block: field_or(t, "enable_moe_block", false)?,
-            num_experts: field_or::<Option<i32>>(t, "num_experts", None)?.unwrap_or(0),
-            top_k_experts: field_or::<Option<i32>>(t, "top_k_experts", None)?.unwrap_or(0),
-            moe_intermediate_size: field_or::<Option<i32>>(t, "moe_intermediate_size", None)?.unwrap_or(0),
-            tie_word_embeddings: field_or(t, "tie_word_embeddings", field_or(c, "tie_word_embeddings", true)?)?,
-            max_position_embeddings: field_or(t, "max_position_embeddings", 131072)?,
+            rope_traditional: text.rope_traditional,
+            attention_k_eq_v: text.attention_k_eq_v,
+            final_logit_softcapping: Some(text.final_logit_softcapping),
+            use_double_wide_mlp: text.use_double_wide_mlp,
+            enable_moe_block: text.enable_moe_block,
+            num_experts: text.num_experts,
+            top_k_experts: text.top_k_experts,
+            moe_intermediate_size: text.moe_intermediate_size,
+            tie_word_embeddings: text.tie_word_embeddings.unwrap_or(top.tie_word_embeddings),
+            max_position_embeddings: text.max_position_embeddings,
         };
         cfg.check()?;
         if cfg.num_kv_shared_layers < 0 || cfg.num_kv_shared_layers > n {

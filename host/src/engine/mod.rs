@@ -401,10 +401,8 @@ impl Engine {
                 // The caches hold the round's first token and the accepted
                 // drafts: give back those past this one's predecessor.
                 let extra = round.accepted.len() - j.min(round.accepted.len());
-                if extra > 0 {
-                    if r.seq.row_draft.is_some() {
-                        RowDraft::give_back(&mut self.model, &mut r.seq, &round, extra)?;
-                    }
+                if extra > 0 && r.seq.row_draft.is_some() {
+                    RowDraft::give_back(&mut self.model, &mut r.seq, &round, extra)?;
                 }
                 break;
             }

@@ -18,18 +18,18 @@ use std::time::Instant;
 pub struct Session {
     /// The model (weights, plugin model, tokenizer).
     pub model: LoadedModel,
-    /// The conversation's sequence: its caches, media and drafter caches.
+    /// The conversation's sequence: its caches, the ids they hold, media
+    /// and drafter caches.
     pub seq: Sequence,
     /// The drafter speculative decoding uses, when one is loaded.
     pub drafter: Option<Drafter>,
     /// Speculative decoding settings.
     pub spec: SpecParams,
-    /// Ids whose keys/values are in the caches, in order.
-    pub cached: Vec<u32>,
     /// The caches at the end of the last turn's prefill (its whole prompt,
-    /// `cached[..tokens]`), kept when some cache cannot rewind by trimming.
+    /// the sequence's first `tokens` ids), kept when some cache cannot
+    /// rewind by trimming.
     pub rollback: Option<Rollback>,
-    /// The images and clips in `cached`: where each placeholder run
+    /// The images and clips in the sequence's ids: where each placeholder run
     /// starts, and the item's hash.
     pub cached_media: Vec<(usize, u64)>,
     /// The towers' rows of the conversation's images and clips, by hash
@@ -45,7 +45,6 @@ impl Session {
             model,
             drafter: None,
             spec: SpecParams::default(),
-            cached: Vec::new(),
             rollback: None,
             cached_media: Vec::new(),
             media_rows: HashMap::new(),
@@ -65,7 +64,8 @@ impl Session {
     /// same place, and reuse never ends inside one.
     pub fn prepare_prompt(&mut self, prompt: &Prompt) -> Result<usize> {
         let ids = &prompt.ids[..];
-        let mut common = self.cached.iter().zip(ids).take_while(|(a, b)| a == b).count();
+        let held = self.seq.ids().len();
+        let mut common = self.seq.ids().iter().zip(ids).take_while(|(a, b)| a == b).count();
         let new: Vec<(usize, u64, usize)> =
             prompt.starts.iter().zip(&prompt.media).map(|(&s, i)| (s, i.hash, i.tokens())).collect();
         for &(start, hash, n) in &new {
@@ -83,17 +83,17 @@ impl Session {
         if common == ids.len() {
             common = common.saturating_sub(1);
         }
-        // Every cache must hold exactly `cached` (a recurrent state cannot
-        // give back the step the decode loop queued ahead).
-        let in_step = self.seq.caches().iter().all(|c| c.lock().offset() == self.cached.len() as i64);
-        if in_step && self.seq.trim(self.cached.len() - common) {
-            self.truncate_cached(common);
+        // Every cache must hold exactly the ids recorded (a recurrent state
+        // cannot give back the step the decode loop queued ahead).
+        let in_step = self.seq.caches().iter().all(|c| c.lock().offset() == held as i64);
+        if in_step && self.seq.trim(held - common) {
+            self.media_before(common);
             return Ok(common);
         }
         if let Some(cp) = &self.rollback {
             let at = cp.tokens() as usize;
             if at <= common && self.seq.restore(cp).is_ok() {
-                self.truncate_cached(at);
+                self.media_before(at);
                 return Ok(at);
             }
         }
@@ -101,8 +101,9 @@ impl Session {
         Ok(0)
     }
 
-    fn truncate_cached(&mut self, len: usize) {
-        self.cached.truncate(len);
+    /// Keeps the media that start in the first `len` tokens (what the
+    /// sequence still holds).
+    fn media_before(&mut self, len: usize) {
         self.cached_media.retain(|&(s, _)| s < len);
     }
 
@@ -228,9 +229,9 @@ impl Session {
         self.rollback = stats.prompt_rollback.take();
         self.cached_media = prompt.starts.iter().zip(&prompt.media).map(|(&s, i)| (s, i.hash)).collect();
         // The last generated token was never fed back, the rest were.
-        self.cached = ids.to_vec();
+        self.seq.set_ids(ids.to_vec());
         if let Some((_, fed)) = stats.tokens.split_last() {
-            self.cached.extend_from_slice(fed);
+            self.seq.push_ids(fed);
         }
         Ok((stats, ids.len() - start))
     }
@@ -254,7 +255,7 @@ impl Session {
     /// Forgets what the caches hold (they are about to be replaced), and
     /// the media embeddings (a reloaded family may embed them otherwise).
     pub fn forget(&mut self) {
-        self.cached.clear();
+        self.seq.set_ids(Vec::new());
         self.cached_media.clear();
         self.media_rows.clear();
         self.rollback = None;

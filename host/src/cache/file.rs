@@ -114,8 +114,8 @@ impl Sequence {
         mlx::io::save_safetensors(path, &refs, &meta).map_err(Into::into)
     }
 
-    /// Replaces the caches with those saved in `path` and returns the token
-    /// ids they hold. Refuses, changing nothing, a file saved for another
+    /// Replaces the caches with those saved in `path`, records the token
+    /// ids they hold ([`Sequence::ids`]) and returns them. Refuses, changing nothing, a file saved for another
     /// model than `m` or another cache layout, or with other cache flags (KV bits, group
     /// size, quantization start, `--max-kv-size`) than this run's, as
     /// mlx-lm does: the caches would silently not be what the flags say.
@@ -148,6 +148,7 @@ impl Sequence {
         }
         let (caches, ids) = read_caches(m, &arrays, &meta).with_context(|| format!("{shown}: bad prompt cache"))?;
         self.replace_caches(caches);
+        self.set_ids(ids.clone());
         Ok(ids)
     }
 }

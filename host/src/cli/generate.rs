@@ -68,7 +68,7 @@ fn generate_once(a: &GenerateArgs, s: &mut Session) -> Result<()> {
                 "--prompt-cache-file: prompt caches hold text only; leave out --image/--audio or the cache file"
             );
         }
-        s.cached = s.seq.load_prompt_cache(&s.model, f)?;
+        s.seq.load_prompt_cache(&s.model, f)?;
     }
     let mut detok = s.model.tokenizer.as_ref().map(|t| t.detokenizer());
     let mut text = String::new();

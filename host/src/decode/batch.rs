@@ -7,9 +7,8 @@
 use super::drafter::Drafter;
 use super::params::{check_cancel, release_buffers};
 use super::prefill::{check_ids, chunk_end, ids_array};
-use super::row_draft::RowDraft;
 use crate::cache::BatchCaches;
-use crate::model::{LoadedModel, Sequence};
+use crate::model::{LoadedModel, RowDraft, Sequence};
 use anyhow::{anyhow, Result};
 use mlx::{Array, Dtype};
 use plugin_api::{LogitsWanted, TokenSource};
@@ -44,8 +43,9 @@ pub fn prefill_into(
 /// [`super::prefill_last_alone`] makes, so a batched sequence matches one
 /// run alone). The sequence's images and clips are spliced in where the
 /// chunk covers them (an image kept whole in one chunk when the family
-/// asks). With `draft`, the request's drafter is fed the target's hidden
-/// states chunk by chunk, as [`super::generate_speculative`] feeds it.
+/// asks). With `draft` (the request's drafter, its replay state in
+/// [`Sequence::row_draft`]), the drafter is fed the target's hidden states
+/// chunk by chunk, as [`super::generate_speculative`] feeds it.
 /// Advances `*fed`.
 pub fn prefill_step(
     m: &mut LoadedModel,
@@ -53,7 +53,7 @@ pub fn prefill_step(
     prompt: &[u32],
     fed: &mut usize,
     step: usize,
-    mut draft: Option<(&mut Drafter, &mut RowDraft)>,
+    mut draft: Option<&mut Drafter>,
 ) -> Result<Option<Array>> {
     let head = prompt.len().saturating_sub(1);
     if *fed < head {
@@ -62,8 +62,8 @@ pub fn prefill_step(
         let (_, h) =
             m.forward_io(&mut *seq, &ids_array(chunk)?, TokenSource::Prompt, LogitsWanted::None, draft.is_some())?;
         seq.eval_caches()?;
-        if let (Some((d, rd)), Some(h)) = (draft.as_mut(), h) {
-            rd.feed(m, seq, d, chunk, h)?;
+        if let (Some(d), Some(h)) = (draft.as_mut(), h) {
+            RowDraft::feed(m, seq, d, chunk, h)?;
         }
         release_buffers();
         crate::memory::check()?;
@@ -74,8 +74,8 @@ pub fn prefill_step(
     let (l, h) =
         m.forward_io(&mut *seq, &ids_array(last)?, TokenSource::Prompt, LogitsWanted::Last, draft.is_some())?;
     let l = l.ok_or_else(|| anyhow!("no logits"))?;
-    if let (Some((d, rd)), Some(h)) = (draft.as_mut(), h) {
-        rd.feed(m, seq, d, last, h)?;
+    if let (Some(d), Some(h)) = (draft.as_mut(), h) {
+        RowDraft::feed(m, seq, d, last, h)?;
     }
     *fed = prompt.len();
     let v = l.dim(-1);

@@ -21,5 +21,4 @@ pub use logprob::{logprob_of, TokenLogprob};
 pub use params::{DecodeSplit, DraftStats, FinishReason, GenParams, GenStats, Interrupted, MediaTime, TOKEN_DTYPE};
 pub use plain::generate;
 pub use prefill::{prefill, prefill_last_alone};
-pub use row_draft::RowDraft;
 pub use speculative::{generate_speculative, Round, RoundGuide};

@@ -2,54 +2,47 @@
 //! sequence holds its own drafter caches ([`Sequence::draft`]), fed during
 //! its prefill with the target's hidden states, and it decodes by
 //! draft-and-verify rounds on its own caches while it is the only one
-//! decoding. [`RowDraft`] keeps what the rounds replay.
+//! decoding. What the rounds replay is the sequence's too
+//! ([`Sequence::row_draft`]); the functions here keep it.
 
 use super::drafter::Drafter;
 use super::prefill::ids_array;
 use super::speculative::{round, Round, RoundGuide};
 use crate::cache::{DraftHit, DraftState};
-use crate::model::{DraftCaches, LoadedModel, Sequence};
+use crate::model::{DraftCaches, LoadedModel, RowDraft, Sequence};
 use crate::sample::SamplerParams;
 use anyhow::{anyhow, Result};
 use mlx::Array;
 
-/// What a request's drafter replays next (its caches are the sequence's).
-pub struct RowDraft {
-    begun: bool,
-    /// The last prefill chunk's hidden states and the tokens after their
-    /// first, waiting for the token that follows them.
-    pending: Option<(Array, Vec<u32>)>,
-    /// What the next round replays: the target's hidden states of the
-    /// positions accepted last, and their tokens.
-    next: Option<(Array, Array)>,
-}
-
 impl RowDraft {
-    /// A new request: empty drafter caches go into `seq`.
-    pub fn new(d: &Drafter, seq: &mut Sequence) -> Result<RowDraft> {
+    /// A new request: empty drafter caches and a fresh [`RowDraft`] go
+    /// into `seq`.
+    pub fn attach(d: &Drafter, seq: &mut Sequence) -> Result<()> {
         seq.draft = Some(d.fresh_caches()?);
-        Ok(RowDraft { begun: false, pending: None, next: None })
+        seq.row_draft = Some(RowDraft { begun: false, pending: None, next: None });
+        Ok(())
     }
 
     /// A request whose prompt-cache hit came with the drafter's state for
     /// the same tokens (its caches go into `seq`): it drafts with the whole
     /// context.
-    pub fn resumed(d: &Drafter, hit: DraftHit, seq: &mut Sequence) -> RowDraft {
+    pub fn resume(d: &Drafter, hit: DraftHit, seq: &mut Sequence) {
         let pending = hit.last_hidden.map(|h| (h, Vec::new()));
         seq.draft = Some(DraftCaches::from_parts(hit.caches, hit.lead, d.id()));
-        RowDraft { begun: true, pending, next: None }
+        seq.row_draft = Some(RowDraft { begun: true, pending, next: None });
     }
 
     /// The drafter's state for the `n` tokens `seq`'s caches hold, for the
     /// prompt cache ([`DraftState`]): the hidden states not read yet are
     /// read into a copy of the drafter's caches, all but the last, which is
-    /// kept. `None` when the drafter does not stand where the row does (a
-    /// round gave tokens back).
-    pub fn state(&self, m: &LoadedModel, d: &mut Drafter, seq: &mut Sequence, n: i64) -> Result<Option<DraftState>> {
+    /// kept. `None` when the sequence does not speculate or the drafter
+    /// does not stand where it does (a round gave tokens back).
+    pub fn state(m: &LoadedModel, d: &mut Drafter, seq: &mut Sequence, n: i64) -> Result<Option<DraftState>> {
+        let Some(rd) = seq.row_draft.as_ref() else { return Ok(None) };
         // Before the first token: the last prefill chunk's hidden states and
         // the tokens after each but the last; after a round: its positions'
         // and the tokens after each (the last not in the caches yet).
-        let (h, toks) = match (&self.pending, &self.next) {
+        let (h, toks) = match (&rd.pending, &rd.next) {
             (Some((h, t)), None) => (h.clone(), ids_array(t)?),
             (None, Some((h, t))) => (h.clone(), t.clone()),
             _ => return Ok(None),
@@ -75,39 +68,42 @@ impl RowDraft {
         Ok(Some(DraftState { caches, lead, last_hidden }))
     }
 
-    /// Feeds the drafter what a prefill forward over `chunk` (into `seq`)
-    /// gave: its hidden states wait for the token after the chunk, the
-    /// previous chunk's go in now.
+    /// Feeds `seq`'s drafter what a prefill forward over `chunk` (into
+    /// `seq`) gave: its hidden states wait for the token after the chunk,
+    /// the previous chunk's go in now.
     pub(crate) fn feed(
-        &mut self,
         m: &LoadedModel,
         seq: &mut Sequence,
         d: &mut Drafter,
         chunk: &[u32],
         hidden: Array,
     ) -> Result<()> {
+        let rd = mine(seq)?;
+        let begin = !rd.begun;
+        rd.begun = true;
+        let pending = rd.pending.take();
         let (target, own) = seq.draft_parts()?;
-        if !self.begun {
+        if begin {
             // Drafts only propose: a request that reuses a cached
             // prefix starts its drafter at the first token it feeds.
             d.begin(own, chunk[0])?;
-            self.begun = true;
         }
-        if let Some((h, mut toks)) = self.pending.take() {
+        if let Some((h, mut toks)) = pending {
             toks.push(chunk[0]);
             d.step(m.plan.vocab_size, target, own, &h, &ids_array(&toks)?)?;
             own.eval_caches()?;
         }
-        self.pending = Some((hidden, chunk[1..].to_vec()));
+        mine(seq)?.pending = Some((hidden, chunk[1..].to_vec()));
         Ok(())
     }
 
-    /// The prompt is in and `y` drawn after it: the first round replays the
-    /// last chunk's positions and `y`.
-    pub fn start(&mut self, y: u32) -> Result<()> {
-        let (h, mut toks) = self.pending.take().ok_or_else(|| anyhow!("internal: the drafter saw no prefill"))?;
+    /// `seq`'s prompt is in and `y` drawn after it: the first round replays
+    /// the last chunk's positions and `y`.
+    pub fn start(seq: &mut Sequence, y: u32) -> Result<()> {
+        let rd = mine(seq)?;
+        let (h, mut toks) = rd.pending.take().ok_or_else(|| anyhow!("internal: the drafter saw no prefill"))?;
         toks.push(y);
-        self.next = Some((h, ids_array(&toks)?));
+        rd.next = Some((h, ids_array(&toks)?));
         Ok(())
     }
 
@@ -116,7 +112,6 @@ impl RowDraft {
     /// grammar and penalties).
     #[allow(clippy::too_many_arguments)]
     pub fn round(
-        &mut self,
         m: &mut LoadedModel,
         d: &mut Drafter,
         seq: &mut Sequence,
@@ -126,24 +121,30 @@ impl RowDraft {
         min_confidence: f32,
         guide: RoundGuide<'_>,
     ) -> Result<Round> {
-        let (mut hid, mut pend) = self.next.take().ok_or_else(|| anyhow!("internal: no round prepared"))?;
+        let (mut hid, mut pend) = mine(seq)?.next.take().ok_or_else(|| anyhow!("internal: no round prepared"))?;
         let y = Array::from_slice(&[y as i32], &[1, 1])?;
         let r = round(m, seq, d, &mut hid, &mut pend, &y, depth, sampler, min_confidence, guide)?;
-        self.next = Some((hid, pend));
+        mine(seq)?.next = Some((hid, pend));
         Ok(r)
     }
 
     /// Gives back the last `extra` tokens round `r` left in `seq`'s caches.
     /// The positions the next round would replay lose as many, so the
-    /// drafter still stands where the row does ([`RowDraft::state`]).
-    pub fn give_back(&mut self, m: &mut LoadedModel, seq: &mut Sequence, r: &Round, extra: usize) -> Result<()> {
+    /// drafter still stands where the sequence does ([`RowDraft::state`]).
+    pub fn give_back(m: &mut LoadedModel, seq: &mut Sequence, r: &Round, extra: usize) -> Result<()> {
         r.give_back(m, seq, extra)?;
-        if let Some((h, t)) = self.next.take() {
+        let rd = mine(seq)?;
+        if let Some((h, t)) = rd.next.take() {
             let keep = h.dim(1) - extra as i32;
             if keep >= 1 {
-                self.next = Some((h.slice_axis(1, 0, keep)?, t.slice_axis(1, 0, keep)?));
+                rd.next = Some((h.slice_axis(1, 0, keep)?, t.slice_axis(1, 0, keep)?));
             }
         }
         Ok(())
     }
+}
+
+/// The replay state of `seq`, which speculates as a server row.
+fn mine(seq: &mut Sequence) -> Result<&mut RowDraft> {
+    seq.row_draft.as_mut().ok_or_else(|| anyhow!("internal: the sequence has no row drafter state"))
 }

@@ -40,6 +40,7 @@ impl Engine {
             Some(h) if !media::cuts_item(&prompt, h.tokens) => (h.tokens, self.model.sequence_with(h.caches), h.draft),
             _ => (0, self.model.sequence().map_err(|e| EngineError::internal(format!("{e:#}")))?, None),
         };
+        seq.set_ids(cache_key[..cached].to_vec());
         let key = match spec.seed {
             Some(s) => Some(mlx::random::key(s).map_err(|e| EngineError::internal(format!("{e:#}")))?),
             None => None,
@@ -109,7 +110,6 @@ impl RowParts {
             started: Instant::now(),
             halt: None,
             lockstep: false,
-            draft: None,
             job,
         }
     }

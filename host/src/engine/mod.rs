@@ -18,10 +18,10 @@ mod turn;
 use crate::cache::{BatchCaches, DraftHit, DraftState, PrefixCache, SharedCache};
 pub use crate::decode::FinishReason;
 use crate::decode::{
-    decode_alone, decode_step, logprob_of, prefill_step, Drafter, GenParams, Interrupted, RoundGuide, RowDraft,
-    SpecParams, TokenLogprob,
+    decode_alone, decode_step, logprob_of, prefill_step, Drafter, GenParams, Interrupted, RoundGuide, SpecParams,
+    TokenLogprob,
 };
-use crate::model::LoadedModel;
+use crate::model::{LoadedModel, RowDraft};
 use crate::sample::sample;
 pub use metrics::Metrics;
 use mlx::Array;
@@ -171,7 +171,7 @@ impl Engine {
                     let mut row = parts.into_row(job, self.serial);
                     row.lockstep = role != Role::Alone;
                     if role == Role::Alone {
-                        row.draft = self.row_draft(&mut row, hit);
+                        self.row_draft(&mut row, hit);
                     }
                     prefilling.push_back(row);
                 }
@@ -213,14 +213,14 @@ impl Engine {
     /// Step choice: a row decoding alone with drafter caches speculates;
     /// otherwise every row takes a plain step together.
     fn choose_step(&mut self, decoding: &mut [Row]) -> anyhow::Result<()> {
-        if decoding.len() == 1 && decoding[0].draft.is_some() {
+        if decoding.len() == 1 && decoding[0].seq.row_draft.is_some() {
             // A row with drafter caches never took a plain step: a step
             // still in flight is for rows that have ended.
             self.inflight = None;
             self.spec_step(&mut decoding[0])
         } else {
             // Drafter caches follow a request only while it decodes alone.
-            decoding.iter_mut().for_each(|r| (r.draft, r.seq.draft) = (None, None));
+            decoding.iter_mut().for_each(|r| (r.seq.row_draft, r.seq.draft) = (None, None));
             self.step(decoding)
         }
     }
@@ -265,9 +265,12 @@ impl Engine {
                 self.finish(r);
                 continue;
             }
-            let draft = self.drafter.as_mut().map(|d| &mut d.0).zip(r.draft.as_mut());
-            let out = prefill_step(&mut self.model, &mut r.seq, &r.ids, &mut r.fed, step, draft)
-                .and_then(|l| l.map(|l| self.first_token(&mut r, &l)).transpose());
+            let draft = self.drafter.as_mut().map(|d| &mut d.0).filter(|_| r.seq.row_draft.is_some());
+            let was = r.fed;
+            let out = prefill_step(&mut self.model, &mut r.seq, &r.ids, &mut r.fed, step, draft);
+            // The sequence holds the tokens by the ids the prompt cache keys them by.
+            r.seq.push_ids(&r.cache_key[was..r.fed]);
+            let out = out.and_then(|l| l.map(|l| self.first_token(&mut r, &l)).transpose());
             match out {
                 Ok(None) => kept.push_back(r),
                 Ok(Some((t, lp))) => {
@@ -329,13 +332,13 @@ impl Engine {
         if !r.seq.caches().iter().all(|c| c.lock().can_trim(r.ids.len() as i64)) {
             // Hybrid and windowed models rewind only to a snapshot: keep the prompt's.
             let draft = self.draft_state(r, r.ids.len() as i64);
-            self.prefix.insert(r.cache_key.clone(), r.seq.caches(), draft);
+            self.prefix.insert(r.seq.ids().to_vec(), r.seq.caches(), draft);
         }
         r.prepare_mask()?;
         let (y, lp) = r.sample(logits)?;
         let y = y.item_i64()? as u32;
-        if let Some(d) = r.draft.as_mut() {
-            d.start(y)?;
+        if r.seq.row_draft.is_some() {
+            RowDraft::start(&mut r.seq, y)?;
         }
         Ok((y, lp))
     }
@@ -347,16 +350,19 @@ impl Engine {
     /// them, and logprobs come from the verify's logits.
     /// A prompt-cache `hit` may bring the drafter's state for the cached
     /// tokens; otherwise the drafter starts at the first token fed.
-    fn row_draft(&self, r: &mut Row, hit: Option<DraftHit>) -> Option<RowDraft> {
-        let (d, _) = self.drafter.as_ref()?;
+    /// When it may, its sequence gets the drafter's caches and replay state.
+    fn row_draft(&self, r: &mut Row, hit: Option<DraftHit>) {
+        let Some((d, _)) = self.drafter.as_ref() else { return };
         if r.key.is_some() || r.seq.media.is_some() {
-            return None;
+            return;
         }
         match hit {
-            Some(h) => Some(RowDraft::resumed(d, h, &mut r.seq)),
-            None => RowDraft::new(d, &mut r.seq)
-                .map_err(|e| tracing::warn!(target: "famlx::serve", "drafter caches: {e:#}"))
-                .ok(),
+            Some(h) => RowDraft::resume(d, h, &mut r.seq),
+            None => {
+                if let Err(e) = RowDraft::attach(d, &mut r.seq) {
+                    tracing::warn!(target: "famlx::serve", "drafter caches: {e:#}");
+                }
+            }
         }
     }
 
@@ -365,7 +371,7 @@ impl Engine {
     /// speculate).
     fn draft_state(&mut self, r: &mut Row, n: i64) -> Option<DraftState> {
         let (d, _) = self.drafter.as_mut()?;
-        let state = r.draft.as_ref()?.state(&self.model, d, &mut r.seq, n);
+        let state = RowDraft::state(&self.model, d, &mut r.seq, n);
         state.map_err(|e| tracing::warn!(target: "famlx::serve", "drafter state: {e:#}")).ok().flatten()
     }
 
@@ -373,12 +379,11 @@ impl Engine {
     /// model agrees with and the model's next token are its new tokens.
     fn spec_step(&mut self, r: &mut Row) -> anyhow::Result<()> {
         let Some((d, sp)) = self.drafter.as_mut() else { anyhow::bail!("internal: a row drafts without a drafter") };
-        let rd = r.draft.as_mut().ok_or_else(|| anyhow::anyhow!("internal: the row has no drafter caches"))?;
         let y = *r.tokens.last().ok_or_else(|| anyhow::anyhow!("internal: a decoding row has a token"))?;
         let depth = sp.depth.min(r.max_tokens.saturating_sub(r.tokens.len())).max(1);
         let logits = (!r.logits.is_off()).then_some((&r.logits, r.history.as_slice()));
         let guide = RoundGuide { grammar: r.constraint.as_mut(), logits };
-        let round = rd.round(&mut self.model, d, &mut r.seq, y, depth, &r.sampler, sp.min_confidence, guide)?;
+        let round = RowDraft::round(&mut self.model, d, &mut r.seq, y, depth, &r.sampler, sp.min_confidence, guide)?;
         self.metrics.draft_proposed.fetch_add(round.proposed as u64, Ordering::SeqCst);
         self.metrics.draft_accepted.fetch_add(round.accepted.len() as u64, Ordering::SeqCst);
         let tok = self.model.tokenizer.as_ref().expect("admitted with a tokenizer");
@@ -396,10 +401,8 @@ impl Engine {
                 // The caches hold the round's first token and the accepted
                 // drafts: give back those past this one's predecessor.
                 let extra = round.accepted.len() - j.min(round.accepted.len());
-                if extra > 0 {
-                    if let Some(rd) = r.draft.as_mut() {
-                        rd.give_back(&mut self.model, &mut r.seq, &round, extra)?;
-                    }
+                if extra > 0 && r.seq.row_draft.is_some() {
+                    RowDraft::give_back(&mut self.model, &mut r.seq, &round, extra)?;
                 }
                 break;
             }
@@ -480,14 +483,14 @@ impl Engine {
         let usage =
             Usage { prompt: r.ids.len(), cached: r.cached, completion: r.completion_tokens(&self.base.stop_ids) };
         if r.fed == r.ids.len() && finish != FinishReason::Cancelled {
-            let held = r.held_tokens();
-            let at = r.seq.cache_offset();
-            if at == held.len() as i64 {
+            r.record_output();
+            let (at, held) = (r.seq.cache_offset(), r.seq.ids().len());
+            if at == held as i64 {
                 let draft = self.draft_state(&mut r, at);
-                self.prefix.insert(held, r.seq.caches(), draft);
+                self.prefix.insert(r.seq.ids().to_vec(), r.seq.caches(), draft);
             } else {
                 // Never key a snapshot by tokens it does not hold.
-                tracing::warn!(target: "famlx::serve", id = %r.job.id, "caches hold {at} tokens, the reply {}: not kept for reuse", held.len());
+                tracing::warn!(target: "famlx::serve", id = %r.job.id, "caches hold {at} tokens, the reply {held}: not kept for reuse");
             }
         }
         self.metrics.record(usage.prompt, usage.cached, usage.completion);

@@ -2,7 +2,6 @@
 //! constraint, and the tokens it has drawn so far.
 
 use super::request::{Event, LogprobEntry, Request};
-use crate::decode::RowDraft;
 use crate::decode::{logprob_of, mask_logits, FinishReason, LogitsParams, TokenLogprob};
 use crate::grammar::GrammarConstraint;
 use crate::model::Sequence;
@@ -24,7 +23,9 @@ pub struct Row {
     /// The ids the prompt cache knows it by (each image's or clip's
     /// placeholders made its own: [`super::media::prefix_key`]).
     pub cache_key: Vec<u32>,
-    /// Its own sequence: caches, images and clips, drafter caches.
+    /// Its own sequence: caches and the ids they hold (by `cache_key`),
+    /// images and clips, drafter caches and what its drafter replays
+    /// while it may speculate (see the engine).
     pub seq: Sequence,
     /// Prompt tokens in the caches so far.
     pub fed: usize,
@@ -68,8 +69,6 @@ pub struct Row {
     /// only by its tokens or by `halt`, never by a clock or flag read
     /// mid-turn, which the ranks would read differently.
     pub lockstep: bool,
-    /// What its drafter replays, while it may speculate (see the engine).
-    pub draft: Option<RowDraft>,
 }
 
 /// What a row needs from the engine to turn a token into text.
@@ -187,14 +186,14 @@ impl Row {
         self.tokens.iter().filter(|t| !stop_ids.contains(t)).count()
     }
 
-    /// The tokens the caches hold once it has ended (the last drawn token
-    /// only when a pipelined step fed it).
-    pub fn held_tokens(&self) -> Vec<u32> {
-        let mut t = self.cache_key.clone();
-        match self.tokens.split_last() {
-            Some((_, fed)) if !self.fed_last => t.extend_from_slice(fed),
-            _ => t.extend_from_slice(&self.tokens),
-        }
-        t
+    /// Records in its sequence the generated tokens its caches took, once
+    /// it has ended (the last drawn token only when a pipelined step fed
+    /// it).
+    pub fn record_output(&mut self) {
+        let fed = match self.tokens.split_last() {
+            Some((_, fed)) if !self.fed_last => fed,
+            _ => &self.tokens[..],
+        };
+        self.seq.push_ids(fed);
     }
 }

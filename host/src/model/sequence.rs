@@ -1,7 +1,9 @@
 //! One sequence's state, passed into every forward (as mlx-lm passes
 //! `cache=` into `model(x, cache=…)`): its caches, as the host holds them
 //! and as the plugin sees them, the images and clips spliced into it, and
-//! the drafter's own caches when it is decoded speculatively. The model
+//! the drafter's own caches when it is decoded speculatively, and the token
+//! ids the caches hold (what prompt reuse and the prefix cache match
+//! against). The model
 //! ([`super::LoadedModel`]) holds nothing of any sequence.
 
 use super::media::MediaState;
@@ -12,18 +14,26 @@ use mlx::Array;
 use plugin_api::abi::CacheBox;
 use plugin_api::CacheKind;
 
-/// One sequence: its caches, its media and its drafter caches.
+/// One sequence: its caches and the ids they hold, its media, its drafter
+/// caches and what its drafter replays next.
 pub struct Sequence {
     kinds: Vec<CacheKind>,
     opts: CacheOptions,
     caches: Vec<SharedCache>,
     /// The plugin's view of the same caches.
     boxes: RVec<CacheBox>,
+    /// The token ids the caches hold, in order, as their owner recorded
+    /// them (see [`Sequence::ids`]).
+    ids: Vec<u32>,
     /// The images and clips of the sequence (none: text).
     pub media: Option<MediaState>,
     /// The drafter's caches for this sequence, once it is decoded
     /// speculatively.
     pub draft: Option<DraftCaches>,
+    /// What the drafter replays next, for a server's row that may
+    /// speculate (kept by `crate::decode::RowDraft`'s functions; a session
+    /// decodes a whole reply in one loop and keeps it there).
+    pub row_draft: Option<RowDraft>,
 }
 
 impl Sequence {
@@ -38,17 +48,27 @@ impl Sequence {
     /// read back), one per entry of `kinds`.
     pub fn with_caches(kinds: &[CacheKind], opts: &CacheOptions, caches: Vec<SharedCache>) -> Sequence {
         let boxes = caches.iter().map(SharedCache::boxed).collect();
-        Sequence { kinds: kinds.to_vec(), opts: opts.clone(), caches, boxes, media: None, draft: None }
+        Sequence {
+            kinds: kinds.to_vec(),
+            opts: opts.clone(),
+            caches,
+            boxes,
+            ids: Vec::new(),
+            media: None,
+            draft: None,
+            row_draft: None,
+        }
     }
 
-    /// Starts over: empty caches, no media, no drafter caches.
+    /// Starts over: empty caches, no ids, no media, no drafter state.
     pub fn reset(&mut self) -> Result<()> {
         *self = Sequence::new(&self.kinds, &self.opts)?;
         Ok(())
     }
 
     /// Puts `caches` (one per plan slot, e.g. read from a file) in place of
-    /// the sequence's; its media and drafter caches are dropped.
+    /// the sequence's; its ids, media and drafter state are dropped (the
+    /// caller records the ids the new caches hold: [`Sequence::set_ids`]).
     pub fn replace_caches(&mut self, caches: Vec<SharedCache>) {
         *self = Sequence::with_caches(&self.kinds, &self.opts, caches);
     }
@@ -61,6 +81,27 @@ impl Sequence {
     /// The plugin's view of the caches.
     pub(crate) fn boxes_mut(&mut self) -> &mut RVec<CacheBox> {
         &mut self.boxes
+    }
+
+    /// The token ids the caches hold, in order. Whoever feeds the caches
+    /// records them ([`Sequence::set_ids`], [`Sequence::push_ids`]); a
+    /// forward does not, since it sees embeddings, not always ids. They
+    /// never run past what the caches hold: trimming and restoring drop
+    /// those beyond. Fewer than [`Sequence::cache_offset`] while a turn
+    /// has fed tokens not recorded yet: check the two agree before
+    /// trusting them.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// Records `ids` as what the caches hold.
+    pub fn set_ids(&mut self, ids: Vec<u32>) {
+        self.ids = ids;
+    }
+
+    /// Records that the caches now hold `ids` after what they held.
+    pub fn push_ids(&mut self, ids: &[u32]) {
+        self.ids.extend_from_slice(ids);
     }
 
     /// The plugin's view of the target caches and the drafter's caches, for
@@ -83,8 +124,17 @@ impl Sequence {
     }
 
     /// Puts the caches back as `snap` recorded them; `snap` stays usable.
+    /// The ids recorded past that point go.
     pub fn restore(&mut self, snap: &Rollback) -> Result<()> {
-        snap.restore_into(&self.caches).map_err(Into::into)
+        snap.restore_into(&self.caches)?;
+        self.clip_ids();
+        Ok(())
+    }
+
+    /// Drops the ids recorded past what the caches now hold.
+    fn clip_ids(&mut self) {
+        let held = self.cache_offset().max(0) as usize;
+        self.ids.truncate(held);
     }
 
     /// Drops the last `n` tokens from every cache. Returns false, changing
@@ -101,6 +151,7 @@ impl Sequence {
         for c in used() {
             c.lock().trim(n);
         }
+        self.clip_ids();
         true
     }
 
@@ -113,6 +164,19 @@ impl Sequence {
 fn eval_all(caches: &[SharedCache]) -> Result<()> {
     let arrays: Vec<Array> = caches.iter().flat_map(|c| c.lock().arrays()).collect();
     mlx::eval(&arrays.iter().collect::<Vec<_>>()).map_err(Into::into)
+}
+
+/// What a server row's drafter replays next: its behaviour is in
+/// `crate::decode::RowDraft`'s functions, its state is the sequence's.
+pub struct RowDraft {
+    /// The drafter has read the sequence's first token.
+    pub(crate) begun: bool,
+    /// The last prefill chunk's hidden states and the tokens after their
+    /// first, waiting for the token that follows them.
+    pub(crate) pending: Option<(Array, Vec<u32>)>,
+    /// What the next round replays: the target's hidden states of the
+    /// positions accepted last, and their tokens.
+    pub(crate) next: Option<(Array, Array)>,
 }
 
 /// A drafter's caches for one sequence, and where they stand against the

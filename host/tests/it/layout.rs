@@ -71,9 +71,7 @@ fn every_test_file_is_a_module_of_the_one_binary() {
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        // llama_names.rs: the llama plugin crate in process, which cannot
-        // share this binary with qwen3_5's (main.rs says why).
-        .filter(|n| !["it", "data", "llama_names.rs"].contains(&n.as_str()))
+        .filter(|n| !["it", "data"].contains(&n.as_str()))
         .collect();
     extra.sort();
     assert!(

@@ -13,9 +13,8 @@
 //!
 //! A plugin crate linked as a library brings its exported symbols (ABI
 //! stamps, root module), the same names in every plugin, so this binary
-//! links one, qwen3_5's, and reaches gemma4 through its family library
-//! (`famlx_gemma4`); llama's GGUF rules are tested in their own small
-//! binary, tests/llama_names.rs.
+//! links one, qwen3_5's, and reaches gemma4 and llama through their family
+//! libraries (`famlx_gemma4`, `famlx_llama`).
 
 mod common;
 
@@ -34,6 +33,11 @@ mod families {
     /// llama, qwen3 and phi3 (the llama family) parity with mlx-lm, the
     /// list of every fixture, and the tie rule of the parity checks.
     mod parity;
+
+    mod llama {
+        /// GGUF names and metadata.
+        mod names;
+    }
 
     mod qwen3 {
         /// The fused q/k norm path.

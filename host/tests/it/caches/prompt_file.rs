@@ -70,8 +70,8 @@ fn round_trip(what: &str, kind: &str, opts: CacheOptions, prompt: &[u32], suffix
     let full: Vec<u32> = prompt.iter().chain(suffix).copied().collect();
     let (mut a, mut b) = (Session::new(a).unwrap(), Session::new(b).unwrap());
     (a.seq, b.seq) = (qa, qb);
-    a.cached = prompt.to_vec();
-    b.cached = got;
+    a.seq.set_ids(prompt.to_vec());
+    assert_eq!(b.seq.ids(), got, "{what}: the sequence holds the ids it read");
     let (ta, pa) = a.generate(&full, &params(), |_| true).unwrap();
     let (tb, pb) = b.generate(&full, &params(), |_| true).unwrap();
     assert_eq!(pb, suffix.len(), "{what}: only the suffix is prefilled");

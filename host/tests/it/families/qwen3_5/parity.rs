@@ -282,7 +282,7 @@ fn prompt_reuse(variant: &str) {
     assert!(turn2.iter().all(|&t| t < vocab), "turn 2 stays inside the {vocab}-token vocabulary");
     let cached = turn1.len() + s1.tokens.len() - 1; // the last reply token was never fed
     let snap = pc.seq.snapshot();
-    let pc_before = (pc.cached.clone(), pc.rollback.clone());
+    let pc_before = (pc.seq.ids().to_vec(), pc.rollback.clone());
 
     // Logits of turn 2 through the reused caches vs a fresh prefill.
     let start = pc.prepare(&turn2).unwrap();
@@ -301,7 +301,8 @@ fn prompt_reuse(variant: &str) {
 
     // The same through Session::generate, from the state after turn 1.
     seq.restore(&snap).unwrap();
-    (pc.cached, pc.rollback) = pc_before;
+    pc.seq.set_ids(pc_before.0);
+    pc.rollback = pc_before.1;
     let (s2, fed2) = pc.generate(&turn2, &p, |_| true).unwrap();
     assert_eq!(fed2, turn2.len() - cached, "turn 2 prefills only what the caches lack");
     let m = &mut pc.model;

@@ -1,13 +1,10 @@
 //! The llama family's GGUF name and metadata rules, one name at a time
 //! (the end-to-end numerics are in tests/it/cli/default_model.rs and
-//! tests/it/robustness/hostile_files.rs).
-//!
-//! Its own test binary, apart from tests/it: it links the llama plugin crate
-//! as a library, and two plugin crates cannot share a binary (each exports
-//! the same ABI stamps and root module); tests/it links qwen3_5's. It does
-//! not link host.
+//! tests/it/robustness/hostile_files.rs), through the family library
+//! (`famlx_llama`: the plugin crate's exports cannot share this binary with
+//! qwen3_5's).
 
-use famlx_plugin_llama::gguf;
+use famlx_llama::gguf;
 use mlx::{Array, Error};
 use serde_json::json;
 
@@ -37,6 +34,7 @@ fn gguf_metadata_becomes_a_config() {
 
 #[test]
 fn gguf_unpermute_restores_rope_halves() {
+    let _g = crate::common::mlx_lock();
     // One head of dim 4: llama.cpp rows [0, 2, 1, 3] (interleaved pairs) back to [0, 1, 2, 3].
     let t = Array::from_slice(&[0f32, 2.0, 1.0, 3.0], &[4, 1]).unwrap();
     assert_eq!(gguf::unpermute(&t, 1).unwrap().to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0]);

@@ -1,0 +1,230 @@
+//! The llama family (Llama 2 / 3 / 3.1 / 3.2, Mistral, SmolLM2, Phi-3 /
+//! Phi-4-mini and friends): a config, the shared Llama-style decoder,
+//! weight-name rules (GGUF included, see [`gguf`]) and one registration.
+//! Phi-3 is Llama's decoder with q/k/v and gate/up stored fused (the shared
+//! layers take them as stored), partial rotation and LongRoPE.
+
+pub mod gguf;
+
+use mlx::nn::RopeScaling;
+use mlx::nn::Weights;
+use mlx::{Array, Error, Result};
+use plugin_api::config::{
+    context_length, eos_ids, field_or, implied_head_dim, named_scaling, nullable, one_of, positive_finite, rope,
+    DecoderFields,
+};
+use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderLm, DecoderShape, LmDrafter};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{Drafter, Family, FamilyConfig, Model};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The config (config.json's fields, or a GGUF file's in their terms).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Config {
+    pub hidden_size: i32,
+    pub num_hidden_layers: i32,
+    pub intermediate_size: i32,
+    pub num_attention_heads: i32,
+    /// Default: `num_attention_heads`.
+    pub num_key_value_heads: Option<i32>,
+    /// Default: `hidden_size / num_attention_heads`.
+    pub head_dim: Option<i32>,
+    pub rms_norm_eps: f32,
+    pub vocab_size: i32,
+    /// Default (absent or `null`): 10000.
+    #[serde(default = "default_rope_theta", deserialize_with = "rope_theta_or_default")]
+    pub rope_theta: f32,
+    #[serde(default, deserialize_with = "nullable")]
+    pub rope_traditional: bool,
+    pub rope_scaling: Option<Value>,
+    /// Fraction of each head that rotates (Phi-3 family). Default: 1.
+    pub partial_rotary_factor: Option<f32>,
+    /// Phi-3's trained context before LongRoPE (read when its
+    /// `rope_scaling` does not carry it). Default: 4096.
+    pub original_max_position_embeddings: Option<i32>,
+    /// Default: true, false for phi3 (GGUF: whether the file has no `output.weight`).
+    pub tie_word_embeddings: Option<bool>,
+    pub max_position_embeddings: Option<i32>,
+    pub hidden_act: Option<String>,
+    pub model_type: Option<String>,
+    /// A GGUF checkpoint: q/k rows come permuted for llama.cpp's rope.
+    #[serde(default)]
+    pub gguf: bool,
+}
+
+/// mlx-lm's rope base when a config has none.
+fn default_rope_theta() -> f32 {
+    10000.0
+}
+
+/// `rope_theta`, `null` read as absent.
+fn rope_theta_or_default<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f32, D::Error> {
+    Ok(Option::<f32>::deserialize(d)?.unwrap_or_else(default_rope_theta))
+}
+
+impl Config {
+    fn kv_heads(&self) -> i32 {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    fn head_dim(&self) -> Result<i32> {
+        match self.head_dim {
+            Some(d) => Ok(d),
+            None => implied_head_dim(self.hidden_size, self.num_attention_heads),
+        }
+    }
+
+    fn is_phi3(&self) -> bool {
+        self.model_type.as_deref() == Some("phi3")
+    }
+
+    /// The trained context (mlx-lm's phi3 default when absent: 131072).
+    fn context(&self) -> i32 {
+        self.max_position_embeddings.unwrap_or(if self.is_phi3() { 131072 } else { 0 })
+    }
+
+    /// Rotated features per head.
+    fn rope_dims(&self) -> Result<i32> {
+        Ok((self.head_dim()? as f32 * self.partial_rotary_factor.unwrap_or(1.0)) as i32)
+    }
+
+    /// The `rope_scaling` entry, with Phi-3's top-level
+    /// `original_max_position_embeddings` moved in where LongRoPE needs it.
+    fn scaling_entry(&self) -> Option<Value> {
+        let mut s = self.rope_scaling.clone()?;
+        let kind = s.get("type").or_else(|| s.get("rope_type")).and_then(Value::as_str);
+        if matches!(kind, Some("longrope" | "su")) && s.get("original_max_position_embeddings").is_none() {
+            s["original_max_position_embeddings"] = self.original_max_position_embeddings.unwrap_or(4096).into();
+        }
+        Some(s)
+    }
+
+    fn scaling(&self) -> Result<RopeScaling> {
+        named_scaling("rope_scaling", self.scaling_entry().as_ref(), self.context())
+    }
+}
+
+impl FamilyConfig for Config {
+    /// Every field in range: a config that cannot describe a real model is
+    /// refused naming the field, before anything is built.
+    fn check(&self) -> Result<()> {
+        one_of("hidden_act", self.hidden_act.as_deref(), &["silu", "swish"])?;
+        DecoderFields {
+            hidden: self.hidden_size,
+            layers: self.num_hidden_layers,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            kv_heads: self.kv_heads(),
+            head_dim: self.head_dim()?,
+            vocab: self.vocab_size,
+        }
+        .check()?;
+        positive_finite("rope_theta", self.rope_theta)?;
+        positive_finite("rms_norm_eps", self.rms_norm_eps)?;
+        let p = self.partial_rotary_factor.unwrap_or(1.0);
+        let dims = self.rope_dims()?;
+        if !(p > 0.0 && p <= 1.0) || dims < 2 || dims % 2 != 0 {
+            return Err(Error(format!(
+                "config: field `partial_rotary_factor` is {p}: it must be in (0, 1] and rotate an even number of features"
+            )));
+        }
+        self.scaling()?;
+        Ok(())
+    }
+}
+
+/// The family registration.
+pub struct LlamaFamily;
+
+impl Family for LlamaFamily {
+    type Config = Config;
+
+    fn name(&self) -> &'static str {
+        "llama"
+    }
+
+    fn model_types(&self) -> &'static [&'static str] {
+        &["llama", "mistral", "phi3"]
+    }
+
+    /// config.json, or a GGUF file's metadata put in its terms first.
+    fn config(&self, raw: &Value) -> Result<Config> {
+        let parse = |c: &Value| -> Result<Config> {
+            let cfg: Config = plugin_api::config::parse(c)?;
+            cfg.check()?;
+            Ok(cfg)
+        };
+        if raw.get("format").and_then(Value::as_str) == Some("gguf") {
+            parse(&gguf::config(raw)?).map_err(gguf::rename_fields)
+        } else {
+            parse(raw)
+        }
+    }
+
+    fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
+        let model_type = field_or::<String>(config, "model_type", "llama".into())?;
+        let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
+        Ok(ModelPlan::text("llama", &model_type, cfg, caches, cfg.vocab_size, cfg.hidden_size)?
+            .with_eos(eos_ids(config))
+            .with_context(context_length(cfg.context(), &cfg.scaling()?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+    }
+
+    fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        if name.contains("self_attn.rotary_emb.inv_freq") {
+            return Ok(vec![]);
+        }
+        if !cfg.gguf {
+            return Ok(vec![(name.to_string(), t)]);
+        }
+        let Some(hf) = gguf::tensor_name(name) else { return Ok(vec![]) };
+        let t = if hf.contains("self_attn.q_proj.") {
+            gguf::unpermute(&t, cfg.num_attention_heads)?
+        } else if hf.contains("self_attn.k_proj.") {
+            gguf::unpermute(&t, cfg.kv_heads())?
+        } else {
+            t
+        };
+        Ok(vec![(hf, t)])
+    }
+
+    /// One matmul for q/k/v and one for gate/up per layer.
+    fn fusions(&self, _cfg: &Config, plan: &ModelPlan) -> Vec<Fusion> {
+        decoder_fusions(plan)
+    }
+
+    /// A separate checkpoint of this family drafts as a small LM (`--draft-model`).
+    fn build_drafter(
+        &self,
+        role: DraftRole,
+        cfg: &Config,
+        plan: &ModelPlan,
+        w: &dyn Weights,
+        _target_plan: &ModelPlan,
+        _target: &dyn Weights,
+    ) -> Result<Option<Box<dyn Drafter>>> {
+        LmDrafter::for_separate_checkpoint(role, plan, || self.build(cfg, plan, w))
+    }
+
+    fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
+        let head_dim = cfg.head_dim()?;
+        let rope =
+            rope(cfg.rope_dims()?, cfg.rope_theta, cfg.rope_traditional, cfg.scaling_entry().as_ref(), cfg.context())?;
+        // GGUF files omit `output.weight` when the head is tied.
+        let tied = match (cfg.gguf, cfg.tie_word_embeddings) {
+            (true, _) => w.get("lm_head.weight").is_none(),
+            (false, Some(t)) => t,
+            (false, None) => !cfg.is_phi3(),
+        };
+        let shape = DecoderShape {
+            vocab: cfg.vocab_size,
+            layers: cfg.num_hidden_layers,
+            intermediate: cfg.intermediate_size,
+            rms_norm_eps: cfg.rms_norm_eps,
+            attention: AttentionShape::new(cfg.hidden_size, cfg.num_attention_heads, cfg.kv_heads(), head_dim),
+            tied,
+        };
+        Ok(Box::new(DecoderLm::load(w, &shape, &rope)?))
+    }
+}

@@ -76,7 +76,8 @@ pub fn rope_scaling(cfg: &Value) -> Result<RopeScaling> {
 
 /// [`scaling_of`], its errors naming the config entry `name` it came from.
 pub fn named_scaling(name: &str, entry: Option<&Value>, max_position_embeddings: i32) -> Result<RopeScaling> {
-    scaling_of(entry, max_position_embeddings).map_err(|e| Error { msg: e.msg.replace("config: ", &format!("config: {name}: ")), ..e })
+    scaling_of(entry, max_position_embeddings)
+        .map_err(|e| Error { msg: e.msg.replace("config: ", &format!("config: {name}: ")), ..e })
 }
 
 /// A rope scaling entry (`rope_scaling`, or one of Gemma's
@@ -175,7 +176,9 @@ pub fn at_most(field: &str, value: i32, max: i32) -> Result<()> {
 /// `part` must divide `whole` (e.g. key/value heads into query heads).
 pub fn divides(part_field: &str, part: i32, whole_field: &str, whole: i32) -> Result<()> {
     if part < 1 || whole % part != 0 {
-        return Err(config_error(format!("config: field `{part_field}` ({part}) must divide `{whole_field}` ({whole})")));
+        return Err(config_error(format!(
+            "config: field `{part_field}` ({part}) must divide `{whole_field}` ({whole})"
+        )));
     }
     Ok(())
 }

@@ -59,7 +59,9 @@ impl WeightStore for HostWeights {
         self.read.borrow_mut().insert(n.to_string());
         let got = match self.on_disk.get(n) {
             Some(d) => d.read_slice(axis, start, stop).map_err(|e| PluginError::from(format!("{e:#}"))),
-            None => t.slice_axis(axis, start, stop).map_err(|e| PluginError::new(e.kind.into(), format!("{n}: {}", e.msg))),
+            None => {
+                t.slice_axis(axis, start, stop).map_err(|e| PluginError::new(e.kind.into(), format!("{n}: {}", e.msg)))
+            }
         };
         match got {
             Ok(a) => ROk(ROption::RSome(a.into())),

@@ -27,7 +27,13 @@ impl WeightStore for Empty {
     fn parallel(&self) -> ROption<ParallelSpec> {
         ROption::RNone
     }
-    fn slice(&self, _name: RStr<'_>, _axis: i32, _start: i32, _stop: i32) -> RResult<ROption<ArrayHandle>, PluginError> {
+    fn slice(
+        &self,
+        _name: RStr<'_>,
+        _axis: i32,
+        _start: i32,
+        _stop: i32,
+    ) -> RResult<ROption<ArrayHandle>, PluginError> {
         RResult::ROk(ROption::RNone)
     }
 }
@@ -55,7 +61,8 @@ fn missing_weights_cross_as_missing_weight() {
     let reg = registry();
     let fam = reg.resolve("llama", None).unwrap();
     let plan = fam.family.plan(RStr::from(llama_config().to_string().as_str())).into_result().unwrap();
-    let e = fam.family.build(&plan, WeightStore_TO::from_ptr(&Empty, TD_Opaque)).into_result().err().expect("no weights");
+    let e =
+        fam.family.build(&plan, WeightStore_TO::from_ptr(&Empty, TD_Opaque)).into_result().err().expect("no weights");
     assert_eq!(e.kind, ErrorKind::MissingWeight, "{e}");
     assert!(e.message.contains("missing weight"), "{e}");
 }

@@ -2,11 +2,12 @@
 
 use std::ffi::CStr;
 
-/// What kind of failure an [`Error`] is, set where the fact is known so
+/// What kind of failure an [`Error`](struct@Error) is, set where the fact is known so
 /// callers branch on it instead of on the message's words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ErrorKind {
-    /// MLX could not allocate memory (see [`check`]).
+    /// MLX could not allocate memory (classified where the shim reports an
+    /// exception).
     AllocationFailure,
     /// A weight the model needs is absent from the checkpoint.
     MissingWeight,
@@ -32,7 +33,7 @@ pub struct Error {
     pub kind: ErrorKind,
 }
 
-/// An [`Error`] of kind [`ErrorKind::Other`] with the message `msg`: the
+/// An [`Error`](struct@Error) of kind [`ErrorKind::Other`] with the message `msg`: the
 /// constructor the many `Error(format!(..))` call sites use, so they read as
 /// they did when `Error` was a one-field tuple struct.
 #[allow(non_snake_case)]
@@ -64,16 +65,16 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// or one of MLX's allocators giving up. The shim hands over only the
 /// exception's text, so this is the one place that reads it; everything past
 /// here branches on [`ErrorKind::AllocationFailure`].
-pub fn is_alloc_message(msg: &str) -> bool {
+fn is_alloc_message(msg: &str) -> bool {
     let m = msg.to_ascii_lowercase();
     ["unable to allocate", "failed to allocate", "out of memory", "bad_alloc", "cudaerrormemoryallocation"]
         .iter()
         .any(|p| m.contains(p))
 }
 
-/// The [`Error`] for an exception message the shim reported, its kind
+/// The [`Error`](struct@Error) for an exception message the shim reported, its kind
 /// classified once, here.
-pub fn from_exception(msg: String) -> Error {
+fn from_exception(msg: String) -> Error {
     let kind = if is_alloc_message(&msg) { ErrorKind::AllocationFailure } else { ErrorKind::Other };
     Error { msg, kind }
 }

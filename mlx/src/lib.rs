@@ -3,7 +3,7 @@
 //! neural-network layers every famlx family shares.
 //!
 //! Every fallible call returns [`Result`]; a C++ exception inside MLX becomes
-//! an [`Error`] carrying MLX's message, never an abort.
+//! an [`Error`](struct@Error) carrying MLX's message, never an abort.
 
 mod array;
 mod combine;

@@ -6,6 +6,7 @@
 //! decode step and stops with the same clear error.
 
 use anyhow::anyhow;
+use plugin_api::abi::PluginError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The user's limit in bytes (0: none).
@@ -76,18 +77,30 @@ pub fn check() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether an error is MLX failing to allocate.
-pub fn is_alloc_failure(msg: &str) -> bool {
-    let m = msg.to_ascii_lowercase();
-    ["unable to allocate", "failed to allocate", "out of memory", "bad_alloc", "cudaerrormemoryallocation"]
-        .iter()
-        .any(|p| m.contains(p))
+/// The kind of failure `e` is, from the first MLX or plugin error in its
+/// chain (`None`: an error of the host's own with no kind).
+pub fn kind_of(e: &anyhow::Error) -> Option<mlx::ErrorKind> {
+    e.chain().find_map(|c| {
+        c.downcast_ref::<mlx::Error>()
+            .map(|m| m.kind)
+            .or_else(|| c.downcast_ref::<PluginError>().map(|p| p.kind.into()))
+    })
 }
 
-/// Turns an MLX allocation failure into the clear error; other errors pass.
+/// An error with the text `text` and the kind of `cause` (for a message
+/// that restates `cause` with where it happened in front).
+pub fn with_kind_of(cause: &anyhow::Error, text: String) -> anyhow::Error {
+    match kind_of(cause) {
+        Some(kind) => anyhow::Error::new(mlx::Error::new(kind, text)),
+        None => anyhow!(text),
+    }
+}
+
+/// Turns an MLX allocation failure (of the host's or of a plugin) into the
+/// clear error; other errors pass.
 pub fn explain(e: anyhow::Error) -> anyhow::Error {
-    let msg = format!("{e:#}");
-    if is_alloc_failure(&msg) && !msg.contains("--max-kv-size") {
+    if kind_of(&e) == Some(mlx::ErrorKind::AllocationFailure) {
+        let msg = format!("{e:#}");
         let first = msg.lines().next().unwrap_or("").trim().to_string();
         return out_of_memory(&format!("MLX: {first}"));
     }
@@ -111,11 +124,20 @@ mod tests {
     }
 
     #[test]
-    fn alloc_messages() {
-        assert!(is_alloc_failure("[malloc] Unable to allocate 4096 bytes."));
-        assert!(!is_alloc_failure("shape mismatch"));
-        let e = explain(anyhow!("forward: [malloc] Unable to allocate 4096 bytes."));
-        let m = e.to_string();
-        assert!(m.contains("--max-kv-size") && m.contains("--memory-limit") && !m.contains('\n'), "{m}");
+    fn alloc_failures_are_explained_by_kind() {
+        let alloc = || mlx::Error::new(mlx::ErrorKind::AllocationFailure, "[malloc] Unable to allocate 4096 bytes.");
+        for e in [
+            anyhow::Error::new(alloc()).context("forward"),
+            anyhow::Error::new(PluginError::from(alloc())),
+            with_kind_of(&anyhow::Error::new(alloc()), "model: [malloc] Unable to allocate 4096 bytes.".into()),
+        ] {
+            let m = explain(e).to_string();
+            assert!(m.contains("--max-kv-size") && m.contains("--memory-limit") && !m.contains('\n'), "{m}");
+        }
+        // The words alone are not the kind, and the clear error is not explained twice.
+        let m = explain(anyhow!("shape mismatch")).to_string();
+        assert_eq!(m, "shape mismatch");
+        let oom = explain(out_of_memory("1 GB in use, --memory-limit is 1 GB")).to_string();
+        assert_eq!(oom, out_of_memory("1 GB in use, --memory-limit is 1 GB").to_string());
     }
 }

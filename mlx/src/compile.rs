@@ -45,7 +45,7 @@ unsafe extern "C" fn trampoline(
             return 0;
         }
         Ok(Ok(v)) => format!("compiled function returned {} outputs (max {cap})", v.len()),
-        Ok(Err(e)) => e.0,
+        Ok(Err(e)) => e.msg,
         Err(_) => "panic inside a compiled function".to_string(),
     };
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();

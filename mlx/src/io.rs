@@ -56,7 +56,7 @@ pub fn load_safetensors(path: &Path) -> Result<(HashMap<String, Array>, HashMap<
     let p = path_c(path)?;
     let mut t = std::ptr::null_mut();
     check(unsafe { sys::mlxs_load_safetensors(p.as_ptr(), &mut t) })
-        .map_err(|e| Error(format!("{}: {}", path.display(), e.0)))?;
+        .map_err(|e| Error { msg: format!("{}: {}", path.display(), e.msg), ..e })?;
     let t = Tensors(t);
     let arrays = t.arrays()?;
     let n = unsafe { sys::mlxs_tensors_meta_len(t.0) };
@@ -91,7 +91,7 @@ pub fn save_safetensors(path: &Path, arrays: &[(&str, &Array)], meta: &[(&str, &
             mkp.len(),
         )
     })
-    .map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
+    .map_err(|e| Error { msg: format!("{}: {}", path.display(), e.msg), ..e })
 }
 
 /// Loads a GGUF file: tensors (quantized ones as MLX affine triples named
@@ -100,7 +100,7 @@ pub fn load_gguf(path: &Path) -> Result<(HashMap<String, Array>, HashMap<String,
     let p = path_c(path)?;
     let mut t = std::ptr::null_mut();
     check(unsafe { sys::mlxs_load_gguf(p.as_ptr(), &mut t) })
-        .map_err(|e| Error(format!("{}: {}", path.display(), e.0)))?;
+        .map_err(|e| Error { msg: format!("{}: {}", path.display(), e.msg), ..e })?;
     let t = Tensors(t);
     let arrays = t.arrays()?;
     let n = unsafe { sys::mlxs_tensors_meta_len(t.0) };

@@ -3,7 +3,7 @@
 //! neural-network layers every famlx family shares.
 //!
 //! Every fallible call returns [`Result`]; a C++ exception inside MLX becomes
-//! an [`Error`] carrying MLX's message, never an abort.
+//! an [`Error`](struct@Error) carrying MLX's message, never an abort.
 
 mod array;
 mod combine;
@@ -32,6 +32,6 @@ pub use conv::*;
 pub use create::*;
 pub use dtype::{Dtype, Element};
 pub(crate) use error::check;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use fft::*;
 pub use version::{build_libdir, build_version, check_runtime, runtime_version};

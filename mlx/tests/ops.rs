@@ -291,7 +291,7 @@ fn matmul_conv_fft() {
 fn errors_carry_mlx_messages() {
     let json = expected_json();
     let want = |k: &str| json["errors"][k].as_str().unwrap().to_string();
-    let err = |r: mlx::Result<Array>| r.expect_err("should fail").0;
+    let err = |r: mlx::Result<Array>| r.expect_err("should fail").msg;
     assert_eq!(err(ones(&[3]).add(&ones(&[2]))), want("add_broadcast"));
     assert_eq!(err(ones(&[2, 3]).matmul(&ones(&[4, 5]))), want("matmul_shapes"));
     assert_eq!(err(ones(&[6]).reshape(&[4])), want("reshape"));
@@ -299,9 +299,9 @@ fn errors_carry_mlx_messages() {
     let c3 = mlx::conv3d(&ones(&[1, 4, 4, 4, 4]), &ones(&[4, 2, 2, 2, 2]), [1; 3], [0; 3], [1; 3], 2);
     assert_eq!(err(c3), want("conv3d_groups"));
     let q = mlx::quant::quantize(&ones(&[8, 100]), &mlx::quant::QuantSpec::affine(64, 4));
-    assert_eq!(q.expect_err("quantize").0, want("quantize_group"));
+    assert_eq!(q.expect_err("quantize").msg, want("quantize_group"));
     assert_eq!(err(ones(&[3, 4]).take_along_axis(&i32s(&[0], &[1]), 1)), want("take_along_ndim"));
-    assert_eq!(ones(&[5]).split(2, 0).expect_err("split").0, want("split_uneven"));
+    assert_eq!(ones(&[5]).split(2, 0).expect_err("split").msg, want("split_uneven"));
     let s = mlx::fast::scaled_dot_product_attention(
         &ones(&[1, 3, 4, 8]),
         &ones(&[1, 2, 4, 8]),
@@ -319,7 +319,7 @@ fn errors_carry_mlx_messages() {
     assert!(ones(&[2]).pad(&[0], &[1], &[], &Array::f32(0.0), "constant").is_err());
     assert!(mlx::conv(&ones(&[1, 4, 2]), &ones(&[2, 2, 2]), &[1], &[0, 0], &[1], 1).is_err());
     let e = ones(&[2]).transpose(&[3]).unwrap_err();
-    assert!(e.0.contains("transpose"), "{}", e.0);
+    assert!(e.msg.contains("transpose"), "{}", e.msg);
     // The message is per call: a later success does not leave stale text.
     assert!(ones(&[2]).add(&ones(&[2])).is_ok());
 }

@@ -60,7 +60,7 @@ fn safetensors_roundtrip_with_metadata() {
     // Errors name the file.
     let missing = tmp("missing.safetensors");
     let e = io::load_safetensors(&missing).unwrap_err();
-    assert!(e.0.contains("missing.safetensors"), "{}", e.0);
+    assert!(e.msg.contains("missing.safetensors"), "{}", e.msg);
     let _ = std::fs::remove_file(&p);
 }
 
@@ -156,11 +156,11 @@ fn compile() {
     // An error inside the traced function comes back as Err.
     let bad = Compiled::new(|xs| Ok(vec![xs[0].matmul(&xs[0])?]), false).unwrap();
     let e = bad.call(&[&ones(&[2, 3])]).unwrap_err();
-    assert!(e.0.contains("matmul"), "{}", e.0);
+    assert!(e.msg.contains("matmul"), "{}", e.msg);
     // So does a panic.
     let boom = Compiled::new(|_| panic!("boom"), false).unwrap();
     let e = boom.call(&[&x]).unwrap_err();
-    assert!(e.0.contains("panic"), "{}", e.0);
+    assert!(e.msg.contains("panic"), "{}", e.msg);
 
     // Several compiled functions live side by side and can be dropped.
     let h = Compiled::new(|xs| Ok(vec![xs[0].add_s(10.0)?]), false).unwrap();
@@ -268,7 +268,7 @@ fn custom_kernels() {
     if device::backend() == Backend::Cpu {
         assert!(!Kernel::available(&src));
         let e = k.err().expect("custom kernels need a GPU");
-        assert!(e.0.contains("CPU-only") && e.0.contains("add_one"), "{}", e.0);
+        assert!(e.msg.contains("CPU-only") && e.msg.contains("add_one"), "{}", e.msg);
         return;
     }
     let k = k.unwrap();

@@ -12,6 +12,6 @@ fn add_and_errors() {
     assert_eq!(b.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
     let c = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
     let e = a.add(&c).unwrap_err();
-    assert!(e.0.contains("broadcast"), "{}", e.0);
+    assert!(e.msg.contains("broadcast"), "{}", e.msg);
     assert_eq!(b.dtype(), Dtype::F32);
 }

@@ -2,13 +2,16 @@
 //! [`Model`], [`Drafter`], [`WeightStore`], [`LayerCache`]), their boxed
 //! trait objects, the plugin's root module ([`PluginRef`]) and the types
 //! that carry a forward across the boundary ([`ForwardInput`],
-//! [`ForwardOutput`], [`DraftOutput`], [`ArrayHandle`]).
+//! [`ForwardOutput`], [`DraftOutput`], [`ArrayHandle`]). Every method
+//! that can fail returns a [`PluginError`]: a message and its
+//! [`ErrorKind`].
 //!
 //! Family authors do not implement these: they implement the plain-Rust
 //! traits of the same names at the crate root ([`crate::Family`],
 //! [`crate::Model`], [`crate::Drafter`]), which [`crate::adapter`] wraps in
 //! these and [`crate::export_plugin!`] exports.
 
+pub use crate::error::{ErrorKind, PluginError};
 pub use crate::handle::ArrayHandle;
 pub use crate::types::{DraftOutput, ForwardInput, ForwardOutput};
 use crate::{
@@ -48,7 +51,7 @@ pub trait Family: Send + Sync {
     /// The `model_type` values this family serves.
     fn model_types(&self) -> RVec<RString>;
     /// Parses a config (config.json, or GGUF metadata as a JSON object) into a plan.
-    fn plan(&self, config_json: RStr<'_>) -> RResult<ModelPlan, RString>;
+    fn plan(&self, config_json: RStr<'_>) -> RResult<ModelPlan, PluginError>;
     /// Rewrites one checkpoint tensor: zero outputs drop it, one renames or
     /// transforms it, several split it.
     fn rewrite(
@@ -56,19 +59,19 @@ pub trait Family: Send + Sync {
         plan: &ModelPlan,
         name: RStr<'_>,
         tensor: ArrayHandle,
-    ) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, RString>;
+    ) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, PluginError>;
     /// How the converter should quantize a (rewritten) tensor.
     fn quant_class(&self, plan: &ModelPlan, name: RStr<'_>) -> QuantClass;
     /// Tensors to concatenate at load (see [`Fusion`]).
     fn fusions(&self, plan: &ModelPlan) -> RVec<Fusion>;
     /// Builds the model from host-held weights.
-    fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString>;
+    fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, PluginError>;
     /// The media processor: one decoded image → the vision tower's inputs
     /// and its placeholder count (an error for families without images).
-    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> RResult<ProcessedMedia, RString>;
+    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> RResult<ProcessedMedia, PluginError>;
     /// The audio processor: one decoded clip → the audio tower's inputs and
     /// its placeholder count (an error for families without audio).
-    fn process_audio(&self, plan: &ModelPlan, audio: &RawAudio) -> RResult<ProcessedMedia, RString>;
+    fn process_audio(&self, plan: &ModelPlan, audio: &RawAudio) -> RResult<ProcessedMedia, PluginError>;
     /// Builds a drafter for speculative decoding from `plan`/`weights`, to
     /// run beside the target model described by `target_plan` /
     /// `target_weights`. `role` says which: the target's own draft head
@@ -84,7 +87,7 @@ pub trait Family: Send + Sync {
         weights: WeightStoreRef<'_>,
         target_plan: &ModelPlan,
         target_weights: WeightStoreRef<'_>,
-    ) -> RResult<ROption<DrafterBox>, RString>;
+    ) -> RResult<ROption<DrafterBox>, PluginError>;
 }
 
 /// A boxed [`Family`] trait object.
@@ -104,7 +107,7 @@ pub trait WeightStore {
     /// Elements `[start, stop)` along `axis` of tensor `name`, read alone
     /// from disk where the store can (`None` when absent).
     #[sabi(last_prefix_field)]
-    fn slice(&self, name: RStr<'_>, axis: i32, start: i32, stop: i32) -> RResult<ROption<ArrayHandle>, RString>;
+    fn slice(&self, name: RStr<'_>, axis: i32, start: i32, stop: i32) -> RResult<ROption<ArrayHandle>, PluginError>;
 }
 
 /// A borrowed [`WeightStore`] trait object.
@@ -115,18 +118,18 @@ pub type WeightStoreRef<'a> = WeightStore_TO<'a, abi_stable::sabi_types::RRef<'a
 pub trait Model {
     /// Runs the model over `input`, reading and updating `caches` (one per
     /// entry of the plan's `caches`).
-    fn forward(&mut self, input: ForwardInput, caches: &mut RVec<CacheBox>) -> RResult<ForwardOutput, RString>;
+    fn forward(&mut self, input: ForwardInput, caches: &mut RVec<CacheBox>) -> RResult<ForwardOutput, PluginError>;
     /// The rows that replace each image's placeholder tokens (the vision
     /// tower and projector): `[tokens, hidden]` per image, in order.
-    fn embed_images(&mut self, images: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, RString>;
+    fn embed_images(&mut self, images: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, PluginError>;
     /// The rows that replace each audio clip's placeholder tokens (the
     /// audio tower and projector): `[tokens, hidden]` per clip, in order.
-    fn embed_audio(&mut self, clips: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, RString>;
+    fn embed_audio(&mut self, clips: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, PluginError>;
     /// The rotary positions of the whole sequence `tokens` with `images` in
     /// it, when the family places images in 2-D (Qwen's M-RoPE); `None`
     /// when positions are the cache offsets.
     #[sabi(last_prefix_field)]
-    fn positions(&self, tokens: RVec<u32>, images: RVec<ProcessedMedia>) -> RResult<ROption<Positions>, RString>;
+    fn positions(&self, tokens: RVec<u32>, images: RVec<ProcessedMedia>) -> RResult<ROption<Positions>, PluginError>;
 }
 
 /// A boxed [`Model`].
@@ -154,7 +157,7 @@ pub trait Drafter {
     /// carries: step tokens are the ones *after* each position). Returns how
     /// many tokens it appended to `own_caches` (0 for drafters fed by
     /// hidden states; 1 for a small LM that reads the whole sequence).
-    fn begin(&mut self, first_token: u32, own_caches: &mut RVec<CacheBox>) -> RResult<u32, RString>;
+    fn begin(&mut self, first_token: u32, own_caches: &mut RVec<CacheBox>) -> RResult<u32, PluginError>;
     /// One draft step: logits of the last position (`[B, 1, V]`) and the
     /// hidden state to chain into the next step (`[B, 1, H]`). Appends the
     /// `L` positions to `own_caches`; reads `target_caches` without changing
@@ -166,7 +169,7 @@ pub trait Drafter {
         tokens: ArrayHandle,
         target_caches: &mut RVec<CacheBox>,
         own_caches: &mut RVec<CacheBox>,
-    ) -> RResult<DraftOutput, RString>;
+    ) -> RResult<DraftOutput, PluginError>;
 }
 
 /// A boxed [`Drafter`].
@@ -187,21 +190,21 @@ pub trait LayerCache {
         k: ArrayHandle,
         v: ArrayHandle,
         opts: AttnOptions,
-    ) -> RResult<ArrayHandle, RString>;
+    ) -> RResult<ArrayHandle, PluginError>;
     /// Attends `q` over what is cached without appending (KV-sharing layers,
     /// drafters reading the target's cache).
-    fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, RString>;
+    fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, PluginError>;
     /// Appends `k`, `v` and returns all cached keys and values dense, for
     /// families that need their own attention.
     fn update_and_fetch(
         &mut self,
         k: ArrayHandle,
         v: ArrayHandle,
-    ) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, RString>;
+    ) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, PluginError>;
     /// Recurrent state (empty for KV caches).
     fn state(&self) -> RVec<ArrayHandle>;
     /// Replaces the recurrent state and advances the offset by `tokens`.
-    fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), RString>;
+    fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), PluginError>;
     /// For a cache serving a batch of sequences (continuous batching): each
     /// row's offset, `[B]` int32; `None` when all rows share
     /// [`LayerCache::offset`].

@@ -4,7 +4,7 @@
 //! panic crosses the boundary.
 
 use crate::abi::{self, ArrayHandle, CacheBox, DraftOutput, DrafterBox, Drafter_TO, FamilyBox, Family_TO};
-use crate::abi::{ForwardInput, ForwardOutput, ModelBox, Model_TO, WeightStoreRef};
+use crate::abi::{ErrorKind, ForwardInput, ForwardOutput, ModelBox, Model_TO, PluginError, WeightStoreRef};
 use crate::family::{Caches, Drafter, Family, Input, Model, StoreWeights};
 use crate::media::MediaInput;
 use crate::{CacheKind, DraftRole, Fusion, ModelPlan, Positions, ProcessedMedia, QuantClass, RawAudio, RawImage};
@@ -43,17 +43,27 @@ fn quiet_panics() {
     });
 }
 
-/// Runs `f`, turning errors and panics into the stable error type.
-pub fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> RResult<T, RString> {
+/// Runs `f`, turning errors and panics into the stable error type: an
+/// error keeps its kind; a panic is [`ErrorKind::Other`].
+pub fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> RResult<T, PluginError> {
     quiet_panics();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => ROk(v),
-        Ok(Err(e)) => RErr(e.0.into()),
+        Ok(Err(e)) => RErr(e.into()),
         Err(p) => {
             let at = PANIC_AT.with(|a| a.borrow_mut().take()).map(|a| format!(" (at {a})")).unwrap_or_default();
-            RErr(format!("panic in {what}: {}{at}", panic_msg(p)).into())
+            RErr(PluginError::new(ErrorKind::Other, format!("panic in {what}: {}{at}", panic_msg(p))))
         }
     }
+}
+
+/// The family's [`Family::config`] of `raw`: its errors, unless they say
+/// otherwise, are config errors.
+fn parse_config<F: Family>(family: &F, raw: &serde_json::Value) -> Result<F::Config> {
+    family.config(raw).map_err(|e| match e.kind {
+        mlx::ErrorKind::Other => e.with_kind(mlx::ErrorKind::Config),
+        _ => e,
+    })
 }
 
 /// Wraps a [`Family`] as a stable [`FamilyBox`].
@@ -98,9 +108,9 @@ impl<F: Family> FamilyAdapter<F> {
             return Ok(c.clone());
         }
         drop(kept);
-        let raw: serde_json::Value =
-            serde_json::from_str(key).map_err(|e| mlx::Error(format!("plan config is not JSON: {e}")))?;
-        let cfg = Arc::new(self.family.config(&raw)?);
+        let raw: serde_json::Value = serde_json::from_str(key)
+            .map_err(|e| crate::config::config_error(format!("plan config is not JSON: {e}")))?;
+        let cfg = Arc::new(parse_config(&self.family, &raw)?);
         self.keep(key, cfg.clone());
         Ok(cfg)
     }
@@ -113,11 +123,11 @@ impl<F: Family> abi::Family for FamilyAdapter<F> {
     fn model_types(&self) -> RVec<RString> {
         self.family.model_types().iter().map(|s| RString::from(*s)).collect()
     }
-    fn plan(&self, config_json: RStr<'_>) -> RResult<ModelPlan, RString> {
+    fn plan(&self, config_json: RStr<'_>) -> RResult<ModelPlan, PluginError> {
         guard(self.family.name(), || {
             let raw: serde_json::Value = serde_json::from_str(config_json.as_str())
-                .map_err(|e| mlx::Error(format!("config is not JSON: {e}")))?;
-            let cfg = Arc::new(self.family.config(&raw)?);
+                .map_err(|e| crate::config::config_error(format!("config is not JSON: {e}")))?;
+            let cfg = Arc::new(parse_config(&self.family, &raw)?);
             let plan = self.family.plan(&cfg, &raw)?;
             self.keep(plan.config.as_str(), cfg);
             Ok(plan)
@@ -128,7 +138,7 @@ impl<F: Family> abi::Family for FamilyAdapter<F> {
         plan: &ModelPlan,
         name: RStr<'_>,
         tensor: ArrayHandle,
-    ) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, RString> {
+    ) -> RResult<RVec<Tuple2<RString, ArrayHandle>>, PluginError> {
         guard(self.family.name(), || {
             let cfg = self.config_of(plan)?;
             let out = self.family.rewrite(&cfg, plan, name.as_str(), tensor.into_array())?;
@@ -149,19 +159,19 @@ impl<F: Family> abi::Family for FamilyAdapter<F> {
         }))
         .unwrap_or_default()
     }
-    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> RResult<ProcessedMedia, RString> {
+    fn process_image(&self, plan: &ModelPlan, image: &RawImage) -> RResult<ProcessedMedia, PluginError> {
         guard(self.family.name(), || {
             let cfg = self.config_of(plan)?;
             self.family.process_image(&cfg, plan, image).map(ProcessedMedia::from)
         })
     }
-    fn process_audio(&self, plan: &ModelPlan, audio: &RawAudio) -> RResult<ProcessedMedia, RString> {
+    fn process_audio(&self, plan: &ModelPlan, audio: &RawAudio) -> RResult<ProcessedMedia, PluginError> {
         guard(self.family.name(), || {
             let cfg = self.config_of(plan)?;
             self.family.process_audio(&cfg, plan, audio).map(ProcessedMedia::from)
         })
     }
-    fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, RString> {
+    fn build(&self, plan: &ModelPlan, weights: WeightStoreRef<'_>) -> RResult<ModelBox, PluginError> {
         guard(self.family.name(), || {
             let cfg = self.config_of(plan)?;
             // Every missing or mis-shaped tensor is collected and reported at once.
@@ -178,7 +188,7 @@ impl<F: Family> abi::Family for FamilyAdapter<F> {
         weights: WeightStoreRef<'_>,
         target_plan: &ModelPlan,
         target_weights: WeightStoreRef<'_>,
-    ) -> RResult<ROption<DrafterBox>, RString> {
+    ) -> RResult<ROption<DrafterBox>, PluginError> {
         guard(self.family.name(), || {
             let cfg = self.config_of(plan)?;
             let (store, target) = (StoreWeights(&weights), StoreWeights(&target_weights));
@@ -201,7 +211,7 @@ struct ModelAdapter {
 }
 
 impl abi::Model for ModelAdapter {
-    fn forward(&mut self, input: ForwardInput, caches: &mut RVec<CacheBox>) -> RResult<ForwardOutput, RString> {
+    fn forward(&mut self, input: ForwardInput, caches: &mut RVec<CacheBox>) -> RResult<ForwardOutput, PluginError> {
         let family = self.family;
         guard(family, || {
             let inp = Input {
@@ -221,19 +231,19 @@ impl abi::Model for ModelAdapter {
             })
         })
     }
-    fn embed_images(&mut self, images: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, RString> {
+    fn embed_images(&mut self, images: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, PluginError> {
         guard(self.family, || {
             let rows = self.inner.embed_images(&Self::media(&images))?;
             Self::one_per_item("embed_images", rows, images.len())
         })
     }
-    fn embed_audio(&mut self, clips: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, RString> {
+    fn embed_audio(&mut self, clips: RVec<ProcessedMedia>) -> RResult<RVec<ArrayHandle>, PluginError> {
         guard(self.family, || {
             let rows = self.inner.embed_audio(&Self::media(&clips))?;
             Self::one_per_item("embed_audio", rows, clips.len())
         })
     }
-    fn positions(&self, tokens: RVec<u32>, images: RVec<ProcessedMedia>) -> RResult<ROption<Positions>, RString> {
+    fn positions(&self, tokens: RVec<u32>, images: RVec<ProcessedMedia>) -> RResult<ROption<Positions>, PluginError> {
         guard(self.family, || {
             let p = self.inner.positions(&tokens, &Self::media(&images))?;
             Ok(p.map(|(ids, delta)| Positions { ids: ids.into(), delta }).into())
@@ -264,7 +274,7 @@ impl abi::Drafter for DrafterAdapter {
     fn cache_kinds(&self) -> RVec<CacheKind> {
         catch_unwind(AssertUnwindSafe(|| self.inner.cache_kinds().into_iter().collect())).unwrap_or_default()
     }
-    fn begin(&mut self, first_token: u32, own_caches: &mut RVec<CacheBox>) -> RResult<u32, RString> {
+    fn begin(&mut self, first_token: u32, own_caches: &mut RVec<CacheBox>) -> RResult<u32, PluginError> {
         guard(self.family, || self.inner.begin(first_token, &mut Caches::new(own_caches)))
     }
     fn step(
@@ -273,7 +283,7 @@ impl abi::Drafter for DrafterAdapter {
         tokens: ArrayHandle,
         target_caches: &mut RVec<CacheBox>,
         own_caches: &mut RVec<CacheBox>,
-    ) -> RResult<DraftOutput, RString> {
+    ) -> RResult<DraftOutput, PluginError> {
         guard(self.family, || {
             let (logits, hidden) = self.inner.step(
                 &hidden.into_array(),

@@ -7,9 +7,14 @@
 //! anything is allocated or run.
 
 use mlx::nn::{Rope, RopeScaling};
-use mlx::{Error, Result};
+use mlx::{Error, ErrorKind, Result};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+/// An error of kind [`ErrorKind::Config`]: a config value at fault.
+pub fn config_error(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Config, msg)
+}
 
 /// Parses `c` as `T`, an error naming the field at fault
 /// (``config: field `text_config.head_dim`: invalid type ...``).
@@ -18,9 +23,9 @@ pub fn parse<T: DeserializeOwned>(c: &Value) -> Result<T> {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if path == "." {
-            Error(format!("config: {inner}"))
+            config_error(format!("config: {inner}"))
         } else {
-            Error(format!("config: field `{path}`: {inner}"))
+            config_error(format!("config: field `{path}`: {inner}"))
         }
     })
 }
@@ -43,15 +48,15 @@ pub fn text_config(c: &Value) -> &Value {
 
 /// Reads a config field, naming it in the error.
 pub fn field<T: DeserializeOwned>(cfg: &Value, name: &str) -> Result<T> {
-    let v = cfg.get(name).ok_or_else(|| Error(format!("config: missing field `{name}`")))?;
-    serde_json::from_value(v.clone()).map_err(|e| Error(format!("config: field `{name}`: {e}")))
+    let v = cfg.get(name).ok_or_else(|| config_error(format!("config: missing field `{name}`")))?;
+    serde_json::from_value(v.clone()).map_err(|e| config_error(format!("config: field `{name}`: {e}")))
 }
 
 /// Reads an optional config field (`null` counts as absent).
 pub fn field_or<T: DeserializeOwned>(cfg: &Value, name: &str, default: T) -> Result<T> {
     match cfg.get(name) {
         None | Some(Value::Null) => Ok(default),
-        Some(v) => serde_json::from_value(v.clone()).map_err(|e| Error(format!("config: field `{name}`: {e}"))),
+        Some(v) => serde_json::from_value(v.clone()).map_err(|e| config_error(format!("config: field `{name}`: {e}"))),
     }
 }
 
@@ -71,7 +76,8 @@ pub fn rope_scaling(cfg: &Value) -> Result<RopeScaling> {
 
 /// [`scaling_of`], its errors naming the config entry `name` it came from.
 pub fn named_scaling(name: &str, entry: Option<&Value>, max_position_embeddings: i32) -> Result<RopeScaling> {
-    scaling_of(entry, max_position_embeddings).map_err(|e| Error(e.0.replace("config: ", &format!("config: {name}: "))))
+    scaling_of(entry, max_position_embeddings)
+        .map_err(|e| Error { msg: e.msg.replace("config: ", &format!("config: {name}: ")), ..e })
 }
 
 /// A rope scaling entry (`rope_scaling`, or one of Gemma's
@@ -109,7 +115,7 @@ pub fn scaling_of(entry: Option<&Value>, max_position_embeddings: i32) -> Result
             };
             RopeScaling::LongRope { long_factor, mscale }
         }
-        other => return Err(Error(format!("config: rope type `{other}` is not supported"))),
+        other => return Err(config_error(format!("config: rope type `{other}` is not supported"))),
     })
 }
 
@@ -151,10 +157,10 @@ pub mod limits {
 /// `value` must lie in `1..=max`.
 pub fn in_range(field: &str, value: i32, max: i32) -> Result<()> {
     if value < 1 {
-        return Err(Error(format!("config: field `{field}` is {value}, must be at least 1")));
+        return Err(config_error(format!("config: field `{field}` is {value}, must be at least 1")));
     }
     if value > max {
-        return Err(Error(format!("config: field `{field}` is {value}, more than famlx supports ({max})")));
+        return Err(config_error(format!("config: field `{field}` is {value}, more than famlx supports ({max})")));
     }
     Ok(())
 }
@@ -162,7 +168,7 @@ pub fn in_range(field: &str, value: i32, max: i32) -> Result<()> {
 /// `value` must lie in `0..=max`.
 pub fn at_most(field: &str, value: i32, max: i32) -> Result<()> {
     if !(0..=max).contains(&value) {
-        return Err(Error(format!("config: field `{field}` is {value}, must be in 0..={max}")));
+        return Err(config_error(format!("config: field `{field}` is {value}, must be in 0..={max}")));
     }
     Ok(())
 }
@@ -170,7 +176,9 @@ pub fn at_most(field: &str, value: i32, max: i32) -> Result<()> {
 /// `part` must divide `whole` (e.g. key/value heads into query heads).
 pub fn divides(part_field: &str, part: i32, whole_field: &str, whole: i32) -> Result<()> {
     if part < 1 || whole % part != 0 {
-        return Err(Error(format!("config: field `{part_field}` ({part}) must divide `{whole_field}` ({whole})")));
+        return Err(config_error(format!(
+            "config: field `{part_field}` ({part}) must divide `{whole_field}` ({whole})"
+        )));
     }
     Ok(())
 }
@@ -178,7 +186,7 @@ pub fn divides(part_field: &str, part: i32, whole_field: &str, whole: i32) -> Re
 /// `value` must be finite and greater than zero (rope bases, norm epsilons).
 pub fn positive_finite(field: &str, value: f32) -> Result<()> {
     if !(value.is_finite() && value > 0.0) {
-        return Err(Error(format!("config: field `{field}` is {value}, must be a positive number")));
+        return Err(config_error(format!("config: field `{field}` is {value}, must be a positive number")));
     }
     Ok(())
 }
@@ -186,7 +194,7 @@ pub fn positive_finite(field: &str, value: f32) -> Result<()> {
 /// `value`, when the config has it, must be one of `allowed`.
 pub fn one_of(field: &str, value: Option<&str>, allowed: &[&str]) -> Result<()> {
     match value {
-        Some(v) if !allowed.contains(&v) => Err(Error(format!(
+        Some(v) if !allowed.contains(&v) => Err(config_error(format!(
             "config: field `{field}` is {v:?}, which this family does not implement (supported: {})",
             allowed.join(", ")
         ))),
@@ -233,7 +241,7 @@ impl DecoderFields {
 pub fn implied_head_dim(hidden: i32, heads: i32) -> Result<i32> {
     in_range("num_attention_heads", heads, limits::HEADS)?;
     if hidden % heads != 0 {
-        return Err(Error(format!(
+        return Err(config_error(format!(
             "config: field `num_attention_heads` ({heads}) must divide `hidden_size` ({hidden}) when there is no `head_dim`"
         )));
     }
@@ -261,16 +269,24 @@ mod tests {
 
     #[test]
     fn messages_name_the_field_and_value() {
-        assert!(in_range("num_hidden_layers", -3, 8).unwrap_err().0.contains("`num_hidden_layers` is -3"));
-        assert!(in_range("num_hidden_layers", 1_000_000_000, 1024).unwrap_err().0.contains("1000000000"));
-        let e = divides("num_key_value_heads", 3, "num_attention_heads", 8).unwrap_err().0;
+        assert!(in_range("num_hidden_layers", -3, 8).unwrap_err().msg.contains("`num_hidden_layers` is -3"));
+        assert!(in_range("num_hidden_layers", 1_000_000_000, 1024).unwrap_err().msg.contains("1000000000"));
+        let e = divides("num_key_value_heads", 3, "num_attention_heads", 8).unwrap_err().msg;
         assert!(e.contains("(3)") && e.contains("(8)"), "{e}");
         assert!(divides("num_key_value_heads", 0, "num_attention_heads", 8).is_err());
         assert!(positive_finite("rope_theta", 0.0).is_err());
         assert!(positive_finite("rope_theta", f32::NAN).is_err());
-        assert!(one_of("hidden_act", Some("foo"), &["silu"]).unwrap_err().0.contains("\"foo\""));
+        assert!(one_of("hidden_act", Some("foo"), &["silu"]).unwrap_err().msg.contains("\"foo\""));
         assert!(one_of("hidden_act", None, &["silu"]).is_ok());
-        assert!(implied_head_dim(64, 3).unwrap_err().0.contains("must divide `hidden_size`"));
+        assert!(implied_head_dim(64, 3).unwrap_err().msg.contains("must divide `hidden_size`"));
         assert_eq!(implied_head_dim(64, 4).unwrap(), 16);
+    }
+
+    #[test]
+    fn config_errors_are_of_kind_config() {
+        assert_eq!(in_range("num_hidden_layers", 0, 8).unwrap_err().kind, ErrorKind::Config);
+        let e = parse::<std::collections::HashMap<String, u32>>(&serde_json::json!({"a": "x"})).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Config, "{e}");
+        assert_eq!(field::<u32>(&serde_json::json!({}), "a").unwrap_err().kind, ErrorKind::Config);
     }
 }

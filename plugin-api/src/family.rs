@@ -236,10 +236,6 @@ pub struct Caches<'a> {
     inner: &'a mut RVec<CacheBox>,
 }
 
-fn merr(e: RString) -> mlx::Error {
-    mlx::Error(e.into_string())
-}
-
 impl<'a> Caches<'a> {
     /// Wraps the host's cache list.
     pub fn new(inner: &'a mut RVec<CacheBox>) -> Self {
@@ -282,16 +278,16 @@ impl<'a> Caches<'a> {
             .attend(q.into(), k.into(), v.into(), opts)
             .into_result()
             .map(ArrayHandle::into_array)
-            .map_err(merr)
+            .map_err(mlx::Error::from)
     }
     /// Attends `q` over slot `i` without appending.
     pub fn attend_cached(&self, i: usize, q: Array, opts: AttnOptions) -> Result<Array> {
-        self.slot(i)?.attend_cached(q.into(), opts).into_result().map(ArrayHandle::into_array).map_err(merr)
+        self.slot(i)?.attend_cached(q.into(), opts).into_result().map(ArrayHandle::into_array).map_err(mlx::Error::from)
     }
     /// Appends k/v to slot `i` and returns all cached k/v.
     pub fn update_and_fetch(&mut self, i: usize, k: Array, v: Array) -> Result<(Array, Array)> {
         self.slot(i)?;
-        let t = self.inner[i].update_and_fetch(k.into(), v.into()).into_result().map_err(merr)?;
+        let t = self.inner[i].update_and_fetch(k.into(), v.into()).into_result().map_err(mlx::Error::from)?;
         Ok((t.0.into_array(), t.1.into_array()))
     }
     /// Recurrent state of slot `i`.
@@ -302,7 +298,7 @@ impl<'a> Caches<'a> {
     pub fn set_state(&mut self, i: usize, state: Vec<Array>, tokens: i64) -> Result<()> {
         self.slot(i)?;
         let s: RVec<ArrayHandle> = state.into_iter().map(ArrayHandle::from).collect();
-        self.inner[i].set_state(s, tokens).into_result().map_err(merr)
+        self.inner[i].set_state(s, tokens).into_result().map_err(mlx::Error::from)
     }
 }
 
@@ -320,7 +316,7 @@ impl mlx::nn::Weights for StoreWeights<'_, '_> {
         self.0.parallel().into_option().map(Into::into)
     }
     fn slice(&self, name: &str, axis: i32, start: i32, stop: i32) -> Result<Option<Array>> {
-        let got = self.0.slice(name.into(), axis, start, stop).into_result().map_err(merr)?;
+        let got = self.0.slice(name.into(), axis, start, stop).into_result().map_err(mlx::Error::from)?;
         Ok(got.into_option().map(ArrayHandle::into_array))
     }
 }

@@ -18,6 +18,7 @@
 pub mod abi;
 pub mod adapter;
 pub mod config;
+mod error;
 pub mod family;
 mod handle;
 pub mod layers;
@@ -38,7 +39,7 @@ pub use types::{
 // The crate-internal path of the array handle (public under `abi`).
 use handle::ArrayHandle;
 
-use abi_stable::std_types::{RString, RVec};
+use abi_stable::std_types::RVec;
 
 /// Version of this ABI: the minor version of this crate (0.x), so a plugin
 /// pins its ABI by pinning the SDK it builds against. Bumped, with the

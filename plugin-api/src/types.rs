@@ -113,7 +113,7 @@ impl ModelPlan {
         vocab: i32,
         hidden: i32,
     ) -> mlx::Result<ModelPlan> {
-        let config = serde_json::to_string(config).map_err(|e| mlx::Error(format!("config: {e}")))?;
+        let config = serde_json::to_string(config).map_err(|e| crate::config::config_error(format!("config: {e}")))?;
         Ok(ModelPlan {
             family: family.into(),
             model_type: model_type.into(),
@@ -170,7 +170,7 @@ impl ModelPlan {
     /// typed config), an error naming the field at fault.
     pub fn config_as<T: serde::de::DeserializeOwned>(&self) -> mlx::Result<T> {
         let v: serde_json::Value = serde_json::from_str(self.config.as_str())
-            .map_err(|e| mlx::Error(format!("plan config is not JSON: {e}")))?;
+            .map_err(|e| crate::config::config_error(format!("plan config is not JSON: {e}")))?;
         crate::config::parse(&v)
     }
 }

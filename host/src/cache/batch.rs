@@ -17,9 +17,9 @@ use super::rows::{ffi, offsets_handle, right_aligned_mask, RowsCache};
 use super::shared::SharedCache;
 use super::store::Seq;
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RErr, ROk, ROption, RResult, RString, RVec, Tuple2};
+use abi_stable::std_types::{RErr, ROk, ROption, RResult, RVec, Tuple2};
 use mlx::{concatenate, Array, Error, Result};
-use plugin_api::abi::{ArrayHandle, CacheBox, LayerCache, LayerCache_TO};
+use plugin_api::abi::{ArrayHandle, CacheBox, LayerCache, LayerCache_TO, PluginError};
 use plugin_api::AttnOptions;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -452,7 +452,7 @@ impl LayerCache for SlotBox {
         k: ArrayHandle,
         v: ArrayHandle,
         opts: AttnOptions,
-    ) -> RResult<ArrayHandle, RString> {
+    ) -> RResult<ArrayHandle, PluginError> {
         let mut s = lock(&self.0);
         match &mut *s {
             Slot::Dense(d) => {
@@ -463,7 +463,7 @@ impl LayerCache for SlotBox {
             Slot::States(_) => RErr("attend: this slot holds a recurrent state".into()),
         }
     }
-    fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, RString> {
+    fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, PluginError> {
         let s = lock(&self.0);
         match &*s {
             Slot::Dense(d) => {
@@ -478,7 +478,7 @@ impl LayerCache for SlotBox {
         &mut self,
         k: ArrayHandle,
         v: ArrayHandle,
-    ) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, RString> {
+    ) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, PluginError> {
         let mut s = lock(&self.0);
         match &mut *s {
             Slot::Dense(d) => ffi(d.update(&k.into_array(), &v.into_array()).map(|(k, v)| Tuple2(k.into(), v.into()))),
@@ -493,7 +493,7 @@ impl LayerCache for SlotBox {
             Slot::Dense(_) => RVec::new(),
         }
     }
-    fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), RString> {
+    fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), PluginError> {
         let mut s = lock(&self.0);
         match &mut *s {
             Slot::States(st) => {
@@ -507,7 +507,7 @@ impl LayerCache for SlotBox {
                 ROk(())
             }
             Slot::Rows(r) => r.set_state(state, tokens),
-            Slot::Dense(_) => RErr(Error::msg("set_state: this slot holds keys and values").0.into()),
+            Slot::Dense(_) => RErr(Error::msg("set_state: this slot holds keys and values").into()),
         }
     }
     fn row_offsets(&self) -> ROption<ArrayHandle> {

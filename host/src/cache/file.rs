@@ -174,7 +174,7 @@ fn read_caches(
         let prefix = format!("cache.{i}.");
         let mine: HashMap<String, Array> =
             arrays.iter().filter_map(|(n, a)| Some((n.strip_prefix(&prefix)?.to_string(), a.clone()))).collect();
-        let c = super::load(lm, &mine).map_err(|e| anyhow!("layer {i}: {}", e.0))?;
+        let c = super::load(lm, &mine).map_err(|e| anyhow!("layer {i}: {}", e.msg))?;
         if c.offset() != ids.len() as i64 {
             bail!("layer {i} holds {} tokens, the file lists {} token ids", c.offset(), ids.len());
         }

@@ -8,9 +8,9 @@
 
 use super::attn::AttnArgs;
 use super::shared::SharedCache;
-use abi_stable::std_types::{RErr, ROk, ROption, RResult, RString, RVec, Tuple2};
+use abi_stable::std_types::{RErr, ROk, ROption, RResult, RVec, Tuple2};
 use mlx::{concatenate, Array, Dtype, Error, Result};
-use plugin_api::abi::{ArrayHandle, LayerCache};
+use plugin_api::abi::{ArrayHandle, LayerCache, PluginError};
 use plugin_api::AttnOptions;
 
 /// One slot of a batch: the rows' caches of that slot.
@@ -20,10 +20,10 @@ pub struct RowsCache {
 }
 
 /// A host result as the plugin boundary carries it.
-pub(super) fn ffi<T>(r: Result<T>) -> RResult<T, RString> {
+pub(super) fn ffi<T>(r: Result<T>) -> RResult<T, PluginError> {
     match r {
         Ok(x) => ROk(x),
-        Err(e) => RErr(e.0.into()),
+        Err(e) => RErr(e.into()),
     }
 }
 
@@ -132,18 +132,18 @@ impl LayerCache for RowsCache {
         k: ArrayHandle,
         v: ArrayHandle,
         opts: AttnOptions,
-    ) -> RResult<ArrayHandle, RString> {
+    ) -> RResult<ArrayHandle, PluginError> {
         let args: AttnArgs = opts.into();
         ffi(self.attend_rows(q.into_array(), Some((k.into_array(), v.into_array())), &args).map(ArrayHandle::from))
     }
-    fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, RString> {
+    fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, PluginError> {
         ffi(self.attend_rows(q.into_array(), None, &opts.into()).map(ArrayHandle::from))
     }
     fn update_and_fetch(
         &mut self,
         k: ArrayHandle,
         v: ArrayHandle,
-    ) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, RString> {
+    ) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, PluginError> {
         ffi(self.update_rows(k.into_array(), v.into_array()).map(|(k, v)| Tuple2(k.into(), v.into())))
     }
     fn state(&self) -> RVec<ArrayHandle> {
@@ -157,7 +157,7 @@ impl LayerCache for RowsCache {
             .map(ArrayHandle::from)
             .collect()
     }
-    fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), RString> {
+    fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), PluginError> {
         let state: Vec<Array> = state.into_iter().map(ArrayHandle::into_array).collect();
         let r = (|| {
             for (r, c) in self.rows.iter().enumerate() {

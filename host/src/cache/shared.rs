@@ -4,9 +4,9 @@
 use super::attn::{AttnArgs, KvMask};
 use super::layer::CacheImpl;
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RErr, ROk, ROption, RResult, RString, RVec, Tuple2};
+use abi_stable::std_types::{RErr, ROk, ROption, RResult, RVec, Tuple2};
 use mlx::{Error, Result};
-use plugin_api::abi::{ArrayHandle, CacheBox, LayerCache, LayerCache_TO};
+use plugin_api::abi::{ArrayHandle, CacheBox, LayerCache, LayerCache_TO, PluginError};
 use plugin_api::{AttnMask, AttnOptions};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -37,11 +37,11 @@ impl SharedCache {
     }
 }
 
-fn rerr(e: Error) -> RString {
-    e.0.into()
+fn rerr(e: Error) -> PluginError {
+    e.into()
 }
 
-fn ffi<T, U>(r: Result<T>, f: impl FnOnce(T) -> U) -> RResult<U, RString> {
+fn ffi<T, U>(r: Result<T>, f: impl FnOnce(T) -> U) -> RResult<U, PluginError> {
     match r {
         Ok(x) => ROk(f(x)),
         Err(e) => RErr(rerr(e)),
@@ -72,27 +72,27 @@ impl LayerCache for SharedCache {
         k: ArrayHandle,
         v: ArrayHandle,
         opts: AttnOptions,
-    ) -> RResult<ArrayHandle, RString> {
+    ) -> RResult<ArrayHandle, PluginError> {
         let r = self
             .lock_promoted()
             .and_then(|mut c| c.attend(q.into_array(), k.into_array(), v.into_array(), &opts.into()));
         ffi(r, ArrayHandle::from)
     }
-    fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, RString> {
+    fn attend_cached(&self, q: ArrayHandle, opts: AttnOptions) -> RResult<ArrayHandle, PluginError> {
         ffi(self.lock().attend_cached(q.into_array(), &opts.into()), ArrayHandle::from)
     }
     fn update_and_fetch(
         &mut self,
         k: ArrayHandle,
         v: ArrayHandle,
-    ) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, RString> {
+    ) -> RResult<Tuple2<ArrayHandle, ArrayHandle>, PluginError> {
         let r = self.lock_promoted().and_then(|mut c| c.update(k.into_array(), v.into_array()));
         ffi(r, |(k, v)| Tuple2(k.into(), v.into()))
     }
     fn state(&self) -> RVec<ArrayHandle> {
         self.lock().state().into_iter().map(ArrayHandle::from).collect()
     }
-    fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), RString> {
+    fn set_state(&mut self, state: RVec<ArrayHandle>, tokens: i64) -> RResult<(), PluginError> {
         ffi(self.lock().set_state(state.into_iter().map(ArrayHandle::into_array).collect(), tokens), |()| ())
     }
     fn row_offsets(&self) -> ROption<ArrayHandle> {

@@ -158,7 +158,7 @@ impl Checkpoint {
 /// (MLX affine, groups of 32), other block types dequantized to float16.
 fn gguf_tensors(g: &Gguf) -> Result<HashMap<String, Array>> {
     let mut out = HashMap::with_capacity(g.tensors.len());
-    let merr = |name: &str, e: mlx::Error| anyhow!("tensor {name}: {}", e.0);
+    let merr = |name: &str, e: mlx::Error| anyhow!("tensor {name}: {}", e.msg);
     for t in &g.tensors {
         let shape = t.shape();
         match g.decode(t)? {

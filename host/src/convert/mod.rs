@@ -131,7 +131,7 @@ pub fn convert(reg: &Registry, o: &ConvertOptions) -> Result<Summary> {
         }
         let class = fam.family.quant_class(&plan, abi_stable::std_types::RStr::from(name.as_str()));
         let action = policy::decide(name, &class, t.shape(), t.dtype(), target, quant.as_ref());
-        let err = |e: mlx::Error| anyhow!("converting {name}: {}", e.0);
+        let err = |e: mlx::Error| anyhow!("converting {name}: {}", e.msg);
         match action {
             Action::Keep => out.push(dense(name, t.clone(), params_of(name, t, scales, &weights.quant))),
             Action::Cast(d) => out.push(dense(name, t.astype(d).map_err(err)?, t.size() as u64)),
@@ -225,7 +225,7 @@ fn dequantized(
     quant: &QuantConfig,
     target: Option<Dtype>,
 ) -> Result<OutTensor> {
-    let err = |e: mlx::Error| anyhow!("dequantizing {module}: {}", e.0);
+    let err = |e: mlx::Error| anyhow!("dequantizing {module}: {}", e.msg);
     let spec = quant
         .spec_for(module, w.shape(), scales.shape())
         .ok_or_else(|| anyhow!("{module}: stored quantized, but the config declares no quantization for it"))?;

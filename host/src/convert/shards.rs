@@ -76,7 +76,7 @@ pub fn write(dir: &Path, mut tensors: Vec<OutTensor>, max_bytes: u64) -> Result<
         let bytes: u64 = sizes[r.clone()].iter().map(|&n| n as u64).sum();
         let bar = bar(&name, bytes);
         for t in &shard {
-            t.array.eval().map_err(|e| anyhow!("computing {}: {}", t.name, e.0))?;
+            t.array.eval().map_err(|e| anyhow!("computing {}: {}", t.name, e.msg))?;
             if let Some(b) = &bar {
                 b.inc(t.array.nbytes() as u64);
             }
@@ -84,7 +84,7 @@ pub fn write(dir: &Path, mut tensors: Vec<OutTensor>, max_bytes: u64) -> Result<
         let path = dir.join(&name);
         let arrays: Vec<(&str, &Array)> = shard.iter().map(|t| (t.name.as_str(), &t.array)).collect();
         mlx::io::save_safetensors(&path, &arrays, &[("format", "mlx")])
-            .map_err(|e| anyhow!("writing {}: {}", path.display(), e.0))?;
+            .map_err(|e| anyhow!("writing {}: {}", path.display(), e.msg))?;
         if let Some(b) = bar {
             b.finish_and_clear();
         }

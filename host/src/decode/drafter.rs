@@ -4,7 +4,8 @@
 //! ([`crate::model::DraftCaches`]), passed into each step.
 
 use crate::cache::{make_caches, CacheOptions};
-use crate::model::{plan_and_rewrite, DraftCaches, HostWeights, LoadedModel, Source};
+use crate::memory::with_kind_of;
+use crate::model::{plan_and_rewrite, plugin_err, DraftCaches, HostWeights, LoadedModel, Source};
 use crate::plugins::Registry;
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::RVec;
@@ -109,7 +110,8 @@ impl Drafter {
             .family
             .build_drafter(DraftRole::OwnHead, &m.plan, store, &m.plan, store2)
             .into_result()
-            .map_err(|e| anyhow!("{}: {} plugin: building the drafter: {e}", m.source.location, m.family.name))?;
+            .map_err(|e| plugin_err(&m.family.name, "building the drafter", e))
+            .map_err(|e| with_kind_of(&e, format!("{}: {e}", m.source.location)))?;
         d.into_option().map(|d| Drafter::new(&m.family.name, DraftSource::OwnHead, d, None)).transpose()
     }
 
@@ -145,7 +147,8 @@ impl Drafter {
             .family
             .build_drafter(DraftRole::Checkpoint, &plan, store, &m.plan, target)
             .into_result()
-            .map_err(|e| anyhow!("{}: {} plugin: building the drafter: {e}", path.display(), fam.name))?;
+            .map_err(|e| plugin_err(&fam.name, "building the drafter", e))
+            .map_err(|e| with_kind_of(&e, format!("{}: {e}", path.display())))?;
         let Some(d) = d.into_option() else {
             bail!(
                 "{}: the {} plugin builds no drafter from this checkpoint (model_type {:?})",

@@ -97,7 +97,7 @@ pub fn join(mode: ParallelMode) -> Result<Option<Parallel>> {
     let joined = rx.recv_timeout(wait);
     remove_temporary_hostfile();
     let g = match joined {
-        Ok(r) => r.map_err(|e| anyhow!("rank {rank}: joining the {backend} group failed: {}", e.0))?,
+        Ok(r) => r.map_err(|e| anyhow!("rank {rank}: joining the {backend} group failed: {}", e.msg))?,
         Err(_) => bail!(
             "rank {rank}: the other ranks of the {backend} group could not be reached within {} s",
             wait.as_secs_f64()

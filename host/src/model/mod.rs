@@ -10,4 +10,4 @@ pub use loaded::{apply_bos_convention, ForwardOn, LoadedModel};
 pub use media::{ChunkMedia, MediaSpan, MediaState};
 pub use sequence::{DraftCaches, RowDraft, Sequence};
 pub use weights::{build, count, HostWeights};
-pub(crate) use weights::{plan_and_rewrite, Source};
+pub(crate) use weights::{plan_and_rewrite, plugin_err, Source};

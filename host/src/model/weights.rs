@@ -9,7 +9,7 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr, RString, RVec};
 use anyhow::{anyhow, Result};
 use mlx::Array;
-use plugin_api::abi::{ArrayHandle, ModelBox, WeightStore, WeightStore_TO};
+use plugin_api::abi::{ArrayHandle, ErrorKind, ModelBox, PluginError, WeightStore, WeightStore_TO};
 use plugin_api::{Fusion, ModelPlan, ParallelSpec, QuantSpec};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -53,17 +53,19 @@ impl WeightStore for HostWeights {
     fn parallel(&self) -> ROption<ParallelSpec> {
         self.parallel.into()
     }
-    fn slice(&self, name: RStr<'_>, axis: i32, start: i32, stop: i32) -> RResult<ROption<ArrayHandle>, RString> {
+    fn slice(&self, name: RStr<'_>, axis: i32, start: i32, stop: i32) -> RResult<ROption<ArrayHandle>, PluginError> {
         let n = name.as_str();
         let Some(t) = self.tensors.get(n) else { return ROk(ROption::RNone) };
         self.read.borrow_mut().insert(n.to_string());
         let got = match self.on_disk.get(n) {
-            Some(d) => d.read_slice(axis, start, stop).map_err(|e| format!("{e:#}")),
-            None => t.slice_axis(axis, start, stop).map_err(|e| format!("{n}: {}", e.0)),
+            Some(d) => d.read_slice(axis, start, stop).map_err(|e| PluginError::from(format!("{e:#}"))),
+            None => {
+                t.slice_axis(axis, start, stop).map_err(|e| PluginError::new(e.kind.into(), format!("{n}: {}", e.msg)))
+            }
         };
         match got {
             Ok(a) => ROk(ROption::RSome(a.into())),
-            Err(e) => RErr(e.into()),
+            Err(e) => RErr(e),
         }
     }
 }
@@ -104,7 +106,8 @@ impl Source {
 /// part of it when the process is one rank of a split model.
 pub(crate) fn assemble(fam: &FamilyEntry, src: &Source) -> Result<(ModelPlan, Rc<HostWeights>, ModelBox)> {
     let (plan, weights) = plan_and_rewrite(fam, src)?;
-    let model = build(fam, &plan, &weights).map_err(|e| anyhow!("{}: {e:#}", src.location))?;
+    let model =
+        build(fam, &plan, &weights).map_err(|e| crate::memory::with_kind_of(&e, format!("{}: {e:#}", src.location)))?;
     Ok((plan, weights, model))
 }
 
@@ -114,9 +117,9 @@ pub(crate) fn plan_and_rewrite(fam: &FamilyEntry, src: &Source) -> Result<(Model
         .family
         .plan(RStr::from(src.config_text.as_str()))
         .into_result()
-        .map_err(|e| anyhow!("{}: {e}", src.config_path))?;
+        .map_err(|e| anyhow::Error::new(PluginError::new(e.kind, format!("{}: {e}", src.config_path))))?;
     let mut weights = HostWeights::rewritten(fam, &plan, &src.tensors, &src.on_disk, &src.quant)
-        .map_err(|e| anyhow!("{}: {e:#}", src.location))?;
+        .map_err(|e| crate::memory::with_kind_of(&e, format!("{}: {e:#}", src.location)))?;
     weights.parallel = crate::distributed::parallel().map(ParallelSpec::from);
     // A split model's shared layers fuse their own shares (a fused tensor
     // would be read whole to take each part's share of it).
@@ -222,7 +225,7 @@ impl HostWeights {
             {
                 return Ok(());
             }
-            let cat = mlx::concatenate(&found, 0).map_err(|e| anyhow!("fusing {}.{suffix}: {}", f.into, e.0))?;
+            let cat = mlx::concatenate(&found, 0).map_err(|e| anyhow!("fusing {}.{suffix}: {}", f.into, e.msg))?;
             fused.push((format!("{}.{suffix}", f.into), names, cat));
         }
         for (name, parts, cat) in fused {
@@ -245,8 +248,11 @@ fn module_of(name: &str) -> Option<&str> {
     matches!(part, "weight" | "scales" | "biases").then_some(module)
 }
 
-pub(crate) fn plugin_err(family: &str, what: &str, e: RString) -> anyhow::Error {
-    anyhow!("{family} plugin: {what}: {e}")
+/// A plugin's error as the host reports it, naming the family and the call;
+/// it stays a [`PluginError`] of the same kind, so the host can branch on
+/// the kind (see [`crate::memory::explain`]).
+pub(crate) fn plugin_err(family: &str, what: &str, e: PluginError) -> anyhow::Error {
+    anyhow::Error::new(PluginError::new(e.kind, format!("{family} plugin: {what}: {e}")))
 }
 
 fn config_source(path: &Path) -> String {
@@ -264,13 +270,14 @@ pub fn build(fam: &FamilyEntry, plan: &ModelPlan, weights: &HostWeights) -> Resu
     let store = WeightStore_TO::from_ptr(weights, TD_Opaque);
     fam.family.build(plan, store).into_result().map_err(|e| {
         // Only for a build that failed on its tensors (the rest is noise).
-        let unread = if e.contains("missing weight") { weights.unread() } else { Vec::new() };
+        let unread = if e.kind == ErrorKind::MissingWeight { weights.unread() } else { Vec::new() };
         let e = if unread.is_empty() {
-            e.to_string()
+            e
         } else {
-            format!("{e}; {} unexpected: {}", count(unread.len(), "tensor"), mlx::nn::fold_names(&unread))
+            let text = format!("{e}; {} unexpected: {}", count(unread.len(), "tensor"), mlx::nn::fold_names(&unread));
+            PluginError::new(e.kind, text)
         };
-        plugin_err(&fam.name, "build", e.into())
+        plugin_err(&fam.name, "build", e)
     })
 }
 

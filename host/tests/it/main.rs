@@ -116,6 +116,7 @@ mod robustness {
 
 /// Plugins: loading and refusals, hot reload, an out-of-tree plugin.
 mod plugins {
+    mod error_kinds;
     mod hot_reload;
     mod loading;
     mod out_of_tree;

@@ -131,7 +131,7 @@ mod tests {
                 assert_eq!(next, n);
             }
         }
-        assert!(share(2, 0, 3, "heads").unwrap_err().0.contains("cannot split 2 heads over 3 ranks"));
+        assert!(share(2, 0, 3, "heads").unwrap_err().msg.contains("cannot split 2 heads over 3 ranks"));
     }
 
     #[test]
@@ -145,7 +145,7 @@ mod tests {
         // 9 heads in groups of 3 over 2 ranks: rank 0 would hold queries
         // 0-3, three of kv head 0 and one of kv head 1.
         let e = HeadShare::new(&p(0, 2), 9, 3).unwrap_err();
-        assert!(e.0.contains("cannot split 9 attention heads (3 key/value heads) over 2 ranks"), "{e}");
+        assert!(e.msg.contains("cannot split 9 attention heads (3 key/value heads) over 2 ranks"), "{e}");
         assert!(HeadShare::new(&p(0, 3), 2, 2).is_err());
     }
 

@@ -5,7 +5,7 @@
 
 use super::parallel::Parallel;
 use crate::quant::QuantSpec;
-use crate::{Array, Dtype, Error, Result};
+use crate::{Array, Dtype, Error, ErrorKind, Result};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
@@ -48,7 +48,7 @@ pub trait Weights {
 
     /// The tensor `name`, or an error naming it.
     fn require(&self, name: &str) -> Result<Array> {
-        self.get(name).ok_or_else(|| Error(format!("missing weight {name}")))
+        self.get(name).ok_or_else(|| Error::new(ErrorKind::MissingWeight, format!("missing weight {name}")))
     }
 
     /// The tensor `name`, which must have `shape` (`-1` matches any size)
@@ -57,9 +57,9 @@ pub trait Weights {
     /// store records it instead and hands out a stand-in, so one load
     /// reports every problem at once.
     fn tensor(&self, name: &str, shape: &[i32], kind: Kind) -> Result<Array> {
-        let t = self.get(name).ok_or_else(|| Error(Problem::Missing(name.to_string()).to_string()))?;
+        let t = self.get(name).ok_or_else(|| Problem::Missing(name.to_string()).into_error())?;
         match mismatch(name, &t, shape, kind) {
-            Some(p) => Err(Error(p.to_string())),
+            Some(p) => Err(p.into_error()),
             None => Ok(t),
         }
     }
@@ -123,6 +123,21 @@ pub enum Problem {
     },
 }
 
+impl Problem {
+    /// The [`ErrorKind`] of this problem: [`ErrorKind::MissingWeight`] for
+    /// an absent tensor, [`ErrorKind::Shape`] for a mismatched one.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Problem::Missing(_) => ErrorKind::MissingWeight,
+            Problem::Shape { .. } | Problem::Dtype { .. } => ErrorKind::Shape,
+        }
+    }
+
+    fn into_error(self) -> Error {
+        Error::new(self.kind(), self.to_string())
+    }
+}
+
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -184,12 +199,19 @@ impl<'a> Checked<'a> {
             return result;
         }
         let mut msg = summarize(&problems);
+        // A missing tensor is what the host explains further (it lists the
+        // tensors nothing read), so it decides the kind over a mismatch.
+        let missing = problems.iter().any(|p| p.kind() == ErrorKind::MissingWeight);
+        let mut kind = if missing { ErrorKind::MissingWeight } else { ErrorKind::Shape };
         if let Err(e) = result {
-            if !problems.iter().any(|p| e.0.contains(&p.to_string())) {
-                msg = format!("{msg}; then: {}", e.0);
+            if !problems.iter().any(|p| e.msg.contains(&p.to_string())) {
+                msg = format!("{msg}; then: {}", e.msg);
+            }
+            if e.kind == ErrorKind::MissingWeight {
+                kind = ErrorKind::MissingWeight;
             }
         }
-        Err(Error(msg))
+        Err(Error::new(kind, msg))
     }
 }
 
@@ -341,5 +363,28 @@ mod tests {
             "2 missing weights: a.{0-1}.w; tensor c: dtype int32, expected a floating-point type; \
              tensor b.{0-1}.w: shape [2, 2], expected [4, *]"
         );
+    }
+
+    /// A store with one tensor, `a` (`[2]` float32).
+    struct One;
+    impl Weights for One {
+        fn get(&self, name: &str) -> Option<Array> {
+            (name == "a").then(|| Array::from_slice(&[1.0f32, 2.0], &[2]).expect("array"))
+        }
+        fn quant(&self, _prefix: &str) -> Option<QuantSpec> {
+            None
+        }
+    }
+
+    #[test]
+    fn finish_sets_the_kind_of_what_went_wrong() {
+        let c = Checked::new(&One);
+        let _ = c.tensor("a", &[3], Kind::Float);
+        assert_eq!(c.finish(Ok(())).expect_err("mismatch").kind, ErrorKind::Shape);
+        let _ = c.tensor("b", &[2], Kind::Float);
+        let e = c.finish(Ok(())).expect_err("missing");
+        assert_eq!(e.kind, ErrorKind::MissingWeight, "{e}");
+        assert_eq!(One.require("b").expect_err("missing").kind, ErrorKind::MissingWeight);
+        assert_eq!(One.tensor("a", &[3], Kind::Float).expect_err("shape").kind, ErrorKind::Shape);
     }
 }

@@ -126,7 +126,7 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
         Err(e) => {
-            println!("FAIL: {}", e.0);
+            println!("FAIL: {}", e.msg);
             ExitCode::from(1)
         }
     }

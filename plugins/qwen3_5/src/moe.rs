@@ -82,7 +82,10 @@ impl<'a> StackedExperts<'a> {
                     parts.push(a);
                 }
                 if part == "weight" && parts.is_empty() {
-                    return Err(Error(format!("missing weight {prefix}.experts.0.{proj}.weight")));
+                    return Err(Error::new(
+                        mlx::ErrorKind::MissingWeight,
+                        format!("missing weight {prefix}.experts.0.{proj}.weight"),
+                    ));
                 }
                 if !parts.is_empty() {
                     extra.insert(format!("{to}.{part}"), mlx::stack(&parts.iter().collect::<Vec<_>>(), 0)?);

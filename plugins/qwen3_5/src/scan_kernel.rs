@@ -170,7 +170,7 @@ fn build() -> std::result::Result<Kernel, String> {
         &src,
         0,
     )
-    .map_err(|e| e.0)
+    .map_err(|e| e.msg)
 }
 
 /// The delta-rule scan on the GPU (same contract as

@@ -40,11 +40,11 @@ pub fn config(meta: &Value) -> Result<Value> {
 /// An error about a config field, in the GGUF metadata's own key names.
 pub fn rename_fields(e: Error) -> Error {
     let mut m =
-        e.0.replace("config: field", "GGUF metadata").replace("config: missing field", "GGUF metadata: missing");
+        e.msg.replace("config: field", "GGUF metadata").replace("config: missing field", "GGUF metadata: missing");
     for (hf, key) in KEYS {
         m = m.replace(&format!("`{hf}`"), &format!("`llama.{key}`"));
     }
-    Error(m.replace("`llama.vocab_size`", "`llama.vocab_size` (or the tokenizer's token count)"))
+    Error { msg: m.replace("`llama.vocab_size`", "`llama.vocab_size` (or the tokenizer's token count)"), ..e }
 }
 
 /// GGUF tensor names → Hugging Face names (`None`: not a model weight).

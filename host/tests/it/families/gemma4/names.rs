@@ -100,7 +100,7 @@ fn media_ids_take_mlx_vlms_defaults_per_model_type() {
     assert_eq!(ids(json!({"model_type": "gemma4_unified", "video_token_id": null, "audio_token_id": null})), [258880]);
     assert!(ids(json!({"model_type": "gemma4_text", "image_token_id": 1})).is_empty());
     for bad in [json!(-1), json!("x"), json!(1.5), json!(1u64 << 40)] {
-        let err = media_ids(&json!({"model_type": "gemma4", "video_token_id": bad})).unwrap_err().0;
+        let err = media_ids(&json!({"model_type": "gemma4", "video_token_id": bad})).unwrap_err().msg;
         assert!(err.contains("video_token_id") && !err.contains('\n'), "{err}");
     }
 }

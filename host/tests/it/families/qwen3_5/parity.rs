@@ -244,7 +244,7 @@ fn scan_kernel_vs_ops() {
                 if backend() == Backend::Cpu {
                     assert!(!available());
                     let e = scan(ScanPath::Kernel, &q, &k, &v, &g, &beta, &s0).unwrap_err();
-                    assert!(e.0.contains("CPU-only"), "{case}: {e}");
+                    assert!(e.msg.contains("CPU-only"), "{case}: {e}");
                 }
             }
         }

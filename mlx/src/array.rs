@@ -68,7 +68,7 @@ impl Array {
     pub fn from_slice<T: Element>(data: &[T], shape: &[i32]) -> Result<Array> {
         let n: i64 = shape.iter().map(|&d| d as i64).product();
         if n != data.len() as i64 {
-            return Err(Error(format!("from_slice: {} elements for shape {:?}", data.len(), shape)));
+            return Err(Error::msg(format!("from_slice: {} elements for shape {:?}", data.len(), shape)));
         }
         out1(|o| unsafe {
             sys::mlxs_array_from_data(data.as_ptr().cast(), shape.as_ptr(), shape.len(), T::DTYPE as i32, o)
@@ -80,7 +80,7 @@ impl Array {
     pub fn from_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<Array> {
         let n: i64 = shape.iter().map(|&d| d as i64).product();
         if n.checked_mul(dtype.size() as i64) != Some(bytes.len() as i64) {
-            return Err(Error(format!("from_bytes: {} bytes for {dtype} {shape:?}", bytes.len())));
+            return Err(Error::msg(format!("from_bytes: {} bytes for {dtype} {shape:?}", bytes.len())));
         }
         // MLX copies element-wise through a typed pointer: give it an aligned copy
         // when the source is not aligned for the element type.

@@ -33,14 +33,6 @@ pub struct Error {
     pub kind: ErrorKind,
 }
 
-/// An [`Error`](struct@Error) of kind [`ErrorKind::Other`] with the message `msg`: the
-/// constructor the many `Error(format!(..))` call sites use, so they read as
-/// they did when `Error` was a one-field tuple struct.
-#[allow(non_snake_case)]
-pub fn Error(msg: String) -> Error {
-    Error { msg, kind: ErrorKind::Other }
-}
-
 impl Error {
     /// An error of kind [`ErrorKind::Other`] with the given message.
     pub fn msg(m: impl Into<String>) -> Self {
@@ -106,7 +98,7 @@ mod tests {
 
     #[test]
     fn the_tuple_style_constructor_is_other() {
-        let e = Error("x".to_string());
+        let e = Error::msg("x".to_string());
         assert_eq!((e.kind, e.msg.as_str()), (ErrorKind::Other, "x"));
     }
 }

@@ -35,7 +35,7 @@ fn cstr(p: *const std::ffi::c_char) -> String {
 }
 
 fn path_c(path: &Path) -> Result<CString> {
-    CString::new(path.to_string_lossy().as_bytes()).map_err(|_| Error(format!("{}: bad path", path.display())))
+    CString::new(path.to_string_lossy().as_bytes()).map_err(|_| Error::msg(format!("{}: bad path", path.display())))
 }
 
 impl Tensors {
@@ -72,7 +72,7 @@ pub fn load_safetensors(path: &Path) -> Result<(HashMap<String, Array>, HashMap<
 /// Saves tensors and string metadata as safetensors.
 pub fn save_safetensors(path: &Path, arrays: &[(&str, &Array)], meta: &[(&str, &str)]) -> Result<()> {
     let p = path_c(path)?;
-    let to_c = |s: &str| CString::new(s).map_err(|_| Error(format!("bad name {s:?}")));
+    let to_c = |s: &str| CString::new(s).map_err(|_| Error::msg(format!("bad name {s:?}")));
     let names: Vec<CString> = arrays.iter().map(|(n, _)| to_c(n)).collect::<Result<_>>()?;
     let name_ptrs: Vec<_> = names.iter().map(|c| c.as_ptr()).collect();
     let raws: Vec<_> = arrays.iter().map(|(_, a)| a.as_raw()).collect();

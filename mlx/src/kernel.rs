@@ -81,10 +81,10 @@ impl Kernel {
             Backend::Cpu => (0, None),
         };
         let body = body.ok_or_else(|| match backend() {
-            Backend::Cpu => Error(format!(
+            Backend::Cpu => Error::msg(format!(
                 "kernel {name}: custom kernels need a GPU backend (Metal or CUDA), but the loaded libmlx is CPU-only"
             )),
-            b => Error(format!("kernel {name}: no source for the {b} backend")),
+            b => Error::msg(format!("kernel {name}: no source for the {b} backend")),
         })?;
         let c = |s: &str| CString::new(s).map_err(|_| Error::msg("kernel: NUL in a string"));
         let ins: Vec<CString> = inputs.iter().map(|s| c(s)).collect::<Result<_>>()?;
@@ -114,7 +114,7 @@ impl Kernel {
     /// Launches the kernel; returns its outputs.
     pub fn call(&self, l: &Launch<'_>) -> Result<Vec<Array>> {
         if l.outputs.len() != self.nout {
-            return Err(Error(format!("kernel: {} outputs declared, {} given", self.nout, l.outputs.len())));
+            return Err(Error::msg(format!("kernel: {} outputs declared, {} given", self.nout, l.outputs.len())));
         }
         let ins: Vec<_> = l.inputs.iter().map(|a| a.as_raw()).collect();
         let mut shapes = Vec::new();

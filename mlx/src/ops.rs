@@ -346,7 +346,7 @@ impl Array {
     pub fn slice(&self, start: &[i32], stop: &[i32], strides: &[i32]) -> Result<Array> {
         let n = self.ndim();
         if start.len() != n || stop.len() != n || strides.len() != n {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "slice: expected {n} starts/stops/strides, got {}/{}/{}",
                 start.len(),
                 stop.len(),
@@ -360,7 +360,7 @@ impl Array {
         let n = self.ndim();
         let ax = if axis < 0 { axis + n as i32 } else { axis } as usize;
         if ax >= n {
-            return Err(Error(format!("slice_axis: axis {axis} for {n} dims")));
+            return Err(Error::msg(format!("slice_axis: axis {axis} for {n} dims")));
         }
         let d = self.shape()[ax];
         let fix = |v: i32| if v < 0 { (v + d).max(0) } else { v.min(d) };
@@ -388,7 +388,7 @@ impl Array {
     pub fn slice_update(&self, update: &Array, start: &[i32], stop: &[i32], strides: &[i32]) -> Result<Array> {
         let n = self.ndim();
         if start.len() != n || stop.len() != n || strides.len() != n {
-            return Err(Error(format!("slice_update: expected {n} starts/stops/strides")));
+            return Err(Error::msg(format!("slice_update: expected {n} starts/stops/strides")));
         }
         out1(|o| unsafe {
             sys::mlxs_slice_update(

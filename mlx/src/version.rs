@@ -23,7 +23,7 @@ pub fn check_runtime() -> Result<()> {
     let (b, r) = (build_version(), runtime_version());
     let r_base = r.split(['.', '+']).take(3).collect::<Vec<_>>().join(".");
     if r_base != b {
-        return Err(Error(format!(
+        return Err(Error::msg(format!(
             "MLX version mismatch: famlx was built for MLX {b} but loaded libmlx {r} (check LD_LIBRARY_PATH / MLX_DIR)"
         )));
     }

@@ -259,7 +259,7 @@ impl ModelAdapter {
     /// The rows of an `embed_*` call, checked to be one array per item.
     fn one_per_item(what: &str, rows: Vec<Array>, items: usize) -> mlx::Result<RVec<ArrayHandle>> {
         if rows.len() != items {
-            return Err(mlx::Error(format!("{what} returned {} arrays for {items} items", rows.len())));
+            return Err(mlx::Error::msg(format!("{what} returned {} arrays for {items} items", rows.len())));
         }
         Ok(rows.into_iter().map(ArrayHandle::from).collect())
     }

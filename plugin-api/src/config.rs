@@ -11,6 +11,34 @@ use mlx::{Error, ErrorKind, Result};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// Serde defaults for config fields whose default is not the type's
+/// `Default`: for each `name / name_or_null: T = value;` it writes `name()`
+/// (for `#[serde(default = "name")]`) and `name_or_null` (for
+/// `deserialize_with`), which reads a `null` as the default too: checkpoints
+/// in the wild write `null` for "not set". One macro so every family states
+/// its defaults once, in the struct, the same way.
+#[macro_export]
+macro_rules! config_defaults {
+    ($($default:ident / $or_default:ident: $t:ty = $v:expr;)*) => {$(
+        fn $default() -> $t {
+            $v
+        }
+        fn $or_default<'de, D: $crate::serde::Deserializer<'de>>(d: D) -> ::std::result::Result<$t, D::Error> {
+            Ok(<Option<$t> as $crate::serde::Deserialize>::deserialize(d)?.unwrap_or_else($default))
+        }
+    )*};
+}
+
+/// A field kept as written, `null` included (with `#[serde(default)]`,
+/// `None` means absent): for fields where absent and `null` differ.
+pub fn present<'de, D, T>(d: D) -> std::result::Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
 /// An error of kind [`ErrorKind::Config`]: a config value at fault.
 pub fn config_error(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::Config, msg)

@@ -250,7 +250,7 @@ impl<'a> Caches<'a> {
         self.inner.is_empty()
     }
     fn slot(&self, i: usize) -> Result<&CacheBox> {
-        self.inner.get(i).ok_or_else(|| mlx::Error(format!("cache slot {i} missing ({} given)", self.inner.len())))
+        self.inner.get(i).ok_or_else(|| mlx::Error::msg(format!("cache slot {i} missing ({} given)", self.inner.len())))
     }
     /// Tokens already cached in slot `i`.
     pub fn offset(&self, i: usize) -> Result<i64> {

@@ -401,7 +401,7 @@ impl BatchCaches {
     /// plain text at the shifted position.
     pub fn set_shifts(&mut self, shifts: Vec<i64>) -> Result<()> {
         if shifts.len() != self.members.len() {
-            return Err(Error(format!("set_shifts: {} shifts for {} rows", shifts.len(), self.members.len())));
+            return Err(Error::msg(format!("set_shifts: {} shifts for {} rows", shifts.len(), self.members.len())));
         }
         self.shifts = Arc::new(if shifts.iter().all(|&s| s == 0) { Vec::new() } else { shifts });
         Ok(())

@@ -93,10 +93,10 @@ pub trait CacheImpl: Send {
 /// A field of a saved cache's metadata.
 pub(crate) fn field<T: DeserializeOwned>(meta: &Value, key: &str) -> Result<T> {
     let v = meta.get(key).cloned().unwrap_or(Value::Null);
-    serde_json::from_value(v).map_err(|e| Error(format!("cache metadata field `{key}`: {e}")))
+    serde_json::from_value(v).map_err(|e| Error::msg(format!("cache metadata field `{key}`: {e}")))
 }
 
 /// Array `name` of a saved cache.
 pub(crate) fn tensor(arrays: &HashMap<String, Array>, name: &str) -> Result<Array> {
-    arrays.get(name).cloned().ok_or_else(|| Error(format!("missing tensor {name}")))
+    arrays.get(name).cloned().ok_or_else(|| Error::msg(format!("missing tensor {name}")))
 }

@@ -49,6 +49,6 @@ pub fn load(meta: &Value, arrays: &HashMap<String, Array>) -> Result<Box<dyn Cac
         "quantized" => Box::new(QuantizedKvCache::load(meta, arrays)?),
         "rotating" => Box::new(RotatingKvCache::load(meta, arrays)?),
         "recurrent" => Box::new(RecurrentCache::load(meta, arrays)?),
-        k => return Err(Error(format!("unknown cache kind {k:?}"))),
+        k => return Err(Error::msg(format!("unknown cache kind {k:?}"))),
     })
 }

@@ -44,12 +44,12 @@ impl CacheOptions {
         for (flag, b) in [("--k-bits", self.k_bits), ("--v-bits", self.v_bits)] {
             if let Some(b) = b {
                 if !KV_BITS.contains(&b) {
-                    return Err(Error(format!("{flag} (or --kv-bits) must be one of 2, 3, 4, 6, 8; got {b}")));
+                    return Err(Error::msg(format!("{flag} (or --kv-bits) must be one of 2, 3, 4, 6, 8; got {b}")));
                 }
             }
         }
         if !KV_GROUP_SIZES.contains(&self.kv_group_size) {
-            return Err(Error(format!("--kv-group-size must be 32, 64 or 128; got {}", self.kv_group_size)));
+            return Err(Error::msg(format!("--kv-group-size must be 32, 64 or 128; got {}", self.kv_group_size)));
         }
         if self.max_kv_size == Some(0) {
             return Err(Error::msg("--max-kv-size must be at least 1"));

@@ -54,7 +54,11 @@ impl CacheImpl for RecurrentCache {
     }
     fn set_state(&mut self, s: Vec<Array>, tokens: i64) -> Result<()> {
         if s.len() != self.state.len() {
-            return Err(Error(format!("recurrent cache expects {} state arrays, got {}", self.state.len(), s.len())));
+            return Err(Error::msg(format!(
+                "recurrent cache expects {} state arrays, got {}",
+                self.state.len(),
+                s.len()
+            )));
         }
         self.state = s.into_iter().map(Some).collect();
         self.offset += tokens;

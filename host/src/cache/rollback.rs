@@ -63,7 +63,7 @@ impl Rollback {
     /// rollback point stays usable.
     pub fn restore_into(&self, caches: &[SharedCache]) -> Result<()> {
         if caches.len() != self.saved.len() {
-            return Err(Error(format!("rollback of {} caches restored into {}", self.saved.len(), caches.len())));
+            return Err(Error::msg(format!("rollback of {} caches restored into {}", self.saved.len(), caches.len())));
         }
         for ((c, s), &at) in caches.iter().zip(&self.saved).zip(&self.offsets) {
             let mut c = c.lock();
@@ -72,7 +72,7 @@ impl Rollback {
                 None => {
                     let n = c.offset() - at;
                     if n < 0 || c.trim(n) != n {
-                        return Err(Error(format!(
+                        return Err(Error::msg(format!(
                             "rollback: a cache at {} tokens cannot go back to {at}",
                             c.offset()
                         )));

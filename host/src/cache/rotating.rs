@@ -44,12 +44,12 @@ impl RotatingKvCache {
     /// (`keep < max_size`); `quant` makes it quantize once due.
     pub fn new(max_size: usize, keep: usize, quant: Option<KvQuant>) -> Result<Self> {
         if max_size == 0 || keep >= max_size {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "rotating cache: need 0 <= keep < max_size, got keep {keep}, max_size {max_size}"
             )));
         }
         let Ok(max_size) = i32::try_from(max_size) else {
-            return Err(Error(format!("rotating cache: a window of {max_size} tokens is more than {}", i32::MAX)));
+            return Err(Error::msg(format!("rotating cache: a window of {max_size} tokens is more than {}", i32::MAX)));
         };
         Ok(RotatingKvCache {
             buf: None,
@@ -74,7 +74,7 @@ impl RotatingKvCache {
         c.len = field(meta, "len")?;
         c.idx = field(meta, "idx")?;
         if c.len < 0 || c.len > c.max_size || c.idx < 0 || c.idx > c.max_size {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "rotating cache: slots {} / write index {} do not fit a window of {}",
                 c.len, c.idx, c.max_size
             )));
@@ -92,7 +92,9 @@ impl RotatingKvCache {
     pub fn from_window(k: Array, v: Array, offset: i64, max_size: i32) -> Result<Self> {
         let n = k.dim(2);
         if n > max_size || n as i64 > offset {
-            return Err(Error(format!("rotating cache: {n} keys for a window of {max_size} at position {offset}")));
+            return Err(Error::msg(format!(
+                "rotating cache: {n} keys for a window of {max_size} at position {offset}"
+            )));
         }
         let mut c = RotatingKvCache::new(max_size as usize, 0, None)?;
         if n > 0 {

@@ -62,7 +62,7 @@ impl Seq {
         let d = x.dim(-1);
         if d % q.group_size != 0 {
             // MLX's own message does not say which flag to change.
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "--kv-group-size {} does not divide the head dimension {d}; use a group size that does (32, 64 or 128)",
                 q.group_size
             )));
@@ -208,7 +208,7 @@ impl Seq {
 
     /// Rebuilds what [`Seq::named`] wrote (packed with `q` when given).
     pub fn from_named(arrays: &HashMap<String, Array>, name: &str, q: Option<QBits>) -> Result<Seq> {
-        let get = |n: &str| arrays.get(n).cloned().ok_or_else(|| Error(format!("missing tensor {n}")));
+        let get = |n: &str| arrays.get(n).cloned().ok_or_else(|| Error::msg(format!("missing tensor {n}")));
         Ok(match q {
             None => Seq::Dense(get(name)?),
             Some(q) => Seq::Packed(

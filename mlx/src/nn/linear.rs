@@ -218,7 +218,7 @@ impl Linear {
 pub(crate) fn quantized_inputs(prefix: &str, spec: &QuantSpec, a: i32, b: i32) -> Result<((i32, i32), (i32, i32))> {
     let (gs, bits) = (spec.group_size, spec.bits);
     if gs <= 0 || a % gs != 0 || b % gs != 0 || (a * bits) % 32 != 0 || (b * bits) % 32 != 0 {
-        return Err(Error(format!(
+        return Err(Error::msg(format!(
             "{prefix}: cannot split its inputs at {a}..{b}: not on its quantization groups of {gs}"
         )));
     }
@@ -257,13 +257,13 @@ pub(crate) fn quantized(
     let spec = match (w.get(&format!("{prefix}.scales")), w.quant(prefix)) {
         (None, _) => return Ok(None),
         (Some(_), None) => {
-            return Err(Error(format!("{prefix} has scales but the config declares no quantization for it")));
+            return Err(Error::msg(format!("{prefix} has scales but the config declares no quantization for it")));
         }
         (Some(_), Some(spec)) => spec,
     };
     let (gs, bits) = (spec.group_size, spec.bits);
     if gs <= 0 || bits <= 0 || in_features % gs != 0 || (in_features * bits) % 32 != 0 {
-        return Err(Error(format!(
+        return Err(Error::msg(format!(
             "{prefix}: {in_features} input features cannot be quantized with group size {gs} and {bits} bits"
         )));
     }

@@ -45,7 +45,9 @@ impl Parallel {
 /// Rank `rank`'s share of `n` units over `size` ranks (see [`Parallel::share`]).
 pub fn share(n: i32, rank: i32, size: i32, what: &str) -> crate::Result<(i32, i32)> {
     if n < size {
-        return Err(crate::Error(format!("cannot split {n} {what} over {size} ranks: each rank needs at least one")));
+        return Err(crate::Error::msg(format!(
+            "cannot split {n} {what} over {size} ranks: each rank needs at least one"
+        )));
     }
     let at = |r: i64| ((r * n as i64) / size as i64) as i32;
     Ok((at(rank as i64), at(rank as i64 + 1)))
@@ -70,7 +72,7 @@ impl HeadShare {
     /// read by the same number of local queries, in order).
     pub fn new(p: &Parallel, n_heads: i32, n_kv_heads: i32) -> crate::Result<HeadShare> {
         let bad = || {
-            crate::Error(format!(
+            crate::Error::msg(format!(
                 "cannot split {n_heads} attention heads ({n_kv_heads} key/value heads) over {} ranks",
                 p.size
             ))

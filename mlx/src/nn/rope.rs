@@ -82,7 +82,7 @@ impl Rope {
             }
             RopeScaling::LongRope { long_factor, mscale } => {
                 if long_factor.len() != (dims / 2) as usize {
-                    return Err(Error(format!(
+                    return Err(Error::msg(format!(
                         "rope_scaling.long_factor has {} entries, the rotated features need {}",
                         long_factor.len(),
                         dims / 2

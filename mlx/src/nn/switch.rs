@@ -63,7 +63,7 @@ impl SwitchLinear {
         };
         match (split, &whole) {
             (Split::Whole, _) => Ok(whole),
-            (Split::Rows(r), _) if r.len() != 1 => Err(Error(format!("{prefix}: experts split one run of rows"))),
+            (Split::Rows(r), _) if r.len() != 1 => Err(Error::msg(format!("{prefix}: experts split one run of rows"))),
             (Split::Rows(r), SwitchLinear::Dense(_)) => dense(part("weight", 1, r[0].0, r[0].1)?),
             (Split::Rows(r), SwitchLinear::Quant(q, spec)) => {
                 let (a, b) = r[0];

@@ -88,7 +88,7 @@ pub trait Weights {
         let parts = ranges
             .iter()
             .map(|&(a, b)| {
-                self.slice(name, axis, a, b)?.ok_or_else(|| Error(Problem::Missing(name.into()).to_string()))
+                self.slice(name, axis, a, b)?.ok_or_else(|| Error::msg(Problem::Missing(name.into()).to_string()))
             })
             .collect::<Result<Vec<_>>>()?;
         match parts.as_slice() {

@@ -31,7 +31,7 @@ impl RawImage {
     pub fn rgb_resized(&self, width: u32, height: u32) -> mlx::Result<Vec<u8>> {
         let (w, h) = (self.width, self.height);
         if w == 0 || h == 0 || self.rgb.len() != w as usize * h as usize * 3 {
-            return Err(mlx::Error(format!("a {w}x{h} image with {} bytes of RGB", self.rgb.len())));
+            return Err(mlx::Error::msg(format!("a {w}x{h} image with {} bytes of RGB", self.rgb.len())));
         }
         if (width, height) == (w, h) {
             return Ok(self.rgb.to_vec());

@@ -88,7 +88,7 @@ impl UnifiedVision {
         let n = ph * pw;
         let budget = self.image.max_soft_tokens as i32;
         if n > budget || n == 0 {
-            return Err(Error(format!("the resized {w}x{h} image gives {n} patches for a budget of {budget}")));
+            return Err(Error::msg(format!("the resized {w}x{h} image gives {n} patches for a budget of {budget}")));
         }
         let patches = resized.pixels.reshape(&[3, ph, m, pw, m])?.transpose(&[1, 3, 2, 4, 0])?.reshape(&[
             1,

@@ -117,7 +117,7 @@ impl Family for Gemma4UnifiedFamily {
         if let Some(o) = stored.as_object_mut() {
             o.retain(|k, _| !k.starts_with("quantization"));
         }
-        plan.config = serde_json::to_string(&stored).map_err(|e| Error(format!("config: {e}")))?.into();
+        plan.config = serde_json::to_string(&stored).map_err(|e| Error::msg(format!("config: {e}")))?.into();
         let vision = cfg.vision()?;
         let audio = cfg.audio()?;
         let both_ways = vision.as_ref().is_some_and(|v| v.image.bidirectional);

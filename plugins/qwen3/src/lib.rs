@@ -32,14 +32,9 @@ pub struct Config {
     pub hidden_act: Option<String>,
 }
 
-/// Qwen3's rope base when a config has none.
-fn default_rope_theta() -> f32 {
-    1_000_000.0
-}
-
-/// `rope_theta`, `null` read as absent.
-fn rope_theta_or_default<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f32, D::Error> {
-    Ok(Option::<f32>::deserialize(d)?.unwrap_or_else(default_rope_theta))
+plugin_api::config_defaults! {
+    // Qwen3's rope base when a config has none (or `null`).
+    default_rope_theta / rope_theta_or_default: f32 = 1_000_000.0;
 }
 
 impl FamilyConfig for Config {

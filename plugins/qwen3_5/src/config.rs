@@ -8,7 +8,7 @@ use mlx::nn::{Rope, RopeScaling};
 use mlx::{Error, Result};
 use plugin_api::config::{
     at_most, divides, implied_head_dim, in_range, limits, named_scaling, nullable, one_of, parse, positive_finite,
-    text_config,
+    present, text_config,
 };
 use plugin_api::layers::AttentionShape;
 use plugin_api::FamilyConfig;
@@ -54,30 +54,11 @@ impl FamilyConfig for CheckpointConfig {
     }
 }
 
-/// The config's `field: value` pairs where a `null` value reads as absent
-/// (as the hand parser read them): the default, and a reader for
-/// `#[serde(default = ..., deserialize_with = ...)]`.
-macro_rules! defaults {
-    ($($default:ident / $or_default:ident: $t:ty = $v:expr;)*) => {$(
-        fn $default() -> $t {
-            $v
-        }
-        fn $or_default<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<$t, D::Error> {
-            Ok(Option::<$t>::deserialize(d)?.unwrap_or_else($default))
-        }
-    )*};
-}
-
-defaults! {
+plugin_api::config_defaults! {
     yes / yes_or_null: bool = true;
     one / one_or_null: i32 = 1;
     four / four_or_null: i32 = 4;
     eps / eps_or_null: f32 = 1e-6;
-}
-
-/// A field kept as written, `null` included (`None`: absent).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> std::result::Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
 }
 
 /// A number when the field holds one; any other value reads as absent.
@@ -212,7 +193,7 @@ impl Config {
         };
         let partial = rope_f("partial_rotary_factor", t.partial_rotary_factor, 0.25);
         if !(partial > 0.0 && partial <= 1.0) {
-            return Err(Error(format!("config: field `partial_rotary_factor` is {partial}, must be in (0, 1]")));
+            return Err(Error::msg(format!("config: field `partial_rotary_factor` is {partial}, must be in (0, 1]")));
         }
         let mpe = t.max_position_embeddings;
         let scaling = match rp {
@@ -224,7 +205,7 @@ impl Config {
         let linear: Vec<bool> = match t.layer_types.as_ref().and_then(Value::as_array) {
             Some(types) => {
                 if types.len() != n_layers as usize {
-                    return Err(Error(format!(
+                    return Err(Error::msg(format!(
                         "config: layer_types has {} entries for {n_layers} layers",
                         types.len()
                     )));
@@ -234,7 +215,7 @@ impl Config {
                     .map(|t| match t.as_str() {
                         Some("linear_attention") => Ok(true),
                         Some("full_attention") => Ok(false),
-                        other => Err(Error(format!("config: unsupported layer type {other:?}"))),
+                        other => Err(Error::msg(format!("config: unsupported layer type {other:?}"))),
                     })
                     .collect::<Result<_>>()?
             }
@@ -300,7 +281,7 @@ impl Config {
         positive_finite("rope_theta", self.rope_theta)?;
         positive_finite("rms_norm_eps", self.rms_norm_eps)?;
         if self.rope_dims < 2 || self.rope_dims % 2 != 0 {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "config: head_dim {} times partial_rotary_factor gives {} rotated features, which must be even and at least 2",
                 self.head_dim, self.rope_dims
             )));

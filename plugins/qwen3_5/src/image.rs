@@ -74,7 +74,7 @@ impl ImageConfig {
             min_pixels = min_pixels.min(max_pixels);
         }
         if !(min_pixels > 0.0 && max_pixels >= min_pixels && max_pixels.is_finite()) {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "processor config: min_pixels {min_pixels} / max_pixels {max_pixels} must be positive and ordered"
             )));
         }
@@ -94,7 +94,7 @@ impl ImageConfig {
         for (k, want) in [("patch_size", vision.patch_size), ("temporal_patch_size", vision.temporal_patch_size)] {
             if let Some(v) = p.get(k).and_then(Value::as_i64) {
                 if v != want as i64 {
-                    return Err(Error(format!("processor config: {k} {v} differs from vision_config's {want}")));
+                    return Err(Error::msg(format!("processor config: {k} {v} differs from vision_config's {want}")));
                 }
             }
         }
@@ -135,7 +135,7 @@ impl ImageConfig {
     pub fn target_size(&self, h: u32, w: u32) -> Result<(u32, u32)> {
         let (hf, wf) = (h as f64, w as f64);
         if hf.max(wf) / hf.min(wf) > 200.0 {
-            return Err(Error(format!("a {w}x{h} image: the aspect ratio must be at most 200")));
+            return Err(Error::msg(format!("a {w}x{h} image: the aspect ratio must be at most 200")));
         }
         let f = self.factor();
         let (mut th, mut tw) = ((hf / f).round_ties_even() * f, (wf / f).round_ties_even() * f);
@@ -156,7 +156,7 @@ impl ImageConfig {
     /// placeholder count (one per 2x2 window).
     pub fn process(&self, img: &RawImage) -> Result<MediaInput> {
         if img.width == 0 || img.height == 0 {
-            return Err(Error(format!("a {}x{} image", img.width, img.height)));
+            return Err(Error::msg(format!("a {}x{} image", img.width, img.height)));
         }
         let (th, tw) = self.target_size(img.height, img.width)?;
         let rgb = img.rgb_resized(tw, th)?;

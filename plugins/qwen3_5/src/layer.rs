@@ -54,9 +54,9 @@ impl Layer {
         let mlp = match &cfg.moe {
             Some(m) if sparse => Mlp::Sparse(Box::new(SparseMoe::load(w, &format!("{p}.mlp"), h, m)?)),
             _ => {
-                let inter = cfg
-                    .intermediate_size
-                    .ok_or_else(|| Error(format!("config: missing field `intermediate_size` ({p} has a dense MLP)")))?;
+                let inter = cfg.intermediate_size.ok_or_else(|| {
+                    Error::msg(format!("config: missing field `intermediate_size` ({p} has a dense MLP)"))
+                })?;
                 Mlp::Dense(Box::new(GatedMlp::load(w, &format!("{p}.mlp"), h, inter)?))
             }
         };

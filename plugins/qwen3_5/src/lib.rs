@@ -9,10 +9,8 @@
 //! multi-token-prediction head becomes the family's speculative-decoding
 //! drafter ([`mtp`]).
 
-// First: its `defaults!` serves the modules below.
-#[macro_use]
-pub mod config;
 pub mod chunked;
+pub mod config;
 pub mod gdn;
 pub mod image;
 pub mod layer;
@@ -189,7 +187,7 @@ impl Family for Qwen3_5Family {
         if role == DraftRole::Checkpoint {
             // A separate Qwen3.5 checkpoint cannot be a small-LM drafter: its
             // linear-attention state cannot be trimmed back after a rejected draft.
-            return Err(Error(
+            return Err(Error::msg(
                 "a qwen3_5 checkpoint cannot draft for another model (its recurrent state cannot roll back); \
                  Qwen3.5 drafts with its own MTP head (drop --draft-model)"
                     .into(),

@@ -49,14 +49,14 @@ impl MtpDrafter {
     /// model whose embedding and output head are in `target` (config `tcfg`).
     pub fn load(cfg: &Config, w: &dyn Weights, tcfg: &Config, target: &dyn Weights) -> Result<Self> {
         if cfg.hidden_size != tcfg.hidden_size || cfg.vocab_size != tcfg.vocab_size {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "MTP head: hidden size {} / vocabulary {} differ from the target's {} / {}",
                 cfg.hidden_size, cfg.vocab_size, tcfg.hidden_size, tcfg.vocab_size
             )));
         }
         let n = cfg.mtp_layers;
         if n < 1 {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "config: mtp_num_hidden_layers is {n} but the checkpoint has MTP weights ({MTP_PREFIX}fc.weight)"
             )));
         }
@@ -95,21 +95,21 @@ impl Drafter for MtpDrafter {
         own: &mut Caches<'_>,
     ) -> Result<(Array, Array)> {
         if hidden.ndim() != 3 || hidden.dim(-1) != self.hidden_size {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "MTP step: hidden state of shape {:?}, expected [B, L, {}]",
                 hidden.shape(),
                 self.hidden_size
             )));
         }
         if tokens.ndim() != 2 || tokens.dim(0) != hidden.dim(0) || tokens.dim(1) != hidden.dim(1) {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "MTP step: tokens of shape {:?} for a hidden state of shape {:?} (want [B, L])",
                 tokens.shape(),
                 hidden.shape()
             )));
         }
         if own.len() < self.layers.len() {
-            return Err(Error(format!("MTP step: {} cache slots given, {} needed", own.len(), self.layers.len())));
+            return Err(Error::msg(format!("MTP step: {} cache slots given, {} needed", own.len(), self.layers.len())));
         }
         let e = self.embed.forward(tokens)?;
         let x = mlx::concatenate(&[&self.norm_embed.forward(&e)?, &self.norm_hidden.forward(hidden)?], -1)?;

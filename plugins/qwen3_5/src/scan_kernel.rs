@@ -191,7 +191,7 @@ pub fn scan_kernel(q: &Array, k: &Array, v: &Array, g: &Array, beta: &Array, sta
         && hk > 0
         && hv % hk == 0;
     if !shape_ok {
-        return Err(Error(format!(
+        return Err(Error::msg(format!(
             "gated delta scan kernel: shapes q {:?} k {:?} v {:?} g {:?} beta {:?} state {:?} do not fit \
              [B,T,Hk,Dk], [B,T,Hv,Dv], [B,T,Hv], [B,Hv,Dv,Dk] with Hv a multiple of Hk",
             q.shape(),
@@ -205,7 +205,7 @@ pub fn scan_kernel(q: &Array, k: &Array, v: &Array, g: &Array, beta: &Array, sta
     let state = if state.dtype() == Dtype::F32 { state.clone() } else { state.astype(Dtype::F32)? };
     let tlen = Array::from_slice(&[t], &[1])?;
     KERNEL.with(|k_| -> Result<(Array, Array)> {
-        let kern = k_.as_ref().map_err(|e| Error(e.clone()))?;
+        let kern = k_.as_ref().map_err(|e| Error::msg(e.clone()))?;
         let y_shape = [b, t, hv, dv];
         let s_shape = [b, hv, dv, dk];
         let outs = kern.call(&Launch {

@@ -12,7 +12,7 @@ use plugin_api::media::MediaInput;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-defaults! {
+plugin_api::config_defaults! {
     d3420 / d3420_or_null: i32 = 3420;
     d1536 / d1536_or_null: i32 = 1536;
     d16 / d16_or_null: i32 = 16;
@@ -72,7 +72,7 @@ impl VisionConfig {
         ];
         for (name, v) in sizes {
             if !(1..=1 << 20).contains(&v) {
-                return Err(Error(format!("config: vision_config.{name} must be a positive size, got {v}")));
+                return Err(Error::msg(format!("config: vision_config.{name} must be a positive size, got {v}")));
             }
         }
         let g = (cfg.num_position_embeddings as f64).sqrt() as i32;
@@ -182,7 +182,7 @@ impl VisionTower {
         let (gh, gw) = (img.grid[1] as i32, img.grid[2] as i32);
         let n = img.pixels.dim(0);
         if img.grid.len() != 3 || img.grid[0] != 1 || n != gh * gw {
-            return Err(Error(format!("qwen3_5 vision: patches {n} do not fit the grid {:?}", img.grid)));
+            return Err(Error::msg(format!("qwen3_5 vision: patches {n} do not fit the grid {:?}", img.grid)));
         }
         // Pixels in (time, row, column, channel) order, as the weight's layout.
         let x = img

@@ -69,7 +69,7 @@ impl AssistantConfig {
         }
         let text = Config::parse(&c)?;
         if text.num_kv_shared_layers != text.num_hidden_layers {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "config: text_config.num_kv_shared_layers is {}, but every layer of a gemma4_assistant reads the target's K/V ({})",
                 text.num_kv_shared_layers, text.num_hidden_layers
             )));
@@ -93,7 +93,7 @@ impl AssistantConfig {
                 || cfg.text.vocab_size % cfg.num_centroids != 0
                 || !(1..=cfg.num_centroids).contains(&cfg.centroid_intermediate_top_k))
         {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "config: use_ordered_embeddings needs num_centroids dividing the vocabulary ({}) and centroid_intermediate_top_k in 1..=num_centroids (got {} and {})",
                 cfg.text.vocab_size, cfg.num_centroids, cfg.centroid_intermediate_top_k
             )));
@@ -187,14 +187,14 @@ impl Gemma4Assistant {
         target_w: &dyn Weights,
     ) -> Result<Gemma4Assistant> {
         if target_plan.family.as_str() != "gemma4" || target_plan.model_type.as_str() == MODEL_TYPE {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "a gemma4_assistant drafts for a gemma4 target; the target is {} ({})",
                 target_plan.family, target_plan.model_type
             )));
         }
         let tcfg = Config::from_plan(target_plan)?;
         if cfg.backbone_hidden_size != tcfg.hidden_size {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "config: backbone_hidden_size {} differs from the target's hidden_size {}",
                 cfg.backbone_hidden_size, tcfg.hidden_size
             )));
@@ -211,12 +211,12 @@ impl Gemma4Assistant {
                 let full = t.full[i];
                 let kind = if full { "full" } else { "sliding" };
                 let slot = last(full).ok_or_else(|| {
-                    Error(format!(
+                    Error::msg(format!(
                         "gemma4_assistant layer {i} reads {kind} attention, which the target has no cache for"
                     ))
                 })?;
                 if t.head_dim_of(full) != tcfg.head_dim_of(full) {
-                    return Err(Error(format!(
+                    return Err(Error::msg(format!(
                         "config: gemma4_assistant layer {i} ({kind}) has head_dim {}, the target's {kind} layers {}",
                         t.head_dim_of(full),
                         tcfg.head_dim_of(full)
@@ -268,7 +268,7 @@ impl Drafter for Gemma4Assistant {
     ) -> Result<(Array, Array)> {
         let l = hidden.dim(1);
         if tokens.ndim() != 2 || tokens.dim(1) != l || l < 1 {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "gemma4_assistant: hidden {:?} and tokens {:?} must both be [B, L]",
                 hidden.shape(),
                 tokens.shape()

@@ -33,7 +33,7 @@ pub struct AudioConfig {
 /// config.json, else `default`.
 pub fn processor_setting(c: &Value, name: &str, default: u32) -> Result<u32> {
     if let Some(v) = c.get("processor_config").and_then(|p| p.get(name)) {
-        return serde_json::from_value(v.clone()).map_err(|e| Error(format!("processor config: {name}: {e}")));
+        return serde_json::from_value(v.clone()).map_err(|e| Error::msg(format!("processor config: {name}: {e}")));
     }
     field_or(c, name, default)
 }
@@ -114,7 +114,7 @@ pub fn tokens_for(audio: &RawAudio, ms_per_token: u32, max: u32) -> u32 {
 /// [`MIN_SAMPLES`] samples long.
 pub fn check_clip(audio: &RawAudio) -> Result<()> {
     if audio.sample_rate != RawAudio::SAMPLE_RATE {
-        return Err(Error(format!(
+        return Err(Error::msg(format!(
             "the clip is at {} Hz; gemma4 takes {} Hz (the host resamples)",
             audio.sample_rate,
             RawAudio::SAMPLE_RATE
@@ -124,7 +124,7 @@ pub fn check_clip(audio: &RawAudio) -> Result<()> {
         return Err(Error::msg("the clip has no samples"));
     }
     if audio.samples.len() < MIN_SAMPLES {
-        return Err(Error(format!(
+        return Err(Error::msg(format!(
             "the clip is {} samples long at 16 kHz; gemma4's audio features need at least {MIN_SAMPLES} (about {} ms)",
             audio.samples.len(),
             MIN_SAMPLES * 1000 / RawAudio::SAMPLE_RATE as usize

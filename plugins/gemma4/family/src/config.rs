@@ -5,8 +5,8 @@
 use mlx::nn::{Rope, RopeScaling};
 use mlx::{Error, Result};
 use plugin_api::config::{
-    at_most, divides, field_or, in_range, limits, named_scaling, nullable, one_of, parse, positive_finite, text_config,
-    DecoderFields,
+    at_most, divides, field_or, in_range, limits, named_scaling, nullable, one_of, parse, positive_finite, present,
+    text_config, DecoderFields,
 };
 use plugin_api::layers::AttentionShape;
 use plugin_api::ModelPlan;
@@ -38,21 +38,7 @@ impl RopeParams {
     }
 }
 
-/// The config's `field: value` pairs where a `null` value reads as absent
-/// (as the hand parser read them): the default, and a reader for
-/// `#[serde(default = ..., deserialize_with = ...)]`.
-macro_rules! defaults {
-    ($($default:ident / $or_default:ident: $t:ty = $v:expr;)*) => {$(
-        fn $default() -> $t {
-            $v
-        }
-        fn $or_default<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<$t, D::Error> {
-            Ok(Option::<$t>::deserialize(d)?.unwrap_or_else($default))
-        }
-    )*};
-}
-
-defaults! {
+plugin_api::config_defaults! {
     text_type / text_type_or_null: String = "gemma4_text".to_string();
     yes / yes_or_null: bool = true;
     five / five_or_null: i32 = 5;
@@ -63,11 +49,6 @@ defaults! {
     context / context_or_null: i32 = 131072;
     eps / eps_or_null: f32 = 1e-6;
     softcap / softcap_or_null: f32 = 30.0;
-}
-
-/// A field kept as written, `null` included (`None`: absent).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> std::result::Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
 }
 
 /// What the top level of config.json says beside `text_config`.
@@ -222,12 +203,12 @@ impl Config {
         };
         let full = match &text.layer_types {
             Some(types) => serde_json::from_value::<Vec<String>>(types.clone())
-                .map_err(|e| Error(format!("config: field `layer_types`: {e}")))?
+                .map_err(|e| Error::msg(format!("config: field `layer_types`: {e}")))?
                 .iter()
                 .map(|s| match s.as_str() {
                     "full_attention" => Ok(true),
                     "sliding_attention" => Ok(false),
-                    other => Err(Error(format!("config: layer_types: unsupported layer type {other:?}"))),
+                    other => Err(Error::msg(format!("config: layer_types: unsupported layer type {other:?}"))),
                 })
                 .collect::<Result<Vec<bool>>>()?,
             None => {
@@ -236,7 +217,7 @@ impl Config {
             }
         };
         if full.len() != n as usize {
-            return Err(Error(format!("config: layer_types has {} entries for {n} layers", full.len())));
+            return Err(Error::msg(format!("config: layer_types has {} entries for {n} layers", full.len())));
         }
         let (rope_full, rope_sliding) = match &text.rope_parameters {
             Some(r) => (
@@ -283,7 +264,7 @@ impl Config {
         };
         cfg.check()?;
         if cfg.num_kv_shared_layers < 0 || cfg.num_kv_shared_layers > n {
-            return Err(Error(format!("config: num_kv_shared_layers {} out of range", cfg.num_kv_shared_layers)));
+            return Err(Error::msg(format!("config: num_kv_shared_layers {} out of range", cfg.num_kv_shared_layers)));
         }
         if cfg.sliding_window < 1 {
             return Err(Error::msg("config: sliding_window must be positive"));
@@ -294,7 +275,7 @@ impl Config {
                 || cfg.top_k_experts > cfg.num_experts
                 || cfg.moe_intermediate_size < 1)
         {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "config: enable_moe_block needs num_experts >= 1, top_k_experts in 1..=num_experts and \
                  moe_intermediate_size >= 1 (got {}, {} and {})",
                 cfg.num_experts, cfg.top_k_experts, cfg.moe_intermediate_size
@@ -330,7 +311,7 @@ impl Config {
             match r.scaling {
                 RopeScaling::Proportional { partial_rotary_factor: p, factor } => {
                     if !(0.0..=1.0).contains(&p) {
-                        return Err(Error(format!(
+                        return Err(Error::msg(format!(
                             "config: field `rope_parameters.{which}.partial_rotary_factor` is {p}, must be in [0, 1]"
                         )));
                     }
@@ -338,7 +319,7 @@ impl Config {
                 }
                 RopeScaling::None | RopeScaling::Linear { .. } => {}
                 _ => {
-                    return Err(Error(format!(
+                    return Err(Error::msg(format!(
                         "config: rope_parameters.{which}: gemma4 rotates plainly, linearly or proportionally"
                     )))
                 }
@@ -346,7 +327,7 @@ impl Config {
         }
         if let Some(c) = self.final_logit_softcapping {
             if !c.is_finite() {
-                return Err(Error(format!("config: field `final_logit_softcapping` is {c}, must be finite")));
+                return Err(Error::msg(format!("config: field `final_logit_softcapping` is {c}, must be finite")));
             }
         }
         if self.enable_moe_block {
@@ -381,7 +362,7 @@ impl Config {
                 (0..m)
                     .rev()
                     .find(|&j| self.full[j] == self.full[i])
-                    .ok_or_else(|| Error(format!("config: KV-shared layer {i} has no earlier layer of its type")))
+                    .ok_or_else(|| Error::msg(format!("config: KV-shared layer {i} has no earlier layer of its type")))
             })
             .collect()
     }

@@ -85,12 +85,12 @@ impl ImageConfig {
         let mut cfg = cfg;
         if let Some(n) = c.get("famlx_image_tokens").and_then(Value::as_u64) {
             if !BUDGETS.contains(&(n as u32)) {
-                return Err(Error(format!("gemma4 takes {BUDGETS:?} soft tokens per image, not {n}")));
+                return Err(Error::msg(format!("gemma4 takes {BUDGETS:?} soft tokens per image, not {n}")));
             }
             cfg.max_soft_tokens = n as u32;
         }
         if !(1..=4096).contains(&cfg.max_soft_tokens) {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "processor config: max_soft_tokens must be in 1..=4096 (Gemma 4 uses {BUDGETS:?}), got {}",
                 cfg.max_soft_tokens
             )));
@@ -122,7 +122,7 @@ impl ImageConfig {
         let (mut th, mut tw) = (side(h), side(w));
         let max_side = self.max_soft_tokens * m;
         if th == 0 && tw == 0 {
-            return Err(Error(format!("a {w}x{h} image cannot be resized for the vision tower")));
+            return Err(Error::msg(format!("a {w}x{h} image cannot be resized for the vision tower")));
         }
         if th == 0 {
             th = m;
@@ -138,7 +138,7 @@ impl ImageConfig {
     /// grid, and its soft-token count.
     pub fn process(&self, img: &RawImage) -> Result<MediaInput> {
         if img.width == 0 || img.height == 0 {
-            return Err(Error(format!("a {}x{} image", img.width, img.height)));
+            return Err(Error::msg(format!("a {}x{} image", img.width, img.height)));
         }
         let (th, tw) = self.target_size(img.height, img.width)?;
         let rgb = img.rgb_resized(tw, th)?;

@@ -202,13 +202,12 @@ impl Model for Gemma4Text {
         let mut kept: Vec<Option<SharedKv>> = vec![None; self.n_layers];
         for (j, layer) in self.layers.iter().enumerate() {
             let i = first + j;
-            let shared =
-                match layer.slot {
-                    Some(_) => None,
-                    None => Some(kept[layer.source].as_ref().ok_or_else(|| {
-                        Error(format!("gemma4: layer {i}: source layer {} kept no K/V", layer.source))
-                    })?),
-                };
+            let shared = match layer.slot {
+                Some(_) => None,
+                None => Some(kept[layer.source].as_ref().ok_or_else(|| {
+                    Error::msg(format!("gemma4: layer {i}: source layer {} kept no K/V", layer.source))
+                })?),
+            };
             let li = pli.as_ref().map(|p| p.slice_axis(2, i as i32, i as i32 + 1)?.squeeze(&[2])).transpose()?;
             let (out, k) = layer.forward(&h, caches, shared, li.as_ref(), overlay.as_ref())?;
             h = out;

@@ -79,7 +79,7 @@ impl VisionConfig {
         ];
         for (name, v) in checks {
             if !(1..=1 << 20).contains(&v) {
-                return Err(Error(format!("config: vision_config.{name} must be a positive size, got {v}")));
+                return Err(Error::msg(format!("config: vision_config.{name} must be a positive size, got {v}")));
             }
         }
         if cfg.num_attention_heads % cfg.num_key_value_heads != 0 || cfg.head_dim % 4 != 0 {

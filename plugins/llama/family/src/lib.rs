@@ -53,14 +53,9 @@ pub struct Config {
     pub gguf: bool,
 }
 
-/// mlx-lm's rope base when a config has none.
-fn default_rope_theta() -> f32 {
-    10000.0
-}
-
-/// `rope_theta`, `null` read as absent.
-fn rope_theta_or_default<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f32, D::Error> {
-    Ok(Option::<f32>::deserialize(d)?.unwrap_or_else(default_rope_theta))
+plugin_api::config_defaults! {
+    // mlx-lm's rope base when a config has none (or `null`).
+    default_rope_theta / rope_theta_or_default: f32 = 10000.0;
 }
 
 impl Config {
@@ -125,7 +120,7 @@ impl FamilyConfig for Config {
         let p = self.partial_rotary_factor.unwrap_or(1.0);
         let dims = self.rope_dims()?;
         if !(p > 0.0 && p <= 1.0) || dims < 2 || dims % 2 != 0 {
-            return Err(Error(format!(
+            return Err(Error::msg(format!(
                 "config: field `partial_rotary_factor` is {p}: it must be in (0, 1] and rotate an even number of features"
             )));
         }

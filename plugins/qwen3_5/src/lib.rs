@@ -189,8 +189,7 @@ impl Family for Qwen3_5Family {
             // linear-attention state cannot be trimmed back after a rejected draft.
             return Err(Error::msg(
                 "a qwen3_5 checkpoint cannot draft for another model (its recurrent state cannot roll back); \
-                 Qwen3.5 drafts with its own MTP head (drop --draft-model)"
-                    .into(),
+                 Qwen3.5 drafts with its own MTP head (drop --draft-model)",
             ));
         }
         if !mtp::has_mtp(w) {

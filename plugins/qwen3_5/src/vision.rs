@@ -9,7 +9,7 @@ use mlx::nn::{gelu_approx, Kind, Linear, Weights};
 use mlx::{Array, Dtype, Error, Result};
 use plugin_api::config::parse;
 use plugin_api::media::MediaInput;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::Value;
 
 plugin_api::config_defaults! {

@@ -10,7 +10,7 @@ use plugin_api::config::{
 };
 use plugin_api::layers::AttentionShape;
 use plugin_api::ModelPlan;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// Rope settings of one attention type (a `rope_parameters` entry).

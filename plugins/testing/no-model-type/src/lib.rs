@@ -23,11 +23,11 @@ impl Family for NoModelTypeFamily {
     }
 
     fn plan(&self, _config: &Value, _raw: &Value) -> Result<ModelPlan> {
-        Err(Error::msg("nomodeltype plugin: never planned".into()))
+        Err(Error::msg("nomodeltype plugin: never planned"))
     }
 
     fn build(&self, _config: &Value, _plan: &ModelPlan, _w: &dyn Weights) -> Result<Box<dyn Model>> {
-        Err(Error::msg("nomodeltype plugin: never built".into()))
+        Err(Error::msg("nomodeltype plugin: never built"))
     }
 }
 

@@ -28,7 +28,7 @@ fn gguf_metadata_becomes_a_config() {
     assert_eq!(c["num_hidden_layers"], 2);
     assert_eq!(c["vocab_size"], 512);
     assert_eq!(c["gguf"], true);
-    let e = gguf::rename_fields(Error::msg("config: field `num_key_value_heads` is 0, must be at least 1".into()));
+    let e = gguf::rename_fields(Error::msg("config: field `num_key_value_heads` is 0, must be at least 1"));
     assert_eq!(e.msg, "GGUF metadata `llama.attention.head_count_kv` is 0, must be at least 1");
 }
 

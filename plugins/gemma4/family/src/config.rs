@@ -51,6 +51,7 @@ macro_rules! defaults {
         }
     )*};
 }
+pub(crate) use defaults;
 
 defaults! {
     text_type / text_type_or_null: String = "gemma4_text".to_string();

@@ -11,14 +11,55 @@ use famlx_gemma4::media::{first_rows, Tower};
 use mlx::fast::rms_norm;
 use mlx::nn::{Kind, LayerNorm, Linear, Weights};
 use mlx::{Array, Error, Result};
-use plugin_api::config::field_or;
+use plugin_api::config::parse;
 use plugin_api::media::MediaInput;
 use plugin_api::{Placeholders, RawAudio, RawImage};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// The layer norms' epsilon (MLX's `nn.LayerNorm` default, which the
 /// reference keeps).
 const LAYER_NORM_EPS: f32 = 1e-5;
+
+plugin_api::config_defaults! {
+    sixteen / sixteen_or_null: u32 = 16;
+    three / three_or_null: u32 = 3;
+    embed / embed_or_null: i32 = 3840;
+    posemb / posemb_or_null: i32 = 1120;
+    samples / samples_or_null: i32 = 640;
+    eps / eps_or_null: f32 = 1e-6;
+}
+
+/// `vision_config` as written, the fields the embedder reads; absent (or
+/// null) fields take mlx-vlm's defaults.
+#[derive(Debug, Clone, Deserialize)]
+struct VisionWritten {
+    #[serde(default = "sixteen", deserialize_with = "sixteen_or_null")]
+    patch_size: u32,
+    #[serde(default = "three", deserialize_with = "three_or_null")]
+    pooling_kernel_size: u32,
+    /// `patch_size × pooling_kernel_size` when absent.
+    model_patch_size: Option<u32>,
+    #[serde(default = "embed", deserialize_with = "embed_or_null")]
+    mm_embed_dim: i32,
+    #[serde(default = "posemb", deserialize_with = "posemb_or_null")]
+    mm_posemb_size: i32,
+    /// `mm_embed_dim` when absent.
+    output_proj_dims: Option<i32>,
+    #[serde(default = "eps", deserialize_with = "eps_or_null")]
+    rms_norm_eps: f32,
+}
+
+/// `audio_config` as written, the fields the embedder reads.
+#[derive(Debug, Clone, Deserialize)]
+struct AudioWritten {
+    #[serde(default = "samples", deserialize_with = "samples_or_null")]
+    audio_samples_per_token: i32,
+    /// `audio_samples_per_token` when absent.
+    output_proj_dims: Option<i32>,
+    #[serde(default = "eps", deserialize_with = "eps_or_null")]
+    rms_norm_eps: f32,
+}
 
 /// `vision_config` of a unified checkpoint, with the image processor's
 /// settings.
@@ -44,20 +85,18 @@ impl UnifiedVision {
     pub fn parse(c: &Value) -> Result<Option<UnifiedVision>> {
         let Some(v) = c.get("vision_config").filter(|v| v.is_object()) else { return Ok(None) };
         let image = ImageConfig::parse(c)?.ok_or_else(|| Error::msg("config: vision_config"))?;
-        let patch: u32 = field_or(v, "patch_size", 16)?;
-        let pool: u32 = field_or(v, "pooling_kernel_size", 3)?;
-        let model_patch: u32 = field_or(v, "model_patch_size", patch * pool)?;
+        let w: VisionWritten = parse(v)?;
+        let model_patch = w.model_patch_size.unwrap_or(w.patch_size * w.pooling_kernel_size);
         if model_patch != image.patch_size * image.pooling {
             return Err(Error::msg("config: vision_config.model_patch_size must be patch_size × pooling_kernel_size"));
         }
-        let embed_dim: i32 = field_or(v, "mm_embed_dim", 3840)?;
         let cfg = UnifiedVision {
             image,
             model_patch,
-            embed_dim,
-            posemb_size: field_or(v, "mm_posemb_size", 1120)?,
-            output_dims: field_or(v, "output_proj_dims", embed_dim)?,
-            rms_norm_eps: field_or(v, "rms_norm_eps", 1e-6)?,
+            embed_dim: w.mm_embed_dim,
+            posemb_size: w.mm_posemb_size,
+            output_dims: w.output_proj_dims.unwrap_or(w.mm_embed_dim),
+            rms_norm_eps: w.rms_norm_eps,
         };
         if cfg.embed_dim <= 0 || cfg.posemb_size <= 0 || cfg.output_dims <= 0 {
             return Err(Error::msg(
@@ -132,14 +171,14 @@ impl UnifiedAudio {
     /// From config.json (`None` without `audio_config`).
     pub fn parse(c: &Value) -> Result<Option<UnifiedAudio>> {
         let Some(a) = c.get("audio_config").filter(|v| v.is_object()) else { return Ok(None) };
-        let samples: i32 = field_or(a, "audio_samples_per_token", 640)?;
+        let w: AudioWritten = parse(a)?;
         let cfg = UnifiedAudio {
             audio_token_id: plugin_api::config::field(c, "audio_token_id")?,
             boa_token_id: plugin_api::config::field(c, "boa_token_id")?,
             eoa_token_id: famlx_gemma4::audio::eoa_token_id(c)?,
-            samples_per_token: samples,
-            output_dims: field_or(a, "output_proj_dims", samples)?,
-            rms_norm_eps: field_or(a, "rms_norm_eps", 1e-6)?,
+            samples_per_token: w.audio_samples_per_token,
+            output_dims: w.output_proj_dims.unwrap_or(w.audio_samples_per_token),
+            rms_norm_eps: w.rms_norm_eps,
             max_tokens: processor_setting(c, "audio_seq_length", 750)?,
             ms_per_token: famlx_gemma4::audio::ms_per_token(c)?,
         };

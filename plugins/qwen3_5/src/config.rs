@@ -62,7 +62,7 @@ plugin_api::config_defaults! {
 }
 
 /// A number when the field holds one; any other value reads as absent.
-fn any_number<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<f64>, D::Error> {
+pub(crate) fn any_number<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<f64>, D::Error> {
     Ok(Value::deserialize(d)?.as_f64())
 }
 

@@ -7,10 +7,63 @@
 use crate::vision::VisionConfig;
 use mlx::{Array, Error, Result};
 use plugin_api::abi_stable::std_types::ROption;
-use plugin_api::config::{field, field_or, text_config};
+use plugin_api::config::{field, field_or, parse, text_config};
 use plugin_api::media::MediaInput;
 use plugin_api::{MediaSpec, Placeholders, RawImage};
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+
+plugin_api::config_defaults! {
+    yes / yes_or_null: bool = true;
+    halves / halves_or_null: [f32; 3] = [0.5; 3];
+    byte / byte_or_null: f32 = 1.0 / 255.0;
+}
+
+/// An integer when the field holds one; any other value reads as absent.
+fn any_integer<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<i64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_i64())
+}
+
+/// The image processor's settings as written; absent (or null) fields take
+/// the processor's defaults, and the pixel budget and patch sizes read as
+/// absent when they are not numbers.
+#[derive(Debug, Clone, Deserialize)]
+struct Processor {
+    /// Its `shortest_edge` / `longest_edge` bound the pixels when numbers.
+    size: Option<Value>,
+    /// Fewest pixels (over `size.shortest_edge`; else 56²).
+    #[serde(default, deserialize_with = "crate::config::any_number")]
+    min_pixels: Option<f64>,
+    /// Most pixels (over `size.longest_edge`; else 14² × 4 × 1280).
+    #[serde(default, deserialize_with = "crate::config::any_number")]
+    max_pixels: Option<f64>,
+    #[serde(default = "yes", deserialize_with = "yes_or_null")]
+    do_normalize: bool,
+    #[serde(default = "yes", deserialize_with = "yes_or_null")]
+    do_rescale: bool,
+    /// Must match `vision_config`'s when given.
+    #[serde(default, deserialize_with = "any_integer")]
+    patch_size: Option<i64>,
+    /// Must match `vision_config`'s when given.
+    #[serde(default, deserialize_with = "any_integer")]
+    temporal_patch_size: Option<i64>,
+}
+
+/// The processor's normalization, read only when it normalizes.
+#[derive(Debug, Clone, Deserialize)]
+struct Normalize {
+    #[serde(default = "halves", deserialize_with = "halves_or_null")]
+    image_mean: [f32; 3],
+    #[serde(default = "halves", deserialize_with = "halves_or_null")]
+    image_std: [f32; 3],
+}
+
+/// The processor's rescale, read only when it rescales.
+#[derive(Debug, Clone, Deserialize)]
+struct Rescale {
+    #[serde(default = "byte", deserialize_with = "byte_or_null")]
+    rescale_factor: f32,
+}
 
 /// Image settings of a VL checkpoint.
 #[derive(Debug, Clone)]
@@ -48,22 +101,10 @@ impl ImageConfig {
                 o.extend(over.clone());
             }
         }
-        let mut min_pixels = 56.0 * 56.0;
-        let mut max_pixels = 14.0 * 14.0 * 4.0 * 1280.0;
-        if let Some(size) = p.get("size").filter(|s| s.is_object()) {
-            if let Some(v) = size.get("shortest_edge").and_then(Value::as_f64) {
-                min_pixels = v;
-            }
-            if let Some(v) = size.get("longest_edge").and_then(Value::as_f64) {
-                max_pixels = v;
-            }
-        }
-        if let Some(v) = p.get("min_pixels").and_then(Value::as_f64) {
-            min_pixels = v;
-        }
-        if let Some(v) = p.get("max_pixels").and_then(Value::as_f64) {
-            max_pixels = v;
-        }
+        let w: Processor = parse(&p)?;
+        let edge = |k: &str| w.size.as_ref().and_then(|s| s.get(k)).and_then(Value::as_f64);
+        let mut min_pixels = w.min_pixels.or(edge("shortest_edge")).unwrap_or(56.0 * 56.0);
+        let mut max_pixels = w.max_pixels.or(edge("longest_edge")).unwrap_or(14.0 * 14.0 * 4.0 * 1280.0);
         if let Some(n) = c.get("famlx_image_tokens").and_then(Value::as_u64) {
             // One placeholder per merged window of (patch x merge)^2 pixels.
             let window = (vision.patch_size * vision.spatial_merge_size) as f64;
@@ -78,9 +119,8 @@ impl ImageConfig {
                 "processor config: min_pixels {min_pixels} / max_pixels {max_pixels} must be positive and ordered"
             )));
         }
-        let normalize = if field_or(&p, "do_normalize", true)? {
-            let mean: [f32; 3] = field_or(&p, "image_mean", [0.5; 3])?;
-            let std: [f32; 3] = field_or(&p, "image_std", [0.5; 3])?;
+        let normalize = if w.do_normalize {
+            let Normalize { image_mean: mean, image_std: std } = parse(&p)?;
             if std.iter().any(|s| *s == 0.0 || !s.is_finite()) {
                 return Err(Error::msg("processor config: image_std must be finite and non-zero"));
             }
@@ -91,8 +131,11 @@ impl ImageConfig {
         let t = text_config(c);
         let rp = t.get("rope_parameters").or_else(|| t.get("rope_scaling")).cloned().unwrap_or(Value::Null);
         let mrope_section: [i32; 3] = field_or(&rp, "mrope_section", [11, 11, 10])?;
-        for (k, want) in [("patch_size", vision.patch_size), ("temporal_patch_size", vision.temporal_patch_size)] {
-            if let Some(v) = p.get(k).and_then(Value::as_i64) {
+        for (k, v, want) in [
+            ("patch_size", w.patch_size, vision.patch_size),
+            ("temporal_patch_size", w.temporal_patch_size, vision.temporal_patch_size),
+        ] {
+            if let Some(v) = v {
                 if v != want as i64 {
                     return Err(Error::msg(format!("processor config: {k} {v} differs from vision_config's {want}")));
                 }
@@ -102,7 +145,7 @@ impl ImageConfig {
             image_token_id: field(c, "image_token_id")?,
             min_pixels,
             max_pixels,
-            rescale: if field_or(&p, "do_rescale", true)? { field_or(&p, "rescale_factor", 1.0 / 255.0)? } else { 1.0 },
+            rescale: if w.do_rescale { parse::<Rescale>(&p)?.rescale_factor } else { 1.0 },
             normalize,
             mrope_section,
             vision,

@@ -29,13 +29,37 @@ use crate::config::Config;
 use crate::layer::Gemma4Layer;
 use mlx::nn::{Embedding, Kind, Linear, OutputHead, RmsNorm, Weights};
 use mlx::{concatenate, full, Array, Dtype, Error, Result};
-use plugin_api::config::{eos_ids, field_or, in_range, limits};
+use plugin_api::config::{eos_ids, field_or, in_range, limits, nullable, parse};
 use plugin_api::{AttnMask, CacheKind, ModelPlan};
 use plugin_api::{Caches, Drafter};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// The model type this module serves.
 pub const MODEL_TYPE: &str = "gemma4_assistant";
+
+plugin_api::config_defaults! {
+    yes / yes_or_null: bool = true;
+    backbone / backbone_or_null: i32 = 1536;
+    centroids / centroids_or_null: i32 = 2048;
+    top_k / top_k_or_null: i32 = 32;
+}
+
+/// What the top level of an assistant's config.json says beside
+/// `text_config`; absent (or null) fields take HF's defaults.
+#[derive(Debug, Clone, Deserialize)]
+struct Top {
+    #[serde(default = "backbone", deserialize_with = "backbone_or_null")]
+    backbone_hidden_size: i32,
+    #[serde(default, deserialize_with = "nullable")]
+    use_ordered_embeddings: bool,
+    #[serde(default = "centroids", deserialize_with = "centroids_or_null")]
+    num_centroids: i32,
+    #[serde(default = "top_k", deserialize_with = "top_k_or_null")]
+    centroid_intermediate_top_k: i32,
+    #[serde(default = "yes", deserialize_with = "yes_or_null")]
+    tie_word_embeddings: bool,
+}
 
 /// The assistant's config.json.
 #[derive(Debug, Clone)]
@@ -79,13 +103,14 @@ impl AssistantConfig {
                 "config: a gemma4_assistant has no MoE block and no per-layer inputs (text_config.enable_moe_block / hidden_size_per_layer_input)",
             ));
         }
+        let top: Top = parse(&c)?;
         let cfg = AssistantConfig {
             text,
-            backbone_hidden_size: field_or(&c, "backbone_hidden_size", 1536)?,
-            use_ordered_embeddings: field_or(&c, "use_ordered_embeddings", false)?,
-            num_centroids: field_or(&c, "num_centroids", 2048)?,
-            centroid_intermediate_top_k: field_or(&c, "centroid_intermediate_top_k", 32)?,
-            tie_word_embeddings: field_or(&c, "tie_word_embeddings", true)?,
+            backbone_hidden_size: top.backbone_hidden_size,
+            use_ordered_embeddings: top.use_ordered_embeddings,
+            num_centroids: top.num_centroids,
+            centroid_intermediate_top_k: top.centroid_intermediate_top_k,
+            tie_word_embeddings: top.tie_word_embeddings,
         };
         in_range("backbone_hidden_size", cfg.backbone_hidden_size, limits::HIDDEN)?;
         if cfg.use_ordered_embeddings

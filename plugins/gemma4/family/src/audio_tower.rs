@@ -12,11 +12,62 @@ use crate::clipped::ClippedLinear;
 use mlx::fast::{layer_norm, rms_norm};
 use mlx::nn::{silu, Kind, Linear, Weights};
 use mlx::{Array, Dtype, Error, Result};
-use plugin_api::config::field_or;
+use plugin_api::config::{nullable, parse};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// Mel bins of the tower's input.
 const MEL_BINS: i32 = 128;
+
+plugin_api::config_defaults! {
+    channels / channels_or_null: Vec<i32> = vec![128, 32];
+    d1024 / d1024_or_null: i32 = 1024;
+    twelve / twelve_or_null: i32 = 12;
+    eight / eight_or_null: i32 = 8;
+    five / five_or_null: i32 = 5;
+    half / half_or_null: f64 = 0.5;
+    thirteen / thirteen_or_null: i32 = 13;
+    cap / cap_or_null: f64 = 50.0;
+    invalid / invalid_or_null: f64 = -1e9;
+    eps / eps_or_null: f32 = 1e-6;
+    clip / clip_or_null: f64 = 1e10;
+    // A null width reads as absent too: the default projection.
+    proj / proj_or_null: Option<i32> = Some(1536);
+}
+
+/// `audio_config` as written; absent (or null) fields take mlx-vlm
+/// 0.7.10's defaults (the E2B/E4B tower).
+#[derive(Debug, Clone, Deserialize)]
+struct Written {
+    #[serde(default = "channels", deserialize_with = "channels_or_null")]
+    subsampling_conv_channels: Vec<i32>,
+    #[serde(default = "d1024", deserialize_with = "d1024_or_null")]
+    hidden_size: i32,
+    #[serde(default = "twelve", deserialize_with = "twelve_or_null")]
+    num_hidden_layers: i32,
+    #[serde(default = "eight", deserialize_with = "eight_or_null")]
+    num_attention_heads: i32,
+    #[serde(default = "five", deserialize_with = "five_or_null")]
+    conv_kernel_size: i32,
+    #[serde(default = "half", deserialize_with = "half_or_null")]
+    residual_weight: f64,
+    #[serde(default = "twelve", deserialize_with = "twelve_or_null")]
+    attention_chunk_size: i32,
+    #[serde(default = "thirteen", deserialize_with = "thirteen_or_null")]
+    attention_context_left: i32,
+    #[serde(default, deserialize_with = "nullable")]
+    attention_context_right: i32,
+    #[serde(default = "cap", deserialize_with = "cap_or_null")]
+    attention_logit_cap: f64,
+    #[serde(default = "invalid", deserialize_with = "invalid_or_null")]
+    attention_invalid_logits_value: f64,
+    #[serde(default = "eps", deserialize_with = "eps_or_null")]
+    rms_norm_eps: f32,
+    #[serde(default = "clip", deserialize_with = "clip_or_null")]
+    gradient_clipping: f64,
+    #[serde(default = "proj", deserialize_with = "proj_or_null")]
+    output_proj_dims: Option<i32>,
+}
 
 /// `audio_config`, the fields the tower reads (absent fields take mlx-vlm
 /// 0.7.10's defaults: the E2B/E4B tower).
@@ -56,25 +107,25 @@ impl ConformerConfig {
     /// From `audio_config` (`None` when the checkpoint has none).
     pub fn parse(c: &Value) -> Result<Option<ConformerConfig>> {
         let Some(a) = c.get("audio_config").filter(|v| v.is_object()) else { return Ok(None) };
-        let channels: Vec<i32> = field_or(a, "subsampling_conv_channels", vec![128, 32])?;
-        let [c0, c1] = channels[..] else {
+        let w: Written = parse(a)?;
+        let [c0, c1] = w.subsampling_conv_channels[..] else {
             return Err(Error::msg("config: audio_config.subsampling_conv_channels must have two entries"));
         };
         let cfg = ConformerConfig {
-            hidden_size: field_or(a, "hidden_size", 1024)?,
-            num_hidden_layers: field_or(a, "num_hidden_layers", 12)?,
-            num_attention_heads: field_or(a, "num_attention_heads", 8)?,
+            hidden_size: w.hidden_size,
+            num_hidden_layers: w.num_hidden_layers,
+            num_attention_heads: w.num_attention_heads,
             conv_channels: [c0, c1],
-            conv_kernel_size: field_or(a, "conv_kernel_size", 5)?,
-            residual_weight: field_or(a, "residual_weight", 0.5)?,
-            chunk: field_or(a, "attention_chunk_size", 12)?,
-            context_left: field_or(a, "attention_context_left", 13)?,
-            context_right: field_or(a, "attention_context_right", 0)?,
-            logit_cap: field_or(a, "attention_logit_cap", 50.0)?,
-            invalid_logit: field_or(a, "attention_invalid_logits_value", -1e9)?,
-            rms_norm_eps: field_or(a, "rms_norm_eps", 1e-6)?,
-            gradient_clipping: field_or(a, "gradient_clipping", 1e10)?,
-            output_proj_dims: field_or(a, "output_proj_dims", Some(1536))?,
+            conv_kernel_size: w.conv_kernel_size,
+            residual_weight: w.residual_weight,
+            chunk: w.attention_chunk_size,
+            context_left: w.attention_context_left,
+            context_right: w.attention_context_right,
+            logit_cap: w.attention_logit_cap,
+            invalid_logit: w.attention_invalid_logits_value,
+            rms_norm_eps: w.rms_norm_eps,
+            gradient_clipping: w.gradient_clipping,
+            output_proj_dims: w.output_proj_dims,
         };
         let positive = [cfg.hidden_size, cfg.num_attention_heads, c0, c1, cfg.conv_kernel_size, cfg.chunk];
         if positive.iter().any(|&v| v <= 0)

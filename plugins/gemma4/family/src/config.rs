@@ -5,8 +5,8 @@
 use mlx::nn::{Rope, RopeScaling};
 use mlx::{Error, Result};
 use plugin_api::config::{
-    at_most, divides, field_or, in_range, limits, named_scaling, nullable, one_of, parse, positive_finite, present,
-    text_config, DecoderFields,
+    at_most, divides, in_range, limits, named_scaling, nullable, one_of, parse, positive_finite, present, text_config,
+    DecoderFields,
 };
 use plugin_api::layers::AttentionShape;
 use plugin_api::ModelPlan;
@@ -25,11 +25,10 @@ pub struct RopeParams {
 impl RopeParams {
     fn parse(which: &str, v: Option<&Value>) -> Result<RopeParams> {
         let v = v.filter(|v| !v.is_null());
-        let theta = match v {
-            Some(v) => field_or(v, "rope_theta", 10000.0)?,
-            None => 10000.0,
-        };
-        Ok(RopeParams { theta, scaling: named_scaling(&format!("rope_parameters.{which}"), v, 0)? })
+        // An entry that is not an object has no fields: the defaults.
+        let empty = Value::Object(Default::default());
+        let entry: RopeEntry = parse(v.filter(|v| v.is_object()).unwrap_or(&empty))?;
+        Ok(RopeParams { theta: entry.rope_theta, scaling: named_scaling(&format!("rope_parameters.{which}"), v, 0)? })
     }
 
     /// The rope over a head of `dims` features.
@@ -49,6 +48,15 @@ plugin_api::config_defaults! {
     context / context_or_null: i32 = 131072;
     eps / eps_or_null: f32 = 1e-6;
     softcap / softcap_or_null: f32 = 30.0;
+    theta / theta_or_null: f32 = 10000.0;
+}
+
+/// A `rope_parameters` entry as written, its base (the scaling it
+/// describes is read by [`named_scaling`]).
+#[derive(Debug, Clone, Deserialize)]
+struct RopeEntry {
+    #[serde(default = "theta", deserialize_with = "theta_or_null")]
+    rope_theta: f32,
 }
 
 /// What the top level of config.json says beside `text_config`.

@@ -6,13 +6,54 @@
 
 use crate::vision::VisionConfig;
 use mlx::{Array, Error, Result};
-use plugin_api::config::{field, field_or};
+use plugin_api::config::{field, nullable, parse};
 use plugin_api::media::MediaInput;
 use plugin_api::{Placeholders, RawImage};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// The soft-token budgets Gemma 4 was trained with.
 pub const BUDGETS: [u32; 5] = [70, 140, 280, 560, 1120];
+
+plugin_api::config_defaults! {
+    yes / yes_or_null: bool = true;
+    budget / budget_or_null: u32 = 280;
+    zeros / zeros_or_null: [f32; 3] = [0.0; 3];
+    ones / ones_or_null: [f32; 3] = [1.0; 3];
+    byte / byte_or_null: f32 = 1.0 / 255.0;
+}
+
+/// The image processor's settings as written; absent (or null) fields take
+/// the processor's defaults.
+#[derive(Debug, Clone, Deserialize)]
+struct Processor {
+    #[serde(default, deserialize_with = "nullable")]
+    do_normalize: bool,
+    /// `vision_config`'s when absent.
+    patch_size: Option<u32>,
+    #[serde(default = "budget", deserialize_with = "budget_or_null")]
+    max_soft_tokens: u32,
+    /// `vision_config`'s when absent.
+    pooling_kernel_size: Option<u32>,
+    #[serde(default = "yes", deserialize_with = "yes_or_null")]
+    do_rescale: bool,
+}
+
+/// The processor's normalization, read only when it normalizes.
+#[derive(Debug, Clone, Deserialize)]
+struct Normalize {
+    #[serde(default = "zeros", deserialize_with = "zeros_or_null")]
+    image_mean: [f32; 3],
+    #[serde(default = "ones", deserialize_with = "ones_or_null")]
+    image_std: [f32; 3],
+}
+
+/// The processor's rescale, read only when it rescales.
+#[derive(Debug, Clone, Deserialize)]
+struct Rescale {
+    #[serde(default = "byte", deserialize_with = "byte_or_null")]
+    rescale_factor: f32,
+}
 
 /// Image settings of a multimodal checkpoint.
 #[derive(Debug, Clone)]
@@ -57,9 +98,9 @@ impl ImageConfig {
         let image_token_id = id("image_token_id")?;
         // The other media ids must be ids too (the model reads them).
         crate::media::media_ids(c)?;
-        let normalize = if field_or(&p, "do_normalize", false)? {
-            let mean: [f32; 3] = field_or(&p, "image_mean", [0.0; 3])?;
-            let std: [f32; 3] = field_or(&p, "image_std", [1.0; 3])?;
+        let settings: Processor = parse(&p)?;
+        let normalize = if settings.do_normalize {
+            let Normalize { image_mean: mean, image_std: std } = parse(&p)?;
             if std.iter().any(|s| *s == 0.0 || !s.is_finite()) {
                 return Err(Error::msg("processor config: image_std must be finite and non-zero"));
             }
@@ -72,10 +113,10 @@ impl ImageConfig {
             boi_token_id: id("boi_token_id")?,
             eoi_token_id: id("eoi_token_id")?,
             bidirectional: t.get("use_bidirectional_attention").and_then(Value::as_str) == Some("vision"),
-            patch_size: field_or(&p, "patch_size", vision.patch_size as u32)?,
-            max_soft_tokens: field_or(&p, "max_soft_tokens", 280)?,
-            pooling: field_or(&p, "pooling_kernel_size", vision.pooling_kernel_size as u32)?,
-            rescale: if field_or(&p, "do_rescale", true)? { field_or(&p, "rescale_factor", 1.0 / 255.0)? } else { 1.0 },
+            patch_size: settings.patch_size.unwrap_or(vision.patch_size as u32),
+            max_soft_tokens: settings.max_soft_tokens,
+            pooling: settings.pooling_kernel_size.unwrap_or(vision.pooling_kernel_size as u32),
+            rescale: if settings.do_rescale { parse::<Rescale>(&p)?.rescale_factor } else { 1.0 },
             normalize,
             vision,
         };

@@ -8,8 +8,53 @@ use crate::clipped::ClippedLinear;
 use mlx::fast::{rms_norm, scaled_dot_product_attention, Mask};
 use mlx::nn::{gelu_approx, Kind, Linear, Weights};
 use mlx::{Array, Dtype, Error, Result};
-use plugin_api::config::field_or;
+use plugin_api::config::{nullable, parse};
+use serde::Deserialize;
 use serde_json::Value;
+
+plugin_api::config_defaults! {
+    d768 / d768_or_null: i32 = 768;
+    d3072 / d3072_or_null: i32 = 3072;
+    twelve / twelve_or_null: i32 = 12;
+    sixteen / sixteen_or_null: i32 = 16;
+    d64 / d64_or_null: i32 = 64;
+    three / three_or_null: i32 = 3;
+    positions / positions_or_null: i32 = 10240;
+    eps / eps_or_null: f32 = 1e-6;
+}
+
+/// `vision_config` as written; absent (or null) fields take the
+/// reference's defaults (mlx-vlm's and transformers' Gemma4VisionConfig:
+/// the E2B/E4B tower).
+#[derive(Debug, Clone, Deserialize)]
+struct Written {
+    #[serde(default = "d768", deserialize_with = "d768_or_null")]
+    hidden_size: i32,
+    #[serde(default = "d3072", deserialize_with = "d3072_or_null")]
+    intermediate_size: i32,
+    #[serde(default = "sixteen", deserialize_with = "sixteen_or_null")]
+    num_hidden_layers: i32,
+    #[serde(default = "twelve", deserialize_with = "twelve_or_null")]
+    num_attention_heads: i32,
+    /// `num_attention_heads` when absent.
+    num_key_value_heads: Option<i32>,
+    #[serde(default = "d64", deserialize_with = "d64_or_null")]
+    head_dim: i32,
+    #[serde(default = "eps", deserialize_with = "eps_or_null")]
+    rms_norm_eps: f32,
+    #[serde(default = "sixteen", deserialize_with = "sixteen_or_null")]
+    patch_size: i32,
+    #[serde(default = "three", deserialize_with = "three_or_null")]
+    pooling_kernel_size: i32,
+    #[serde(default = "positions", deserialize_with = "positions_or_null")]
+    position_embedding_size: i32,
+    /// Its `rope_theta` is read when a number (else 100).
+    rope_parameters: Option<Value>,
+    #[serde(default, deserialize_with = "nullable")]
+    standardize: bool,
+    #[serde(default, deserialize_with = "nullable")]
+    use_clipped_linears: bool,
+}
 
 /// `vision_config`, the fields the tower reads.
 #[derive(Debug, Clone)]
@@ -46,25 +91,23 @@ impl VisionConfig {
     /// From `vision_config` (`None` when the checkpoint has no vision tower).
     pub fn parse(c: &Value) -> Result<Option<VisionConfig>> {
         let Some(v) = c.get("vision_config").filter(|v| v.is_object()) else { return Ok(None) };
-        // Absent fields take the reference's defaults (mlx-vlm's and
-        // transformers' Gemma4VisionConfig: the E2B/E4B tower).
-        let heads: i32 = field_or(v, "num_attention_heads", 12)?;
-        let hidden: i32 = field_or(v, "hidden_size", 768)?;
-        let theta = v.get("rope_parameters").and_then(|r| r.get("rope_theta")).and_then(Value::as_f64).unwrap_or(100.0);
+        let w: Written = parse(v)?;
+        let theta =
+            w.rope_parameters.as_ref().and_then(|r| r.get("rope_theta")).and_then(Value::as_f64).unwrap_or(100.0);
         let cfg = VisionConfig {
-            hidden_size: hidden,
-            intermediate_size: field_or(v, "intermediate_size", 3072)?,
-            num_hidden_layers: field_or(v, "num_hidden_layers", 16)?,
-            num_attention_heads: heads,
-            num_key_value_heads: field_or(v, "num_key_value_heads", heads)?,
-            head_dim: field_or(v, "head_dim", 64)?,
-            rms_norm_eps: field_or(v, "rms_norm_eps", 1e-6)?,
-            patch_size: field_or(v, "patch_size", 16)?,
-            pooling_kernel_size: field_or(v, "pooling_kernel_size", 3)?,
-            position_embedding_size: field_or(v, "position_embedding_size", 10240)?,
+            hidden_size: w.hidden_size,
+            intermediate_size: w.intermediate_size,
+            num_hidden_layers: w.num_hidden_layers,
+            num_attention_heads: w.num_attention_heads,
+            num_key_value_heads: w.num_key_value_heads.unwrap_or(w.num_attention_heads),
+            head_dim: w.head_dim,
+            rms_norm_eps: w.rms_norm_eps,
+            patch_size: w.patch_size,
+            pooling_kernel_size: w.pooling_kernel_size,
+            position_embedding_size: w.position_embedding_size,
             rope_theta: theta as f32,
-            standardize: field_or(v, "standardize", false)?,
-            use_clipped_linears: field_or(v, "use_clipped_linears", false)?,
+            standardize: w.standardize,
+            use_clipped_linears: w.use_clipped_linears,
         };
         let checks = [
             ("hidden_size", cfg.hidden_size),

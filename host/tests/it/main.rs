@@ -63,6 +63,9 @@ mod families {
     mod gemma4_unified {
         mod parity;
     }
+
+    /// The text families of issue 36 (qwen2, gemma3, olmo, ...) against mlx-lm.
+    mod text;
 }
 
 /// Loading a checkpoint: fusion and quantization through a family's rewrite.

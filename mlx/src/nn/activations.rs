@@ -77,3 +77,57 @@ impl GluActivation {
         }
     }
 }
+
+/// A pointwise activation, by the name configs give it (`hidden_act`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `x * sigmoid(x)` (`silu`, `swish`).
+    Silu,
+    /// The exact GELU, `x/2 (1 + erf(x/√2))` (`gelu`; MLX's `nn.gelu`).
+    Gelu,
+    /// The tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`
+    /// as mlx-lm runs them; MLX's `nn.gelu_approx`).
+    GeluApprox,
+    /// `max(x, 0)`.
+    Relu,
+}
+
+impl Activation {
+    /// The names a config may give, with the activation each means.
+    pub const NAMES: [(&'static str, Activation); 7] = [
+        ("silu", Activation::Silu),
+        ("swish", Activation::Silu),
+        ("gelu", Activation::Gelu),
+        ("gelu_new", Activation::GeluApprox),
+        ("gelu_pytorch_tanh", Activation::GeluApprox),
+        ("gelu_fast", Activation::GeluApprox),
+        ("relu", Activation::Relu),
+    ];
+
+    /// The activation a config's `hidden_act` names; `None` for a name
+    /// famlx does not implement.
+    pub fn named(name: &str) -> Option<Activation> {
+        Self::NAMES.iter().find(|(n, _)| *n == name).map(|&(_, a)| a)
+    }
+
+    /// Applies it.
+    pub fn apply(self, x: &Array) -> Result<Array> {
+        match self {
+            Activation::Silu => silu(x),
+            Activation::Gelu => gelu(x),
+            Activation::GeluApprox => gelu_approx(x),
+            Activation::Relu => x.maximum(&x.scalar_like(0.0)?),
+        }
+    }
+}
+
+/// The exact GELU, `x/2 (1 + erf(x/√2))`, compiled into one kernel.
+pub fn gelu(x: &Array) -> Result<Array> {
+    compiled!(
+        |a: &[Array]| {
+            let x = &a[0];
+            Ok(vec![x.mul(&x.div_s(std::f64::consts::SQRT_2)?.erf()?.add_s(1.0)?)?.div_s(2.0)?])
+        },
+        &[x]
+    )
+}

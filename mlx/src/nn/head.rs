@@ -29,7 +29,7 @@ impl OutputHead {
             (true, _) => OutputHead::Tied(embed.clone()),
             (false, Some(p)) => {
                 let (a, b) = p.share(vocab, "vocabulary rows")?;
-                OutputHead::Sharded(Linear::load_split(w, prefix, hidden, vocab, &Split::Rows(vec![(a, b)]))?)
+                OutputHead::Sharded(Linear::load_split(w, prefix, hidden, vocab, false, &Split::Rows(vec![(a, b)]))?)
             }
             (false, None) => OutputHead::Untied(Linear::load(w, prefix, hidden, vocab)?),
         })

@@ -52,16 +52,27 @@ pub enum Split {
 }
 
 impl Linear {
-    /// Loads `{prefix}.weight` (+ `.scales`/`.biases` when quantized, and
-    /// `.bias` when present) of a `in_features → out_features` layer; every
-    /// tensor's shape and type is checked against those (and the
-    /// quantization the checkpoint declares for it).
+    /// Loads `{prefix}.weight` (+ `.scales`/`.biases` when quantized) of a
+    /// `in_features → out_features` layer without a bias; every tensor's
+    /// shape and type is checked against those (and the quantization the
+    /// checkpoint declares for it). A `{prefix}.bias` in the checkpoint is
+    /// not read (the host reports it as unexpected): a layer's bias is part
+    /// of its config, never guessed from the file (see [`Linear::load_with_bias`]).
     pub fn load(w: &dyn Weights, prefix: &str, in_features: i32, out_features: i32) -> Result<Linear> {
+        Self::load_with_bias(w, prefix, in_features, out_features, false)
+    }
+
+    /// [`Linear::load`], with `{prefix}.bias` (`[out_features]`) required
+    /// when `bias`: a checkpoint missing it is refused naming it.
+    pub fn load_with_bias(
+        w: &dyn Weights,
+        prefix: &str,
+        in_features: i32,
+        out_features: i32,
+        bias: bool,
+    ) -> Result<Linear> {
         let (i, o) = (in_features, out_features);
-        let b = match w.get(&format!("{prefix}.bias")) {
-            Some(_) => Some(w.tensor(&format!("{prefix}.bias"), &[o], Kind::Float)?),
-            None => None,
-        };
+        let b = bias.then(|| w.tensor(&format!("{prefix}.bias"), &[o], Kind::Float)).transpose()?;
         let q = quantized(w, prefix, &[o], i)?;
         match q {
             Some((q, spec)) => Ok(Linear::Quant { q, spec, b, sum: false }),
@@ -69,17 +80,18 @@ impl Linear {
         }
     }
 
-    /// [`Linear::load`] of this rank's part `split` of the layer. Every
-    /// tensor is checked whole first, then only the part is read. A
+    /// [`Linear::load_with_bias`] of this rank's part `split` of the layer.
+    /// Every tensor is checked whole first, then only the part is read. A
     /// quantized layer splits its inputs only on its quantization groups.
     pub fn load_split(
         w: &dyn Weights,
         prefix: &str,
         in_features: i32,
         out_features: i32,
+        bias: bool,
         split: &Split,
     ) -> Result<Linear> {
-        let whole = Linear::load(w, prefix, in_features, out_features)?;
+        let whole = Linear::load_with_bias(w, prefix, in_features, out_features, bias)?;
         let part = |suffix: &str, axis: i32, ranges: &[(i32, i32)]| w.runs(&format!("{prefix}.{suffix}"), axis, ranges);
         match (split, &whole) {
             (Split::Whole, _) => Ok(whole),

@@ -1,6 +1,7 @@
-//! The gated MLP and its gate/up projections (fused or split).
+//! The gated MLP and its gate/up projections (fused or split), and the
+//! plain two-layer MLP.
 
-use super::activations::GluActivation;
+use super::activations::{Activation, GluActivation};
 use super::linear::{Linear, Split};
 use super::parallel::Parallel;
 use super::weights::Weights;
@@ -55,17 +56,16 @@ pub enum GateUp {
 
 impl GateUp {
     /// Loads `{prefix}.gate_up_proj` (fused by the host at load) or
-    /// `{prefix}.gate_proj` + `up_proj`, each `hidden → intermediate`.
-    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, intermediate: i32) -> Result<Self> {
+    /// `{prefix}.gate_proj` + `up_proj`, each `hidden → intermediate`, with
+    /// biases when `bias`.
+    pub fn load(w: &dyn Weights, prefix: &str, hidden: i32, intermediate: i32, bias: bool) -> Result<Self> {
         let fused = format!("{prefix}.gate_up_proj");
         Ok(if w.get(&format!("{fused}.weight")).is_some() {
-            let gate_up = Linear::load(w, &fused, hidden, 2 * intermediate)?;
+            let gate_up = Linear::load_with_bias(w, &fused, hidden, 2 * intermediate, bias)?;
             GateUp::Fused { gate_up, gate_out: intermediate }
         } else {
-            GateUp::Split {
-                gate: Linear::load(w, &format!("{prefix}.gate_proj"), hidden, intermediate)?,
-                up: Linear::load(w, &format!("{prefix}.up_proj"), hidden, intermediate)?,
-            }
+            let lin = |n: &str| Linear::load_with_bias(w, &format!("{prefix}.{n}"), hidden, intermediate, bias);
+            GateUp::Split { gate: lin("gate_proj")?, up: lin("up_proj")? }
         })
     }
 
@@ -97,12 +97,25 @@ impl GatedMlp {
         intermediate: i32,
         act: GluActivation,
     ) -> Result<Self> {
+        Self::load_biased(w, prefix, hidden, intermediate, act, false)
+    }
+
+    /// [`GatedMlp::load_with`], every projection with a bias when `bias`
+    /// (required then: a checkpoint missing one is refused naming it).
+    pub fn load_biased(
+        w: &dyn Weights,
+        prefix: &str,
+        hidden: i32,
+        intermediate: i32,
+        act: GluActivation,
+        bias: bool,
+    ) -> Result<Self> {
         if let Some(share) = column_share(w, &format!("{prefix}.down_proj"), intermediate)? {
-            return Self::load_share(w, prefix, hidden, intermediate, act, share);
+            return Self::load_share(w, prefix, hidden, intermediate, act, bias, share);
         }
         Ok(GatedMlp {
-            proj: GateUp::load(w, prefix, hidden, intermediate)?,
-            down: Linear::load(w, &format!("{prefix}.down_proj"), intermediate, hidden)?,
+            proj: GateUp::load(w, prefix, hidden, intermediate, bias)?,
+            down: Linear::load_with_bias(w, &format!("{prefix}.down_proj"), intermediate, hidden, bias)?,
             act,
         })
     }
@@ -116,23 +129,27 @@ impl GatedMlp {
         hidden: i32,
         intermediate: i32,
         act: GluActivation,
+        bias: bool,
         (a, b): (i32, i32),
     ) -> Result<Self> {
         let down = format!("{prefix}.down_proj");
         let fused = format!("{prefix}.gate_up_proj");
         let proj = if w.get(&format!("{fused}.weight")).is_some() {
             let rows = Split::Rows(vec![(a, b), (intermediate + a, intermediate + b)]);
-            GateUp::Fused { gate_up: Linear::load_split(w, &fused, hidden, 2 * intermediate, &rows)?, gate_out: b - a }
+            GateUp::Fused {
+                gate_up: Linear::load_split(w, &fused, hidden, 2 * intermediate, bias, &rows)?,
+                gate_out: b - a,
+            }
         } else {
             let rows = Split::Rows(vec![(a, b)]);
-            let gate = Linear::load_split(w, &format!("{prefix}.gate_proj"), hidden, intermediate, &rows)?;
-            let up = Linear::load_split(w, &format!("{prefix}.up_proj"), hidden, intermediate, &rows)?;
+            let gate = Linear::load_split(w, &format!("{prefix}.gate_proj"), hidden, intermediate, bias, &rows)?;
+            let up = Linear::load_split(w, &format!("{prefix}.up_proj"), hidden, intermediate, bias, &rows)?;
             match Linear::stack(&[&gate, &up])? {
                 Some(gate_up) => GateUp::Fused { gate_up, gate_out: b - a },
                 None => GateUp::Split { gate, up },
             }
         };
-        let down = Linear::load_split(w, &down, intermediate, hidden, &Split::Cols(a, b))?;
+        let down = Linear::load_split(w, &down, intermediate, hidden, bias, &Split::Cols(a, b))?;
         Ok(GatedMlp { proj, down, act })
     }
 
@@ -140,5 +157,41 @@ impl GatedMlp {
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let (gate, up) = self.proj.forward(x)?;
         self.down.forward(&self.act.apply(&gate, &up)?)
+    }
+}
+
+/// The plain (non-gated) MLP of GPT-style models: `down(act(up(x)))`
+/// (Phi's `fc1`/`fc2`, StarCoder2's `c_fc`/`c_proj`, under the names the
+/// family gives).
+#[derive(Debug, Clone)]
+pub struct PlainMlp {
+    /// input projection
+    pub up: Linear,
+    /// output projection
+    pub down: Linear,
+    /// the activation between them
+    pub act: Activation,
+}
+
+impl PlainMlp {
+    /// Loads `{prefix}.{up}` (`hidden → intermediate`) and `{prefix}.{down}`
+    /// (`intermediate → hidden`), both with biases when `bias`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn load(
+        w: &dyn Weights,
+        prefix: &str,
+        (up, down): (&str, &str),
+        hidden: i32,
+        intermediate: i32,
+        act: Activation,
+        bias: bool,
+    ) -> Result<Self> {
+        let lin = |n: &str, i, o| Linear::load_with_bias(w, &format!("{prefix}.{n}"), i, o, bias);
+        Ok(PlainMlp { up: lin(up, hidden, intermediate)?, down: lin(down, intermediate, hidden)?, act })
+    }
+
+    /// `down(act(up(x)))`.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        self.down.forward(&self.act.apply(&self.up.forward(x)?)?)
     }
 }

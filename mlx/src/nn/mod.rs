@@ -13,11 +13,11 @@ mod rope;
 mod switch;
 mod weights;
 
-pub use activations::{geglu, gelu_approx, silu, swiglu, GluActivation};
+pub use activations::{geglu, gelu, gelu_approx, silu, swiglu, Activation, GluActivation};
 pub use head::OutputHead;
 pub use linear::{Embedding, Linear, Split};
-pub use mlp::{GateUp, GatedMlp};
-pub use norm::{LayerNorm, RmsNorm};
+pub use mlp::{GateUp, GatedMlp, PlainMlp};
+pub use norm::{LayerNorm, Norm, NormKind, RmsNorm};
 pub use parallel::{share, HeadShare, Parallel, ParallelMode};
 pub use rope::{Rope, RopeScaling};
 pub use switch::{SwitchGlu, SwitchLinear};

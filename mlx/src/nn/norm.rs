@@ -35,16 +35,65 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
-    /// Loads `{prefix}.weight` and `{prefix}.bias` (each `dim` wide) when present.
-    pub fn load(w: &dyn Weights, prefix: &str, dim: i32, eps: f32) -> Result<Self> {
-        let opt = |n: &str| {
-            let name = format!("{prefix}.{n}");
-            w.get(&name).map(|_| w.tensor(&name, &[dim], Kind::Float)).transpose()
-        };
-        Ok(LayerNorm { weight: opt("weight")?, bias: opt("bias")?, eps })
+    /// Loads `{prefix}.weight` and, when `bias`, `{prefix}.bias` (each `dim`
+    /// wide); both required as the flag says (a checkpoint missing one is
+    /// refused naming it).
+    pub fn load(w: &dyn Weights, prefix: &str, dim: i32, eps: f32, bias: bool) -> Result<Self> {
+        let t = |n: &str| w.tensor(&format!("{prefix}.{n}"), &[dim], Kind::Float);
+        Ok(LayerNorm { weight: Some(t("weight")?), bias: bias.then(|| t("bias")).transpose()?, eps })
     }
     /// Applies the norm over the last axis.
     pub fn forward(&self, x: &Array) -> Result<Array> {
         fast::layer_norm(x, self.weight.as_ref(), self.bias.as_ref(), self.eps)
+    }
+}
+
+/// Which normalisation a model's blocks use, as its config implies.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NormKind {
+    /// RMS norm with a learned scale (`{prefix}.weight`).
+    Rms,
+    /// RMS norm scaled by `1 + weight` (Gemma stores the scale zero-centred).
+    RmsOffset,
+    /// Layer norm with a learned scale, and a learned bias when `bias`.
+    Layer {
+        /// the norm has `{prefix}.bias`
+        bias: bool,
+    },
+}
+
+/// A norm of one of the [`NormKind`]s.
+#[derive(Debug, Clone)]
+pub enum Norm {
+    /// RMS norm (the zero-centred kind has its `1 +` folded in at load).
+    Rms(RmsNorm),
+    /// Layer norm.
+    Layer(LayerNorm),
+}
+
+impl NormKind {
+    /// Loads a norm of this kind over `dim` features from `{prefix}.weight`
+    /// (and `.bias`).
+    pub fn load(self, w: &dyn Weights, prefix: &str, dim: i32, eps: f32) -> Result<Norm> {
+        Ok(match self {
+            NormKind::Rms => Norm::Rms(RmsNorm::load(w, prefix, dim, eps)?),
+            NormKind::RmsOffset => {
+                let n = RmsNorm::load(w, prefix, dim, eps)?;
+                // `1 + w` in the weight's own type, as the reference computes
+                // it per call: the same bits, once.
+                Norm::Rms(RmsNorm { weight: n.weight.add_s(1.0)?, eps })
+            }
+            NormKind::Layer { bias } => Norm::Layer(LayerNorm::load(w, prefix, dim, eps, bias)?),
+        })
+    }
+}
+
+impl Norm {
+    /// Applies the norm over the last axis.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        match self {
+            Norm::Rms(n) => n.forward(x),
+            Norm::Layer(n) => n.forward(x),
+        }
     }
 }

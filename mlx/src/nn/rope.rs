@@ -118,6 +118,17 @@ impl Rope {
         Ok(r)
     }
 
+    /// No rotation at all: layers that attend without positions (SmolLM3's
+    /// and Cohere 2's no-rope layers) use it where others use a rope.
+    pub fn none() -> Rope {
+        Rope { dims: 0, traditional: false, base: 0.0, scale: 1.0, freqs: None, mscale: None }
+    }
+
+    /// Whether it rotates anything ([`Rope::none`] does not).
+    pub fn rotates(&self) -> bool {
+        self.dims > 0
+    }
+
     /// Custom per-pair periods (as `fast::rope`'s `freqs`).
     pub fn with_freqs(dims: i32, traditional: bool, freqs: Array) -> Rope {
         Rope { dims, traditional, base: 0.0, scale: 1.0, freqs: Some(freqs), mscale: None }
@@ -125,6 +136,9 @@ impl Rope {
 
     /// Rotates `x` (`[B, H, L, D]`) for positions starting at `offset`.
     pub fn forward(&self, x: &Array, offset: RopeOffset<'_>) -> Result<Array> {
+        if self.dims == 0 {
+            return Ok(x.clone());
+        }
         let scaled;
         let x = match self.mscale {
             Some(m) if self.dims == x.dim(-1) => {

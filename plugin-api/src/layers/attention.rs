@@ -38,6 +38,13 @@ pub struct AttentionShape {
     pub has_kv: bool,
     /// Score scale (`None`: `1/√head_dim`).
     pub scale: Option<f32>,
+    /// The q, k and v projections have biases (required then).
+    pub qkv_bias: bool,
+    /// The output projection has a bias (required then).
+    pub o_bias: bool,
+    /// The q/k norms span the whole projection (`[heads·head_dim]`, OLMo 2)
+    /// instead of each head (`[head_dim]`).
+    pub qk_norm_whole: bool,
 }
 
 impl AttentionShape {
@@ -54,12 +61,31 @@ impl AttentionShape {
             k_eq_v: false,
             has_kv: true,
             scale: None,
+            qkv_bias: false,
+            o_bias: false,
+            qk_norm_whole: false,
         }
     }
 
     /// With per-head q/k RMS norms of epsilon `eps`.
     pub fn qk_norms(self, eps: f32) -> Self {
         AttentionShape { qk_norm_eps: Some(eps), ..self }
+    }
+
+    /// With q/k RMS norms of epsilon `eps` over the whole projections
+    /// (OLMo 2's `q_norm` of `heads·head_dim` features).
+    pub fn qk_norms_whole(self, eps: f32) -> Self {
+        AttentionShape { qk_norm_eps: Some(eps), qk_norm_whole: true, ..self }
+    }
+
+    /// With biases on the q/k/v projections (`qkv`) and on the output one (`o`).
+    pub fn biases(self, qkv: bool, o: bool) -> Self {
+        AttentionShape { qkv_bias: qkv, o_bias: o, ..self }
+    }
+
+    /// With scores scaled by `scale` instead of `1/√head_dim`.
+    pub fn scaled(self, scale: f32) -> Self {
+        AttentionShape { scale: Some(scale), ..self }
     }
 }
 
@@ -146,10 +172,12 @@ pub struct Attention {
     pub proj: Qkv,
     /// output projection
     pub o: Linear,
-    /// per-head norm of queries
+    /// norm of queries (per head, or over the projection when `qk_norm_whole`)
     pub q_norm: Option<RmsNorm>,
-    /// per-head norm of keys
+    /// norm of keys (per head, or over the projection when `qk_norm_whole`)
     pub k_norm: Option<RmsNorm>,
+    /// the q/k norms span the whole projection
+    pub qk_norm_whole: bool,
     /// epsilon of the scale-free per-head norm of values
     pub v_norm_eps: Option<f32>,
     /// the query projection carries an output gate per head
@@ -186,13 +214,22 @@ impl Attention {
     pub fn load(w: &dyn Weights, prefix: &str, shape: &AttentionShape, rope: Rope) -> Result<Self> {
         let s = *shape;
         let (hidden, hq, hkv, d) = (s.hidden, s.n_heads, s.n_kv_heads, s.head_dim);
-        let norm = |n: &str| s.qk_norm_eps.map(|eps| RmsNorm::load(w, &format!("{prefix}.{n}"), d, eps)).transpose();
-        let lin = |n: &str, i: i32, o: i32| Linear::load(w, &format!("{prefix}.{n}"), i, o);
+        let norm = |n: &str, heads: i32| {
+            let width = if s.qk_norm_whole { heads * d } else { d };
+            s.qk_norm_eps.map(|eps| RmsNorm::load(w, &format!("{prefix}.{n}"), width, eps)).transpose()
+        };
+        let lin = |n: &str, i: i32, o: i32| {
+            let bias = if n == "o_proj" { s.o_bias } else { s.qkv_bias };
+            Linear::load_with_bias(w, &format!("{prefix}.{n}"), i, o, bias)
+        };
         // Heads that do not split over the ranks (fewer heads than ranks,
         // or o_proj columns off its quantization groups on some rank) stay
         // whole on every rank: the same numbers, without the saving.
         let group = w.quant(&format!("{prefix}.o_proj")).map(|q| q.group_size);
-        let share = Parallel::tensor(w.parallel()).and_then(|p| HeadShare::split(&p, hq, hkv, d, group));
+        // Norms over the whole projection need every head: such layers stay whole.
+        let share = Parallel::tensor(w.parallel())
+            .filter(|_| !(s.qk_norm_whole && s.qk_norm_eps.is_some()))
+            .and_then(|p| HeadShare::split(&p, hq, hkv, d, group));
         let (proj, o, hq, hkv) = match share {
             Some(share) => Self::load_share(w, prefix, &s, share)?,
             None => {
@@ -211,10 +248,10 @@ impl Attention {
                 (proj, lin("o_proj", hq * d, hidden)?, hq, hkv)
             }
         };
-        let q_norm = norm("q_norm")?;
-        let k_norm = if s.has_kv { norm("k_norm")? } else { None };
+        let q_norm = norm("q_norm", s.n_heads)?;
+        let k_norm = if s.has_kv { norm("k_norm", s.n_kv_heads)? } else { None };
         let head_norms = match (&proj, &q_norm, &k_norm) {
-            (Qkv::Fused(_), Some(qn), Some(kn)) if s.v_norm_eps.is_none_or(|e| e == qn.eps) => {
+            (Qkv::Fused(_), Some(qn), Some(kn)) if !s.qk_norm_whole && s.v_norm_eps.is_none_or(|e| e == qn.eps) => {
                 HeadNorms::new(qn, kn, hq, hkv)?
             }
             _ => None,
@@ -224,6 +261,7 @@ impl Attention {
             o,
             q_norm,
             k_norm,
+            qk_norm_whole: s.qk_norm_whole,
             v_norm_eps: s.v_norm_eps,
             output_gate: s.output_gate,
             n_heads: hq,
@@ -247,7 +285,10 @@ impl Attention {
     ) -> Result<(Qkv, Linear, i32, i32)> {
         let (hidden, hq, hkv, d) = (s.hidden, s.n_heads, s.n_kv_heads, s.head_dim);
         let ((qa, qb), (ka, kb)) = (share.q, share.kv);
-        let split = |n: &str, i: i32, o: i32, sp: Split| Linear::load_split(w, &format!("{prefix}.{n}"), i, o, &sp);
+        let split = |n: &str, i: i32, o: i32, sp: Split| {
+            let bias = if n == "o_proj" { s.o_bias } else { s.qkv_bias };
+            Linear::load_split(w, &format!("{prefix}.{n}"), i, o, bias, &sp)
+        };
         let rows = |ranges: &[(i32, i32)]| Split::Rows(ranges.to_vec());
         let qd = if s.output_gate { 2 * d } else { d };
         let native_fused =
@@ -331,12 +372,24 @@ impl Attention {
         }
     }
 
+    /// `x` (`[B, L, h·d]`) as `[B, h, L, d]`, normed by `norm`: per head,
+    /// or over the whole projection first when the layer's norms span it.
+    fn normed_heads(&self, x: &Array, l: i32, h: i32, norm: Option<&RmsNorm>) -> Result<Array> {
+        match norm {
+            Some(n) if self.qk_norm_whole => self.heads(&n.forward(x)?, l, h, |y| Ok(y.clone())),
+            Some(n) => self.heads(x, l, h, |y| n.forward(y)),
+            None => self.heads(x, l, h, |y| Ok(y.clone())),
+        }
+    }
+
     /// Normed queries `[B, h, L, d]`, before rope.
     fn queries(&self, q: &Array, l: i32) -> Result<Array> {
-        self.heads(q, l, self.n_heads, |x| match &self.q_norm {
-            Some(n) => n.forward(x),
-            None => Ok(x.clone()),
-        })
+        self.normed_heads(q, l, self.n_heads, self.q_norm.as_ref())
+    }
+
+    /// Normed keys `[B, h, L, d]`, before rope.
+    fn keys(&self, k: &Array, l: i32) -> Result<Array> {
+        self.normed_heads(k, l, self.n_kv_heads, self.k_norm.as_ref())
     }
 
     /// Roped queries, and roped keys with (normed) values when the layer has
@@ -380,10 +433,7 @@ impl Attention {
         let q = self.rope.forward(&self.queries(&q, l)?, off_r)?;
         let kv = match kv {
             Some((k, v)) => {
-                let k = self.heads(&k, l, hkv, |x| match &self.k_norm {
-                    Some(n) => n.forward(x),
-                    None => Ok(x.clone()),
-                })?;
+                let k = self.keys(&k, l)?;
                 let v = self.heads(&v, l, hkv, |x| match self.v_norm_eps {
                     Some(eps) => rms_norm(x, None, eps),
                     None => Ok(x.clone()),
@@ -427,10 +477,7 @@ impl Attention {
         let Projected { q, gate, kv } = self.project(x)?;
         let (k, v) = kv.ok_or_else(Self::no_kv)?;
         let q = rotary.apply(&self.queries(&q, l)?)?;
-        let k = self.heads(&k, l, self.n_kv_heads, |x| match &self.k_norm {
-            Some(n) => n.forward(x),
-            None => Ok(x.clone()),
-        })?;
+        let k = self.keys(&k, l)?;
         let v = self.heads(&v, l, self.n_kv_heads, |x| match self.v_norm_eps {
             Some(eps) => rms_norm(x, None, eps),
             None => Ok(x.clone()),

@@ -235,10 +235,10 @@ impl VisionEmbedder {
     /// Loads `vision_embedder.*` and `embed_vision.*` (to `text_hidden`).
     pub fn load(cfg: &UnifiedVision, w: &dyn Weights, text_hidden: i32) -> Result<VisionEmbedder> {
         let (p, d) = (cfg.patch_dim(), cfg.embed_dim);
-        let ln = |n: &str, dim: i32| LayerNorm::load(w, &format!("vision_embedder.{n}"), dim, LAYER_NORM_EPS);
+        let ln = |n: &str, dim: i32| LayerNorm::load(w, &format!("vision_embedder.{n}"), dim, LAYER_NORM_EPS, true);
         Ok(VisionEmbedder {
             ln1: ln("patch_ln1", p)?,
-            dense: Linear::load(w, "vision_embedder.patch_dense", p, d)?,
+            dense: Linear::load_with_bias(w, "vision_embedder.patch_dense", p, d, true)?,
             ln2: ln("patch_ln2", d)?,
             positions: w.tensor("vision_embedder.pos_embedding", &[cfg.posemb_size, 2, d], Kind::Float)?,
             pos_norm: ln("pos_norm", d)?,

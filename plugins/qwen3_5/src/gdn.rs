@@ -223,7 +223,8 @@ impl GatedDeltaNet {
         let (kd, vd) = (d.k_dim, d.v_dim);
         let key = d.key_dim();
         let channels = vec![(ka * kd, kb * kd), (key + ka * kd, key + kb * kd), (2 * key + va * vd, 2 * key + vb * vd)];
-        let split = |n: &str, i: i32, o: i32, s: Split| Linear::load_split(w, &format!("{prefix}.{n}"), i, o, &s);
+        let split =
+            |n: &str, i: i32, o: i32, s: Split| Linear::load_split(w, &format!("{prefix}.{n}"), i, o, false, &s);
         let t = |n: &str, shape: &[i32]| w.tensor(&format!("{prefix}.{n}"), shape, Kind::Float);
         // Checked whole, then only the rows of this rank's heads read.
         let rows = |n: &str, shape: &[i32], ranges: &[(i32, i32)]| -> Result<Array> {

@@ -142,7 +142,7 @@ impl VisionTower {
                 w.tensor(&format!("{PREFIX}{n}.bias"), &[d], Kind::Float)?,
             ))
         };
-        let lin = |n: &str, i: i32, o: i32| Linear::load(w, &format!("{PREFIX}{n}"), i, o);
+        let lin = |n: &str, i: i32, o: i32| Linear::load_with_bias(w, &format!("{PREFIX}{n}"), i, o, true);
         let patch_w = w.tensor(&format!("{PREFIX}patch_embed.proj.weight"), &[d, t, p, p, 3], Kind::Float)?;
         let blocks = (0..cfg.depth)
             .map(|i| {

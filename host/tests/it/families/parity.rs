@@ -33,7 +33,7 @@ fn parity(variant: &str) {
 }
 
 /// Parity of `variant`, served by `family`.
-fn parity_in(variant: &str, family: &str) {
+pub(crate) fn parity_in(variant: &str, family: &str) {
     let _g = mlx_lock();
     let exp = expected(variant);
     assert_eq!(exp["variant"].as_str(), Some(variant));
@@ -109,6 +109,7 @@ fn every_fixture_is_tested() {
         .chain(["phi3-bf16", "llama-deep-f32"].iter())
         .chain(common::VISION_FIXTURES.iter())
         .chain(common::AUDIO_FIXTURES.iter())
+        .chain(super::text::FIXTURES.iter())
         .map(|s| s.to_string())
         .collect();
     listed.sort();

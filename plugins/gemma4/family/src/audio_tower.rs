@@ -290,7 +290,10 @@ impl AudioTower {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let output_proj = cfg.output_proj_dims.map(|o| Linear::load(w, "audio_tower.output_proj", d, o)).transpose()?;
+        let output_proj = cfg
+            .output_proj_dims
+            .map(|o| Linear::load_with_bias(w, "audio_tower.output_proj", d, o, true))
+            .transpose()?;
         Ok(AudioTower {
             cfg: cfg.clone(),
             convs,

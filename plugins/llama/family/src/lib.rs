@@ -8,12 +8,15 @@ pub mod gguf;
 
 use mlx::nn::RopeScaling;
 use mlx::nn::Weights;
+use mlx::nn::{GatedMlp, GluActivation::Silu, NormKind};
 use mlx::{Array, Error, Result};
 use plugin_api::config::{
     context_length, eos_ids, field_or, implied_head_dim, named_scaling, nullable, one_of, positive_finite, rope,
     DecoderFields,
 };
-use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderLm, DecoderShape, LmDrafter};
+use plugin_api::layers::{
+    decoder_fusions, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter,
+};
 use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
@@ -47,6 +50,12 @@ pub struct Config {
     pub tie_word_embeddings: Option<bool>,
     pub max_position_embeddings: Option<i32>,
     pub hidden_act: Option<String>,
+    /// Biases on q/k/v and o (mlx-lm's `attention_bias`). Default: false.
+    #[serde(default, deserialize_with = "nullable")]
+    pub attention_bias: bool,
+    /// Biases on the MLP's projections (`mlp_bias`). Default: false.
+    #[serde(default, deserialize_with = "nullable")]
+    pub mlp_bias: bool,
     pub model_type: Option<String>,
     /// A GGUF checkpoint: q/k rows come permuted for llama.cpp's rope.
     #[serde(default)]
@@ -212,14 +221,14 @@ impl Family for LlamaFamily {
             (false, Some(t)) => t,
             (false, None) => !cfg.is_phi3(),
         };
-        let shape = DecoderShape {
-            vocab: cfg.vocab_size,
-            layers: cfg.num_hidden_layers,
-            intermediate: cfg.intermediate_size,
-            rms_norm_eps: cfg.rms_norm_eps,
-            attention: AttentionShape::new(cfg.hidden_size, cfg.num_attention_heads, cfg.kv_heads(), head_dim),
-            tied,
-        };
-        Ok(Box::new(DecoderLm::load(w, &shape, &rope)?))
+        let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
+        let attention = AttentionShape::new(h, cfg.num_attention_heads, cfg.kv_heads(), head_dim)
+            .biases(cfg.attention_bias, cfg.attention_bias);
+        let layout = BlockLayout::pre_norm(NormKind::Rms, eps);
+        let spec = DecoderSpec::new(cfg.vocab_size, h, cfg.num_hidden_layers, tied, NormKind::Rms, eps);
+        Ok(Box::new(DecoderLm::build(w, &spec, |_, p| {
+            let mlp = GatedMlp::load_biased(w, &format!("{p}.mlp"), h, cfg.intermediate_size, Silu, cfg.mlp_bias)?;
+            DecoderBlock::load(w, p, &layout, &attention, rope.clone(), Box::new(mlp))
+        })?))
     }
 }

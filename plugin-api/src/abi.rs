@@ -17,7 +17,7 @@ pub use crate::types::{DraftOutput, ForwardInput, ForwardOutput};
 use crate::{
     AttnOptions, CacheKind, Fusion, ModelPlan, ParallelSpec, Positions, ProcessedMedia, QuantClass, QuantSpec,
 };
-use crate::{DraftRole, RawAudio, RawImage};
+use crate::{DraftRole, ModelInfo, RawAudio, RawImage};
 use abi_stable::library::RootModule;
 use abi_stable::sabi_trait;
 use abi_stable::std_types::{RBox, ROption, RResult, RStr, RString, RVec, Tuple2};
@@ -79,7 +79,6 @@ pub trait Family: Send + Sync {
     /// checkpoint ([`DraftRole::Checkpoint`], `--draft-model`, the first pair
     /// the draft's). `None` when the family has no drafter or the weights
     /// carry none.
-    #[sabi(last_prefix_field)]
     fn build_drafter(
         &self,
         role: DraftRole,
@@ -88,6 +87,10 @@ pub trait Family: Send + Sync {
         target_plan: &ModelPlan,
         target_weights: WeightStoreRef<'_>,
     ) -> RResult<ROption<DrafterBox>, PluginError>;
+    /// What the family says of each model type it serves (examples,
+    /// features), for `famlx plugins` and the README's table.
+    #[sabi(last_prefix_field)]
+    fn catalog(&self) -> RVec<ModelInfo>;
 }
 
 /// A boxed [`Family`] trait object.

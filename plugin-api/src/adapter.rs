@@ -203,6 +203,9 @@ impl<F: Family> abi::Family for FamilyAdapter<F> {
             })
         })
     }
+    fn catalog(&self) -> RVec<crate::ModelInfo> {
+        self.family.catalog().into()
+    }
 }
 
 struct ModelAdapter {

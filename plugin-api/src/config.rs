@@ -110,7 +110,8 @@ pub fn named_scaling(name: &str, entry: Option<&Value>, max_position_embeddings:
 
 /// A rope scaling entry (`rope_scaling`, or one of Gemma's
 /// `rope_parameters`) as the scaling it describes: `default`, `linear`,
-/// `llama3`, `proportional` (partial rotation), `longrope` / `su` (Phi-3).
+/// `llama3`, `proportional` (partial rotation), `yarn` (and the names
+/// mlx-lm reads as it), `longrope` / `su` (Phi-3).
 /// `max_position_embeddings` sets LongRoPE's magnitude scale.
 pub fn scaling_of(entry: Option<&Value>, max_position_embeddings: i32) -> Result<RopeScaling> {
     let Some(s) = entry.filter(|v| !v.is_null()) else {
@@ -130,6 +131,15 @@ pub fn scaling_of(entry: Option<&Value>, max_position_embeddings: i32) -> Result
         "proportional" => RopeScaling::Proportional {
             partial_rotary_factor: f("partial_rotary_factor", 1.0),
             factor: f("factor", 1.0),
+        },
+        // mlx-lm's YarnRoPE, its defaults where the entry leaves a value out.
+        "yarn" | "deepseek_yarn" | "telechat3-yarn" => RopeScaling::Yarn {
+            factor: field::<f32>(s, "factor")?,
+            original_max_position_embeddings: f("original_max_position_embeddings", 4096.0),
+            beta_fast: f("beta_fast", 32.0),
+            beta_slow: f("beta_slow", 1.0),
+            mscale: f("mscale", 1.0),
+            mscale_all_dim: f("mscale_all_dim", 0.0),
         },
         "longrope" | "su" => {
             let original: f32 = field(s, "original_max_position_embeddings")?;
@@ -278,13 +288,15 @@ pub fn implied_head_dim(hidden: i32, heads: i32) -> Result<i32> {
 
 /// The context a model runs to: `max_position_embeddings`, extended by a
 /// rope scaling that stretches positions (`factor` times the original
-/// length; Llama 3 configs already give the extended length). 0: unknown.
+/// length, unless the config already gives a longer one, as Llama 3's and
+/// many YaRN ones do). 0: unknown.
 pub fn context_length(max_position_embeddings: i32, scaling: &RopeScaling) -> u32 {
     let mpe = max_position_embeddings.max(0) as f64;
     let scaled = match scaling {
         RopeScaling::None | RopeScaling::Proportional { .. } | RopeScaling::LongRope { .. } => mpe,
         RopeScaling::Linear { factor } => mpe * *factor as f64,
-        RopeScaling::Llama3 { factor, original_max_position_embeddings, .. } => {
+        RopeScaling::Llama3 { factor, original_max_position_embeddings, .. }
+        | RopeScaling::Yarn { factor, original_max_position_embeddings, .. } => {
             mpe.max(*original_max_position_embeddings as f64 * *factor as f64)
         }
     };

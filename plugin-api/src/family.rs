@@ -107,6 +107,14 @@ pub trait Family: Send + Sync + 'static {
     ) -> Result<Option<Box<dyn Drafter>>> {
         Ok(None)
     }
+
+    /// What the family says of each model type it serves: example
+    /// checkpoints and features, shown by `famlx plugins` and in the
+    /// README's table of supported models. Default: each of
+    /// [`Family::model_types`] as a text model with nothing more said.
+    fn catalog(&self) -> Vec<crate::ModelInfo> {
+        self.model_types().iter().map(|t| crate::ModelInfo::text(t)).collect()
+    }
 }
 
 /// A model's forward pass, in plain Rust.

@@ -33,8 +33,8 @@ pub use mlx;
 pub use serde;
 pub use serde_json;
 pub use types::{
-    AttnMask, AttnOptions, CacheKind, DraftRole, Fusion, LogitsWanted, ModelPlan, ParallelSpec, QuantClass, QuantSpec,
-    TokenSource,
+    AttnMask, AttnOptions, CacheKind, DraftRole, Fusion, LogitsWanted, ModelInfo, ModelPlan, ParallelSpec, QuantClass,
+    QuantSpec, TokenSource,
 };
 // The crate-internal path of the array handle (public under `abi`).
 use handle::ArrayHandle;

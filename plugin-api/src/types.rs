@@ -175,6 +175,65 @@ impl ModelPlan {
     }
 }
 
+/// What a family says of one `model_type` it serves, for `famlx plugins`
+/// and the README's table of supported models (both generated from it).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Default)]
+pub struct ModelInfo {
+    /// The `model_type` (config.json's; for a GGUF file, see `gguf`).
+    pub model_type: RString,
+    /// Checkpoints of it people run (hub repositories).
+    pub examples: RVec<RString>,
+    /// Routed experts.
+    pub moe: bool,
+    /// Sliding-window attention layers.
+    pub sliding: bool,
+    /// Takes images.
+    pub images: bool,
+    /// Takes audio.
+    pub audio: bool,
+    /// The GGUF `general.architecture` that reads as this model type, where
+    /// the family reads GGUF files of it.
+    pub gguf: ROption<RString>,
+}
+
+impl ModelInfo {
+    /// A text model type with no examples or features yet.
+    pub fn text(model_type: &str) -> ModelInfo {
+        ModelInfo { model_type: model_type.into(), ..Default::default() }
+    }
+
+    /// With these example checkpoints.
+    pub fn examples(self, repos: &[&str]) -> ModelInfo {
+        ModelInfo { examples: repos.iter().map(|r| RString::from(*r)).collect(), ..self }
+    }
+
+    /// Routed experts.
+    pub fn moe(self) -> ModelInfo {
+        ModelInfo { moe: true, ..self }
+    }
+
+    /// Sliding-window layers.
+    pub fn sliding(self) -> ModelInfo {
+        ModelInfo { sliding: true, ..self }
+    }
+
+    /// Takes images.
+    pub fn images(self) -> ModelInfo {
+        ModelInfo { images: true, ..self }
+    }
+
+    /// Takes audio.
+    pub fn audio(self) -> ModelInfo {
+        ModelInfo { audio: true, ..self }
+    }
+
+    /// Read from GGUF files of architecture `arch`.
+    pub fn gguf(self, arch: &str) -> ModelInfo {
+        ModelInfo { gguf: ROption::RSome(arch.into()), ..self }
+    }
+}
+
 /// Which drafter the host asks a family for (see
 /// [`crate::abi::Family::build_drafter`]).
 #[repr(u8)]

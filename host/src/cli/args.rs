@@ -294,4 +294,11 @@ pub struct PluginArgs {
     /// Extra plugin directory (searched first; repeatable).
     #[arg(long = "plugin-dir")]
     pub plugin_dirs: Vec<PathBuf>,
+    /// Print what was found as JSON (plugins, families, each model type
+    /// with its example checkpoints and features; refused files).
+    #[arg(long, conflicts_with = "table")]
+    pub json: bool,
+    /// Print the supported-models table (Markdown, as in the README).
+    #[arg(long)]
+    pub table: bool,
 }

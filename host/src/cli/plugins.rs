@@ -8,6 +8,15 @@ use anyhow::Result;
 /// Runs `famlx plugins`.
 pub(crate) fn run(a: PluginArgs) -> Result<()> {
     let dirs = plugin_search_path(&a.plugin_dirs)?;
+    if a.json || a.table {
+        let reg = Registry::discover(&dirs);
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&crate::plugins::catalog::json(&reg, &dirs))?);
+        } else {
+            print!("{}", crate::plugins::catalog::markdown(&reg));
+        }
+        return Ok(());
+    }
     println!("search directories:");
     for d in &dirs {
         println!("  {}", d.display());

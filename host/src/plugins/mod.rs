@@ -10,6 +10,7 @@
 //! never walked), and each is checked (`file_check.rs`) before the dynamic
 //! loader opens it.
 
+pub mod catalog;
 mod file_check;
 
 use abi_stable::library::lib_header_from_path;
@@ -27,6 +28,9 @@ pub struct FamilyEntry {
     pub name: String,
     /// Claimed model types.
     pub model_types: Vec<String>,
+    /// What the family says of each claimed model type (one entry each, in
+    /// `model_types` order).
+    pub catalog: Vec<plugin_api::ModelInfo>,
     /// The plugin file it came from.
     pub plugin_path: PathBuf,
     /// The family object.
@@ -216,9 +220,11 @@ pub fn load_plugin(path: &Path, fresh: bool) -> Result<LoadedPlugin> {
         if model_types.is_empty() {
             bail!("{}: family `{fname}` claims no model_type", path.display());
         }
+        let catalog = catalog::complete(&model_types, fam.catalog().into_vec());
         families.push(Arc::new(FamilyEntry {
             name: fname,
             model_types,
+            catalog,
             plugin_path: path.to_path_buf(),
             family: Arc::new(fam),
         }));

@@ -65,7 +65,7 @@ mod families {
     }
 
     /// The text families of issue 36 (qwen2, gemma3, olmo, ...) against mlx-lm.
-    mod text;
+    pub(crate) mod text;
 }
 
 /// Loading a checkpoint: fusion and quantization through a family's rewrite.
@@ -103,6 +103,8 @@ mod cli {
 /// `famlx serve` end to end.
 mod serve {
     mod api;
+    /// Every text family batched in `famlx serve`, each answer as `generate`'s.
+    mod families;
     mod hostile;
     mod load;
     mod speculative;
@@ -119,6 +121,8 @@ mod robustness {
 
 /// Plugins: loading and refusals, hot reload, an out-of-tree plugin.
 mod plugins {
+    /// `famlx plugins --json` and the README's supported-models table.
+    mod catalog;
     mod error_kinds;
     mod hot_reload;
     mod loading;

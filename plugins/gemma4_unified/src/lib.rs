@@ -19,7 +19,7 @@ use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use plugin_api::media::MediaInput;
 use plugin_api::{DraftRole, Drafter, Family, FamilyConfig, Model};
-use plugin_api::{Fusion, ModelPlan, QuantClass, RawAudio, RawImage};
+use plugin_api::{Fusion, ModelInfo, ModelPlan, QuantClass, RawAudio, RawImage};
 use serde_json::Value;
 
 /// The checkpoint `model_type`.
@@ -93,6 +93,10 @@ impl Family for Gemma4UnifiedFamily {
 
     fn model_types(&self) -> &'static [&'static str] {
         &[MODEL_TYPE]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text(MODEL_TYPE).sliding().images().audio()]
     }
 
     /// Parsed by hand, as gemma4's.

@@ -7,7 +7,7 @@ use plugin_api::config::{
     context_length, eos_ids, field_or, named_scaling, one_of, positive_finite, rope, DecoderFields,
 };
 use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderLm, DecoderShape, LmDrafter};
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -71,6 +71,10 @@ impl Family for Qwen3Family {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["qwen3"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("qwen3").examples(&["Qwen/Qwen3-0.6B", "mlx-community/Qwen3-4B-4bit"])]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

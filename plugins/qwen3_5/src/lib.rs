@@ -29,7 +29,7 @@ use names::{canonical_name, MTP_PREFIX, OFFSET_NORMS, PREFIX};
 use plugin_api::config::{eos_ids, field_or, text_config};
 use plugin_api::layers::gate_up_fusion;
 use plugin_api::media::MediaInput;
-use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawImage};
+use plugin_api::{CacheKind, Fusion, ModelInfo, ModelPlan, QuantClass, QuantSpec, RawImage};
 use plugin_api::{DraftRole, Drafter, Family, FamilyConfig, Model};
 use serde_json::Value;
 
@@ -45,6 +45,15 @@ impl Family for Qwen3_5Family {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![
+            ModelInfo::text("qwen3_5").examples(&["Qwen/Qwen3.5-9B", "mlx-community/Qwen3.5-4B-OptiQ-4bit"]).images(),
+            ModelInfo::text("qwen3_5_text"),
+            ModelInfo::text("qwen3_5_moe").examples(&["Qwen/Qwen3.5-35B-A3B"]).moe().images(),
+            ModelInfo::text("qwen3_5_moe_text").examples(&["mlx-community/Qwen3.5-397B-A17B-4bit"]).moe(),
+        ]
     }
 
     /// Parsed by hand: the text part may sit under `text_config`, and rope

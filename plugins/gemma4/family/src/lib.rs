@@ -41,7 +41,7 @@ use model::Gemma4Text;
 use plugin_api::config::{eos_ids, field_or, text_config};
 use plugin_api::layers::{gate_up_fusion, qkv_fusion};
 use plugin_api::media::MediaInput;
-use plugin_api::{CacheKind, Fusion, ModelPlan, QuantClass, QuantSpec, RawAudio, RawImage};
+use plugin_api::{CacheKind, Fusion, ModelInfo, ModelPlan, QuantClass, QuantSpec, RawAudio, RawImage};
 use plugin_api::{DraftRole, Drafter, Family, FamilyConfig, Model};
 use serde_json::Value;
 use vision::VisionTower;
@@ -71,6 +71,19 @@ impl Family for Gemma4Family {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["gemma4", "gemma4_text", assistant::MODEL_TYPE]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![
+            ModelInfo::text("gemma4")
+                .examples(&["google/gemma-4-E2B-it", "google/gemma-4-26b-a4b-it"])
+                .sliding()
+                .moe()
+                .images()
+                .audio(),
+            ModelInfo::text("gemma4_text").sliding().moe(),
+            ModelInfo::text(assistant::MODEL_TYPE).sliding(),
+        ]
     }
 
     /// Parsed by hand: the text part may sit under `text_config`, and the

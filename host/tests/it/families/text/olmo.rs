@@ -1,0 +1,48 @@
+//! The OLMo plugin's families (olmo2, olmo3, olmoe) against mlx-lm, and the
+//! configs each refuses.
+
+use crate::common;
+use crate::families::parity::parity_in;
+
+use common::{fixture_copy, mlx_lock, registry};
+use famlx::cache::CacheOptions;
+use famlx::model::LoadedModel;
+
+#[test]
+fn olmo2_f32() {
+    parity_in("olmo2-f32", "olmo2");
+}
+
+#[test]
+fn olmo2_q4() {
+    parity_in("olmo2-q4", "olmo2");
+}
+
+/// `edit` applied to a copy of fixture `variant`'s config: the load fails
+/// with one line that contains every one of `needles`.
+pub(crate) fn refused(
+    variant: &str,
+    edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+    needles: &[&str],
+) {
+    let _g = mlx_lock();
+    let ck = fixture_copy(variant);
+    let p = ck.path().join("config.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    edit(v.as_object_mut().unwrap());
+    std::fs::write(&p, v.to_string()).unwrap();
+    let e = match LoadedModel::load(ck.path(), &registry(), None, CacheOptions::default()) {
+        Ok(_) => panic!("{variant}: the edited config loaded"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(!e.contains('\n'), "{variant}: not one line: {e}");
+    for n in needles {
+        assert!(e.contains(n), "{variant}: {n:?} not in: {e}");
+    }
+}
+
+/// An activation olmo2 does not implement is refused naming it.
+#[test]
+fn olmo2_refuses_an_unknown_activation() {
+    refused("olmo2-f32", |c| drop(c.insert("hidden_act".into(), "gelu".into())), &["hidden_act", "gelu"]);
+}

@@ -97,6 +97,11 @@ pub struct ModelPlan {
     /// How prompts carry images and audio, for a model that takes them
     /// (`None`: text only). Set with [`ModelPlan::with_media`].
     pub media: ROption<crate::MediaSpec>,
+    /// The feature widths of the keys and values the caches hold (each
+    /// distinct head dimension once; empty: not said). The host checks
+    /// `--kv-group-size` against them at load. Set with
+    /// [`ModelPlan::with_head_dims`].
+    pub kv_head_dims: RVec<u32>,
 }
 
 impl ModelPlan {
@@ -127,6 +132,7 @@ impl ModelPlan {
             dtype: "bfloat16".into(),
             add_bos: ROption::RNone,
             media: ROption::RNone,
+            kv_head_dims: RVec::new(),
         })
     }
 
@@ -139,6 +145,17 @@ impl ModelPlan {
     /// With a context of `tokens` (0: unknown).
     pub fn with_context(mut self, tokens: u32) -> Self {
         self.max_position_embeddings = tokens;
+        self
+    }
+
+    /// With these head dimensions of the cached keys and values (see
+    /// [`ModelPlan::kv_head_dims`]): a `--kv-group-size` that does not
+    /// divide one is refused at load, naming the sizes that would.
+    pub fn with_head_dims(mut self, dims: &[i32]) -> Self {
+        let mut d: Vec<u32> = dims.iter().map(|&x| x.max(0) as u32).collect();
+        d.sort_unstable();
+        d.dedup();
+        self.kv_head_dims = d.into();
         self
     }
 

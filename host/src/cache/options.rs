@@ -57,6 +57,42 @@ impl CacheOptions {
         Ok(())
     }
 
+    /// Checks the settings against the model: the KV cache is quantized
+    /// along the head dimension, so `--kv-group-size` must divide every
+    /// one the plan names (an error naming the sizes that would work).
+    pub fn check_for(&self, plan: &plugin_api::ModelPlan) -> Result<()> {
+        if self.kv_quant().is_none() {
+            return Ok(());
+        }
+        let g = self.kv_group_size;
+        let dims: Vec<i32> = plan.kv_head_dims.iter().map(|&d| d as i32).collect();
+        if let Some(d) = dims.iter().find(|&&d| d % g != 0) {
+            let fits: Vec<String> =
+                KV_GROUP_SIZES.iter().filter(|&&s| dims.iter().all(|d| d % s == 0)).map(|s| s.to_string()).collect();
+            let what = if fits.is_empty() {
+                "no group size quantizes it (--kv-bits cannot be used with this model)".to_string()
+            } else {
+                format!("use --kv-group-size {}", fits.join(" or "))
+            };
+            return Err(Error::msg(format!(
+                "--kv-group-size {g} does not divide this model's head dimension {d} (the KV cache is quantized along it): {what}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// What the settings do not do for this model, said once at load:
+    /// `--kv-bits` leaves a model's own sliding windows dense.
+    pub fn warnings_for(&self, plan: &plugin_api::ModelPlan) -> Vec<String> {
+        let sliding = plan.caches.iter().filter(|k| matches!(k, plugin_api::CacheKind::Sliding { .. })).count();
+        if self.kv_quant().is_none() || sliding == 0 {
+            return Vec::new();
+        }
+        vec![format!(
+            "--kv-bits quantizes the full-attention layers' caches only: this model's {sliding} sliding-window layers keep dense caches (as mlx-lm's do)"
+        )]
+    }
+
     /// Settings that work but may hurt quality (printed, never changed).
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();

@@ -60,6 +60,9 @@ pub(crate) fn load(m: &ModelArgs, c: &CacheArgs, spec: Option<&SpecArgs>, watch:
         plan.dtype,
         plan.modalities.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
     );
+    for w in model.cache_opts.warnings_for(&model.plan) {
+        eprintln!("famlx: warning: {w}");
+    }
     for w in model.tokenizer.iter().flat_map(|t| t.warnings()) {
         eprintln!("famlx: warning: {w}");
     }

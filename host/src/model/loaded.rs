@@ -83,6 +83,7 @@ impl LoadedModel {
         let source = Rc::new(source);
         let (plan, weights, model) = assemble(&fam, &source)?;
         // Bad cache settings fail here, at load, not at the first sequence.
+        cache_opts.check_for(&plan)?;
         make_caches(&plan.caches, &cache_opts)?;
         let mut tokenizer = ck.tokenizer;
         if let Some(t) = tokenizer.as_mut() {

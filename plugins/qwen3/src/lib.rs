@@ -84,7 +84,8 @@ impl Family for Qwen3Family {
         Ok(ModelPlan::text("qwen3", "qwen3", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings.unwrap_or(0), &scaling))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim]))
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.

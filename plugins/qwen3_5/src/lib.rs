@@ -88,7 +88,8 @@ impl Family for Qwen3_5Family {
         let plan = ModelPlan::text("qwen3_5", &model_type, &stored, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos)
             .with_context(context)
-            .with_dtype(&dtype);
+            .with_dtype(&dtype)
+            .with_head_dims(&[cfg.head_dim]);
         // A vision_config that does not describe a usable tower (e.g. a
         // stub beside text weights) leaves the model serving text.
         Ok(match checkpoint.image() {

@@ -406,6 +406,42 @@ fn cli_kv_bits_and_warnings() {
     let (_, err) = texts(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("--kv-bits") && err.contains("2, 3, 4, 6, 8"), "{err}");
+
+    // A group size that does not divide the head dimension (32) is refused
+    // at load, naming the flag and the size that works, before any forward.
+    let o = run(&["generate", "--model", model.to_str().unwrap(), "--prompt-ids", "1,2", "--kv-bits", "8"]);
+    let (_, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--kv-group-size 64 does not divide this model's head dimension 32")
+            && err.contains("use --kv-group-size 32"),
+        "{err}"
+    );
+    assert!(!err.contains("plugin"), "blamed on the plugin: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+/// A model with its own sliding windows says once that `--kv-bits` leaves
+/// them dense.
+#[test]
+fn kv_bits_on_sliding_windows_is_said_once() {
+    let model = fixture("gemma4-bf16");
+    let o = run(&[
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt-ids",
+        "2,17,88",
+        "--max-tokens",
+        "2",
+        "--kv-bits",
+        "8",
+        "--kv-group-size",
+        "32",
+    ]);
+    let (_, err) = texts(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("sliding-window layers keep dense caches").count(), 1, "{err}");
 }
 
 #[test]

@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 
 #[test]
 fn every_text_family_serves_a_batch_as_generate_answers() {
-    let prompts: Vec<String> = (0..4).map(|i| format!("{}{i}", "The river ran past the mill. ".repeat(i + 1))).collect();
+    let prompts: Vec<String> =
+        (0..4).map(|i| format!("{}{i}", "The river ran past the mill. ".repeat(i + 1))).collect();
     let n = [6usize, 9, 12, 7];
     // The float32 fixture of each family (the q4 ones share its code path).
     let names: Vec<&str> = crate::families::text::FIXTURES.iter().copied().filter(|f| f.ends_with("-f32")).collect();
@@ -24,7 +25,8 @@ fn every_text_family_serves_a_batch_as_generate_answers() {
         let most = s.metric("famlx_batch_size_max");
         assert!(most > 1, "{name}: the requests were never decoded together (most {most})");
         for (i, p) in prompts.iter().enumerate() {
-            let o = run(&["generate", "--model", m, "--prompt", p, "--raw", "--max-tokens", &n[i].to_string(), "--json"]);
+            let o =
+                run(&["generate", "--model", m, "--prompt", p, "--raw", "--max-tokens", &n[i].to_string(), "--json"]);
             assert!(o.status.success(), "{name}: generate: {}", String::from_utf8_lossy(&o.stderr));
             let g: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(g["text"], r["alone"][i], "{name}: prompt {i}: served answer differs from generate's");

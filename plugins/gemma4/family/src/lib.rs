@@ -124,6 +124,8 @@ impl Family for Gemma4Family {
             .with_eos(eos)
             .with_context(cfg.max_position_embeddings.max(0) as u32)
             .with_dtype(&dtype)
+            // Only the global layers' caches are quantized (sliding ones stay dense).
+            .with_head_dims(&[cfg.head_dim_of(true)])
             // Gemma is trained with BOS first; the tokenizer adds it once.
             .with_bos(true);
         // A vision_config that does not describe a usable tower (e.g. a

@@ -1,0 +1,50 @@
+//! `famlx convert -q` of each text family's float32 fixture gives what
+//! mlx-lm's converter gave for its committed q4 fixture: the same tensors
+//! byte for byte and the same quantization block (the family's own rules,
+//! e.g. MoE routers pinned to 8 bits, as mlx-lm's quant predicates).
+
+use crate::common;
+
+use common::{fixture, reference, run, texts, Scratch};
+use serde_json::{json, Value};
+
+#[test]
+fn quantizing_each_family_matches_mlx_lm() {
+    let s = Scratch::new("convert-text-families");
+    let q4: Vec<&str> = super::FIXTURES.iter().copied().filter(|f| f.ends_with("-q4")).collect();
+    assert!(!q4.is_empty());
+    let mut jobs = Vec::new();
+    for name in &q4 {
+        let src = fixture(&name.replace("-q4", "-f32"));
+        let ours = s.path().join(name);
+        let o = run(&[
+            "convert",
+            "--hf-path",
+            src.to_str().unwrap(),
+            "--mlx-path",
+            ours.to_str().unwrap(),
+            "-q",
+            "--q-bits",
+            "4",
+            "--q-group-size",
+            "32",
+        ]);
+        let (out, err) = texts(&o);
+        assert!(o.status.success(), "{name}: famlx convert failed:\n{out}\n{err}");
+        jobs.push(json!({"compare": [ours, fixture(name)]}));
+    }
+    let results = reference::check(&Value::Array(jobs), s.path());
+    let mut bad = Vec::new();
+    for (name, c) in q4.iter().zip(&results) {
+        if c["differ"] != json!([]) || c["only_a"] != json!([]) || c["only_b"] != json!([]) {
+            bad.push(format!(
+                "{name}: tensors differ {} / only famlx {} / only mlx-lm {}",
+                c["differ"], c["only_a"], c["only_b"]
+            ));
+        }
+        if c["quant_a"] != c["quant_b"] {
+            bad.push(format!("{name}: quantization {} vs mlx-lm's {}", c["quant_a"], c["quant_b"]));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

@@ -1,0 +1,15 @@
+//! The StarCoder2 plugin's family against mlx-lm, and a config it refuses.
+
+use super::olmo::refused;
+use crate::families::parity::parity_in;
+
+#[test]
+fn starcoder2_f32() {
+    parity_in("starcoder2-f32", "starcoder2");
+}
+
+/// An activation starcoder2 does not implement is refused naming it.
+#[test]
+fn starcoder2_refuses_an_unknown_activation() {
+    refused("starcoder2-f32", |c| drop(c.insert("hidden_act".into(), "relu".into())), &["hidden_act", "relu"]);
+}

@@ -1,0 +1,215 @@
+//! The qwen3_moe family (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder):
+//! Qwen3's attention (per-head q/k RMS norms, no biases) with a sparse
+//! mixture of experts in place of the MLP: softmax routing over every
+//! expert, the top k mixed (their weights renormalised when
+//! `norm_topk_prob`), no shared expert. Config, weight-name rules,
+//! quantization rules and registration.
+
+use crate::experts::PerExpert;
+use mlx::nn::{GatedMlp, GluActivation, NormKind, Weights};
+use mlx::{Array, Result};
+use plugin_api::config::{
+    config_error, context_length, eos_ids, field_or, implied_head_dim, in_range, limits, nullable, one_of,
+    positive_finite, rope, DecoderFields,
+};
+use plugin_api::layers::{
+    gate_up_fusion, qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, FeedForward,
+    LmDrafter, MoeShape, Routing, SparseMoe,
+};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan, QuantClass, QuantSpec};
+use plugin_api::{Drafter, Family, FamilyConfig, Model};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The config (config.json's fields).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Config {
+    pub hidden_size: i32,
+    pub num_hidden_layers: i32,
+    /// Width of the dense MLP of the layers `mlp_only_layers` and
+    /// `decoder_sparse_step` leave dense.
+    pub intermediate_size: i32,
+    pub num_attention_heads: i32,
+    pub num_experts: i32,
+    pub num_experts_per_tok: i32,
+    pub moe_intermediate_size: i32,
+    pub rms_norm_eps: f32,
+    pub vocab_size: i32,
+    pub num_key_value_heads: i32,
+    /// Default: `hidden_size / num_attention_heads`.
+    pub head_dim: Option<i32>,
+    /// Default (absent or `null`): 1e6.
+    #[serde(default = "default_rope_theta", deserialize_with = "rope_theta_or_default")]
+    pub rope_theta: f32,
+    /// Must be absent or `null`: mlx-lm's qwen3_moe applies no scaling.
+    pub rope_scaling: Option<Value>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub tie_word_embeddings: bool,
+    pub max_position_embeddings: Option<i32>,
+    /// Renormalise the chosen experts' weights to sum to 1. Default: false.
+    #[serde(default, deserialize_with = "nullable")]
+    pub norm_topk_prob: bool,
+    /// Every this-many-th layer is sparse. Default: 1 (all).
+    #[serde(default = "default_sparse_step", deserialize_with = "sparse_step_or_default")]
+    pub decoder_sparse_step: i32,
+    /// Layers with a dense MLP instead. Default: none.
+    #[serde(default, deserialize_with = "nullable")]
+    pub mlp_only_layers: Vec<i32>,
+    pub hidden_act: Option<String>,
+}
+
+plugin_api::config_defaults! {
+    // Qwen3's rope base when a config has none (or `null`).
+    default_rope_theta / rope_theta_or_default: f32 = 1_000_000.0;
+    // Every layer sparse when a config does not say.
+    default_sparse_step / sparse_step_or_default: i32 = 1;
+}
+
+impl Config {
+    fn head_dim(&self) -> Result<i32> {
+        match self.head_dim {
+            Some(d) => Ok(d),
+            None => implied_head_dim(self.hidden_size, self.num_attention_heads),
+        }
+    }
+
+    /// Whether layer `i` routes over experts (else it has a dense MLP).
+    fn sparse(&self, i: i32) -> bool {
+        !self.mlp_only_layers.contains(&i) && (i + 1) % self.decoder_sparse_step == 0
+    }
+}
+
+impl FamilyConfig for Config {
+    /// Every field in range, naming the field otherwise.
+    fn check(&self) -> Result<()> {
+        one_of("hidden_act", self.hidden_act.as_deref(), &["silu", "swish"])?;
+        DecoderFields {
+            hidden: self.hidden_size,
+            layers: self.num_hidden_layers,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim()?,
+            vocab: self.vocab_size,
+        }
+        .check()?;
+        in_range("num_experts", self.num_experts, limits::EXPERTS)?;
+        let k = self.num_experts_per_tok;
+        if !(1..=self.num_experts).contains(&k) {
+            return Err(config_error(format!(
+                "config: field `num_experts_per_tok` is {k}, must be in 1..={} (`num_experts`)",
+                self.num_experts
+            )));
+        }
+        in_range("moe_intermediate_size", self.moe_intermediate_size, limits::INTERMEDIATE)?;
+        in_range("decoder_sparse_step", self.decoder_sparse_step, limits::LAYERS)?;
+        positive_finite("rope_theta", self.rope_theta)?;
+        positive_finite("rms_norm_eps", self.rms_norm_eps)?;
+        if let Some(s) = self.rope_scaling.as_ref().filter(|s| !s.is_null()) {
+            return Err(config_error(format!(
+                "config: field `rope_scaling` is {s}, which this family does not implement (mlx-lm's qwen3_moe applies none)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The family registration.
+pub struct Qwen3MoeFamily;
+
+impl Family for Qwen3MoeFamily {
+    type Config = Config;
+
+    fn name(&self) -> &'static str {
+        "qwen3_moe"
+    }
+
+    fn model_types(&self) -> &'static [&'static str] {
+        &["qwen3_moe"]
+    }
+
+    fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
+        let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
+        let scaling = mlx::nn::RopeScaling::None;
+        Ok(ModelPlan::text("qwen3_moe", "qwen3_moe", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
+            .with_eos(eos_ids(config))
+            .with_context(context_length(cfg.max_position_embeddings.unwrap_or(0), &scaling))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+    }
+
+    /// Drops a head the config ties to the embedding, as mlx-lm's `sanitize`.
+    fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        if cfg.tie_word_embeddings && name.starts_with("lm_head.") {
+            return Ok(vec![]);
+        }
+        Ok(vec![(name.to_string(), t)])
+    }
+
+    /// The routers stay at 8 bits (group 64), as mlx-lm's `quant_predicate`
+    /// for qwen3_moe keeps them; the rest as usual.
+    fn quant_class(&self, _cfg: &Config, _plan: &ModelPlan, name: &str) -> QuantClass {
+        if name.ends_with("mlp.gate.weight") {
+            return QuantClass::Pinned(QuantSpec { group_size: 64, bits: 8, mode: "affine".into() });
+        }
+        if name.ends_with(".weight") && !name.contains("norm") {
+            QuantClass::Body
+        } else {
+            QuantClass::Skip
+        }
+    }
+
+    /// One matmul for q/k/v per layer, and one for gate/up in the dense MLPs.
+    fn fusions(&self, cfg: &Config, _plan: &ModelPlan) -> Vec<Fusion> {
+        (0..cfg.num_hidden_layers)
+            .flat_map(|i| {
+                let p = format!("model.layers.{i}");
+                let dense = (!cfg.sparse(i)).then(|| gate_up_fusion(&format!("{p}.mlp")));
+                std::iter::once(qkv_fusion(&format!("{p}.self_attn"))).chain(dense)
+            })
+            .collect()
+    }
+
+    /// A separate checkpoint of this family drafts as a small LM (`--draft-model`).
+    fn build_drafter(
+        &self,
+        role: DraftRole,
+        cfg: &Config,
+        plan: &ModelPlan,
+        w: &dyn Weights,
+        _target_plan: &ModelPlan,
+        _target: &dyn Weights,
+    ) -> Result<Option<Box<dyn Drafter>>> {
+        LmDrafter::for_separate_checkpoint(role, plan, || self.build(cfg, plan, w))
+    }
+
+    fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
+        let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
+        let head_dim = cfg.head_dim()?;
+        let rope = rope(head_dim, cfg.rope_theta, false, None, 0)?;
+        let attention =
+            AttentionShape::new(h, cfg.num_attention_heads, cfg.num_key_value_heads, head_dim).qk_norms(eps);
+        let moe = MoeShape {
+            hidden: h,
+            experts: cfg.num_experts,
+            top_k: cfg.num_experts_per_tok,
+            intermediate: cfg.moe_intermediate_size,
+            routing: Routing::SoftmaxTopK { norm_topk: cfg.norm_topk_prob },
+            act: GluActivation::Silu,
+            shared_intermediate: None,
+            shared_gate: false,
+        };
+        let spec =
+            DecoderSpec::new(cfg.vocab_size, h, cfg.num_hidden_layers, cfg.tie_word_embeddings, NormKind::Rms, eps);
+        let layout = BlockLayout::pre_norm(NormKind::Rms, eps);
+        let lm = DecoderLm::build(w, &spec, |i, p| {
+            let mlp = format!("{p}.mlp");
+            let ffn: Box<dyn FeedForward> = if cfg.sparse(i) {
+                Box::new(SparseMoe::load(&PerExpert::stacked(w, &mlp)?, &mlp, &moe)?)
+            } else {
+                Box::new(GatedMlp::load(w, &mlp, h, cfg.intermediate_size)?)
+            };
+            DecoderBlock::load(w, p, &layout, &attention, rope.clone(), ffn)
+        })?;
+        Ok(Box::new(lm))
+    }
+}

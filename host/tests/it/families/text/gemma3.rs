@@ -1,0 +1,64 @@
+//! The gemma3 plugin's families (`gemma2`, `gemma3_text`, `gemma3`) against
+//! mlx-lm on their fixtures, and the configs they refuse.
+
+use crate::common::{copy_dir, fixture, mlx_lock, registry, Scratch};
+use crate::families::parity::parity_in;
+use famlx::cache::CacheOptions;
+use famlx::model::LoadedModel;
+use serde_json::{json, Value};
+
+#[test]
+fn gemma2_f32() {
+    parity_in("gemma2-f32", "gemma2");
+}
+#[test]
+fn gemma3_text_f32() {
+    parity_in("gemma3_text-f32", "gemma3_text");
+}
+#[test]
+fn gemma3_text_q4() {
+    parity_in("gemma3_text-q4", "gemma3_text");
+}
+#[test]
+fn gemma3_f32() {
+    parity_in("gemma3-f32", "gemma3");
+}
+
+/// The error loading a scratch copy of `variant` whose config `edit` changed.
+fn refused_with(variant: &str, edit: impl FnOnce(&mut Value)) -> String {
+    let dir = Scratch::new(variant);
+    copy_dir(&fixture(variant), dir.path());
+    let path = dir.path().join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(&path, config.to_string()).unwrap();
+    let _g = mlx_lock();
+    match LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()) {
+        Ok(_) => panic!("{variant} with its config changed: loaded"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+/// One line naming the field and the value it refuses.
+fn assert_names(err: &str, field: &str, value: &str) {
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(err.contains(field) && err.contains(value), "does not name {field} = {value}: {err}");
+}
+
+#[test]
+fn gemma2_refuses_an_unknown_activation() {
+    let e = refused_with("gemma2-f32", |c| c["hidden_activation"] = "relu".into());
+    assert_names(&e, "hidden_activation", "relu");
+}
+
+#[test]
+fn gemma3_text_refuses_an_unknown_rope_type() {
+    let e = refused_with("gemma3_text-f32", |c| c["rope_scaling"] = json!({"rope_type": "dynamic", "factor": 2.0}));
+    assert_names(&e, "rope_scaling", "dynamic");
+}
+
+#[test]
+fn gemma3_refuses_an_unknown_activation_in_its_text_config() {
+    let e = refused_with("gemma3-f32", |c| c["text_config"]["hidden_activation"] = "gelu".into());
+    assert_names(&e, "text_config.hidden_activation", "gelu");
+}

@@ -1,18 +1,20 @@
-//! The llama family (Llama 2 / 3 / 3.1 / 3.2, Mistral, SmolLM2, Phi-3 /
-//! Phi-4-mini and friends): a config, the shared Llama-style decoder,
-//! weight-name rules (GGUF included, see [`gguf`]) and one registration.
-//! Phi-3 is Llama's decoder with q/k/v and gate/up stored fused (the shared
-//! layers take them as stored), partial rotation and LongRoPE.
+//! The llama family (Llama 2 / 3 / 3.1 / 3.2, Mistral, SmolLM2, SmolLM3,
+//! Phi-3 / Phi-4-mini and friends): a config, the shared Llama-style
+//! decoder, weight-name rules (GGUF included, see [`gguf`]) and one
+//! registration. Phi-3 is Llama's decoder with q/k/v and gate/up stored
+//! fused (the shared layers take them as stored), partial rotation and
+//! LongRoPE. SmolLM3 (`smollm3`) is Llama's decoder with rope left out of
+//! some layers (NoPE: `no_rope_layers`, or every `no_rope_layer_interval`-th).
 
 pub mod gguf;
 
 use mlx::nn::RopeScaling;
 use mlx::nn::Weights;
-use mlx::nn::{GatedMlp, GluActivation::Silu, NormKind};
+use mlx::nn::{GatedMlp, GluActivation::Silu, NormKind, Rope};
 use mlx::{Array, Error, Result};
 use plugin_api::config::{
-    context_length, eos_ids, field_or, implied_head_dim, named_scaling, nullable, one_of, positive_finite, rope,
-    DecoderFields,
+    config_error, context_length, eos_ids, field_or, implied_head_dim, in_range, limits, named_scaling, nullable,
+    one_of, positive_finite, rope, DecoderFields,
 };
 use plugin_api::layers::{
     decoder_fusions, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter,
@@ -57,6 +59,14 @@ pub struct Config {
     #[serde(default, deserialize_with = "nullable")]
     pub mlp_bias: bool,
     pub model_type: Option<String>,
+    /// SmolLM3: per layer, 1 to rope, 0 for none (NoPE). Default: from
+    /// `no_rope_layer_interval`. Read for `smollm3` only, as mlx-lm does.
+    #[serde(default, deserialize_with = "nullable")]
+    pub no_rope_layers: Option<Vec<i32>>,
+    /// SmolLM3: every this-many-th layer (the 4th, 8th, ...) has no rope
+    /// when `no_rope_layers` is absent. Default: 4.
+    #[serde(default = "default_no_rope_interval", deserialize_with = "no_rope_interval_or_default")]
+    pub no_rope_layer_interval: i32,
     /// A GGUF checkpoint: q/k rows come permuted for llama.cpp's rope.
     #[serde(default)]
     pub gguf: bool,
@@ -65,6 +75,8 @@ pub struct Config {
 plugin_api::config_defaults! {
     // mlx-lm's rope base when a config has none (or `null`).
     default_rope_theta / rope_theta_or_default: f32 = 10000.0;
+    // SmolLM3's NoPE spacing when a config has none.
+    default_no_rope_interval / no_rope_interval_or_default: i32 = 4;
 }
 
 impl Config {
@@ -107,6 +119,34 @@ impl Config {
     fn scaling(&self) -> Result<RopeScaling> {
         named_scaling("rope_scaling", self.scaling_entry().as_ref(), self.context())
     }
+
+    /// Whether layer `i` ropes its queries and keys: all do, except
+    /// SmolLM3's NoPE layers.
+    fn ropes(&self, i: i32) -> bool {
+        if self.model_type.as_deref() != Some("smollm3") {
+            return true;
+        }
+        match &self.no_rope_layers {
+            Some(l) => l.get(i as usize).is_none_or(|&r| r != 0),
+            None => (i + 1) % self.no_rope_layer_interval != 0,
+        }
+    }
+
+    /// SmolLM3's NoPE fields describe the layers there are.
+    fn check_no_rope(&self) -> Result<()> {
+        if self.model_type.as_deref() != Some("smollm3") {
+            return Ok(());
+        }
+        in_range("no_rope_layer_interval", self.no_rope_layer_interval, limits::LAYERS)?;
+        match &self.no_rope_layers {
+            Some(l) if l.len() != self.num_hidden_layers as usize => Err(config_error(format!(
+                "config: field `no_rope_layers` has {} entries, `num_hidden_layers` is {}",
+                l.len(),
+                self.num_hidden_layers
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl FamilyConfig for Config {
@@ -134,7 +174,7 @@ impl FamilyConfig for Config {
             )));
         }
         self.scaling()?;
-        Ok(())
+        self.check_no_rope()
     }
 }
 
@@ -149,7 +189,7 @@ impl Family for LlamaFamily {
     }
 
     fn model_types(&self) -> &'static [&'static str] {
-        &["llama", "mistral", "phi3"]
+        &["llama", "mistral", "phi3", "smollm3"]
     }
 
     /// config.json, or a GGUF file's metadata put in its terms first.
@@ -226,9 +266,10 @@ impl Family for LlamaFamily {
             .biases(cfg.attention_bias, cfg.attention_bias);
         let layout = BlockLayout::pre_norm(NormKind::Rms, eps);
         let spec = DecoderSpec::new(cfg.vocab_size, h, cfg.num_hidden_layers, tied, NormKind::Rms, eps);
-        Ok(Box::new(DecoderLm::build(w, &spec, |_, p| {
+        Ok(Box::new(DecoderLm::build(w, &spec, |i, p| {
             let mlp = GatedMlp::load_biased(w, &format!("{p}.mlp"), h, cfg.intermediate_size, Silu, cfg.mlp_bias)?;
-            DecoderBlock::load(w, p, &layout, &attention, rope.clone(), Box::new(mlp))
+            let rope = if cfg.ropes(i) { rope.clone() } else { Rope::none() };
+            DecoderBlock::load(w, p, &layout, &attention, rope, Box::new(mlp))
         })?))
     }
 }

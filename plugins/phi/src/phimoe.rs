@@ -3,6 +3,7 @@
 //! a mixture of SwiGLU experts chosen by sparsemixer routing; an output head
 //! with a bias.
 
+use crate::experts::Stacked;
 use crate::phi::biased_head;
 use mlx::nn::{GluActivation, NormKind, Rope, RopeScaling, Weights};
 use mlx::{concatenate, where_, Array, Result};
@@ -241,7 +242,8 @@ impl Family for PhiMoeFamily {
             shared_gate: false,
         };
         let mut lm = DecoderLm::build(w, &spec, |_, p| {
-            let moe = SparseMoe::load(w, &format!("{p}.block_sparse_moe"), &shape)?;
+            let prefix = format!("{p}.block_sparse_moe");
+            let moe = SparseMoe::load(&Stacked::new(w, &prefix, cfg.num_local_experts)?, &prefix, &shape)?;
             let ffn = SparseMixerMoe { moe, jitter: cfg.router_jitter_noise };
             DecoderBlock::load(w, p, &layout, &attention, rope.clone(), Box::new(ffn))
         })?;

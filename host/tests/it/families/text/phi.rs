@@ -34,3 +34,73 @@ fn phimoe_refuses_an_unknown_rope_type() {
         &["rope_scaling.type", "yarn"],
     );
 }
+
+/// A copy of fixture `variant` without tensor `name` is refused, naming it
+/// (a bias the config implies is required, never loaded "when present").
+pub(crate) fn refused_without(variant: &str, name: &str) {
+    use crate::common::{fixture_copy, mlx_lock, registry};
+    let _g = mlx_lock();
+    let ck = fixture_copy(variant);
+    let file = ck.path().join("model.safetensors");
+    let (mut t, meta) = mlx::io::load_safetensors(&file).unwrap();
+    assert!(t.remove(name).is_some(), "{variant}: no {name}");
+    let arrays: Vec<(&str, &mlx::Array)> = t.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let meta: Vec<(&str, &str)> = meta.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    mlx::io::save_safetensors(&file, &arrays, &meta).unwrap();
+    std::fs::remove_file(ck.path().join("model.safetensors.index.json")).unwrap();
+    let opts = famlx::cache::CacheOptions::default();
+    let e = match famlx::model::LoadedModel::load(ck.path(), &registry(), None, opts) {
+        Ok(_) => panic!("{variant}: loaded without {name}"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(e.contains(name), "{variant}: {name} not named in: {e}");
+}
+
+/// Phi's output head has a bias: a checkpoint without it is refused.
+#[test]
+fn phi_refuses_a_checkpoint_without_the_head_bias() {
+    refused_without("phi-f32", "lm_head.bias");
+}
+
+/// Phi-3.5-MoE as Hugging Face stores it (each expert's `w1`/`w3`/`w2` on
+/// its own) gives the logits of mlx-lm's stacked layout, bit for bit.
+#[test]
+fn phimoe_reads_per_expert_checkpoints() {
+    use crate::common::{fixture, fixture_copy, mlx_lock, parity::logit_steps, registry};
+    let _g = mlx_lock();
+    let load = |dir: &std::path::Path| {
+        famlx::model::LoadedModel::load(dir, &registry(), None, famlx::cache::CacheOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e:#}", dir.display()))
+    };
+    let want = logit_steps(&mut load(&fixture("phimoe-f32")), 4);
+
+    let ck = fixture_copy("phimoe-f32");
+    let file = ck.path().join("model.safetensors");
+    let (t, _) = mlx::io::load_safetensors(&file).unwrap();
+    let mut out = std::collections::HashMap::new();
+    for (name, a) in t {
+        let Some((moe, rest)) = name.split_once(".switch_mlp.") else {
+            out.insert(name, a);
+            continue;
+        };
+        let hf = match rest {
+            "gate_proj.weight" => "w1",
+            "up_proj.weight" => "w3",
+            "down_proj.weight" => "w2",
+            other => panic!("unexpected {other}"),
+        };
+        for e in 0..a.dim(0) {
+            out.insert(
+                format!("{moe}.experts.{e}.{hf}.weight"),
+                a.slice_axis(0, e, e + 1).unwrap().squeeze(&[0]).unwrap(),
+            );
+        }
+    }
+    let arrays: Vec<(&str, &mlx::Array)> = out.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    mlx::io::save_safetensors(&file, &arrays, &[("format", "pt")]).unwrap();
+    std::fs::remove_file(ck.path().join("model.safetensors.index.json")).unwrap();
+    let got = logit_steps(&mut load(ck.path()), 4);
+    for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+        assert!(a == b, "step {i}: per-expert and stacked logits differ");
+    }
+}

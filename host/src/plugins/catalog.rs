@@ -8,16 +8,6 @@ use plugin_api::ModelInfo;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
-/// One entry per claimed model type, in `model_types` order: the family's
-/// own where it gave one, else a bare text entry. Entries for model types
-/// the family does not claim are dropped.
-pub(crate) fn complete(model_types: &[String], given: Vec<ModelInfo>) -> Vec<ModelInfo> {
-    model_types
-        .iter()
-        .map(|t| given.iter().find(|i| i.model_type.as_str() == t).cloned().unwrap_or_else(|| ModelInfo::text(t)))
-        .collect()
-}
-
 /// A model type's features, as the table and the JSON name them.
 fn features(i: &ModelInfo) -> Vec<&'static str> {
     let mut f = vec!["text"];

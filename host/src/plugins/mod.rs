@@ -220,7 +220,7 @@ pub fn load_plugin(path: &Path, fresh: bool) -> Result<LoadedPlugin> {
         if model_types.is_empty() {
             bail!("{}: family `{fname}` claims no model_type", path.display());
         }
-        let catalog = catalog::complete(&model_types, fam.catalog().into_vec());
+        let catalog = complete_catalog(&model_types, fam.catalog().into_vec());
         families.push(Arc::new(FamilyEntry {
             name: fname,
             model_types,
@@ -355,4 +355,16 @@ impl Registry {
             format!("loaded: {}", fams.join(", "))
         }
     }
+}
+
+/// One entry per claimed model type, in `model_types` order: the family's
+/// own where it gave one, else a bare text entry. Entries for model types
+/// the family does not claim are dropped.
+fn complete_catalog(model_types: &[String], given: Vec<plugin_api::ModelInfo>) -> Vec<plugin_api::ModelInfo> {
+    model_types
+        .iter()
+        .map(|t| {
+            given.iter().find(|i| i.model_type.as_str() == t).cloned().unwrap_or_else(|| plugin_api::ModelInfo::text(t))
+        })
+        .collect()
 }

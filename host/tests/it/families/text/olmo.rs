@@ -18,6 +18,22 @@ fn olmo2_q4() {
     parity_in("olmo2-q4", "olmo2");
 }
 
+/// A sliding layer (window 8) and a full one; the long prompt passes the window.
+#[test]
+fn olmo3_f32() {
+    parity_in("olmo3-f32", "olmo3");
+}
+
+#[test]
+fn olmoe_f32() {
+    parity_in("olmoe-f32", "olmoe");
+}
+
+#[test]
+fn olmoe_q4() {
+    parity_in("olmoe-q4", "olmoe");
+}
+
 /// `edit` applied to a copy of fixture `variant`'s config: the load fails
 /// with one line that contains every one of `needles`.
 pub(crate) fn refused(
@@ -45,4 +61,20 @@ pub(crate) fn refused(
 #[test]
 fn olmo2_refuses_an_unknown_activation() {
     refused("olmo2-f32", |c| drop(c.insert("hidden_act".into(), "gelu".into())), &["hidden_act", "gelu"]);
+}
+
+/// A layer kind olmo3 does not implement is refused naming the entry.
+#[test]
+fn olmo3_refuses_an_unknown_layer_type() {
+    refused(
+        "olmo3-f32",
+        |c| drop(c.insert("layer_types".into(), serde_json::json!(["sliding_attention", "chunked_attention"]))),
+        &["layer_types[1]", "chunked_attention"],
+    );
+}
+
+/// q/k/v clamping (mlx-lm ignores it) is refused rather than run unclamped.
+#[test]
+fn olmoe_refuses_clip_qkv() {
+    refused("olmoe-f32", |c| drop(c.insert("clip_qkv".into(), 8.0.into())), &["clip_qkv", "8"]);
 }

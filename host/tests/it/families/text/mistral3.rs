@@ -1,0 +1,136 @@
+//! The mistral3 plugin's families (`mistral3`, `ministral3`, `mixtral`)
+//! against mlx-lm on their fixtures, and the configs they refuse.
+
+use crate::common::parity::logit_steps;
+use crate::common::{copy_dir, fixture, mlx_lock, registry, Scratch};
+use crate::families::parity::parity_in;
+use famlx::cache::CacheOptions;
+use famlx::model::LoadedModel;
+use mlx::Array;
+use serde_json::{json, Value};
+use std::path::Path;
+
+#[test]
+fn mistral3_f32() {
+    parity_in("mistral3-f32", "mistral3");
+}
+#[test]
+fn ministral3_f32() {
+    parity_in("ministral3-f32", "ministral3");
+}
+#[test]
+fn mixtral_f32() {
+    parity_in("mixtral-f32", "mixtral");
+}
+#[test]
+fn mixtral_q4() {
+    parity_in("mixtral-q4", "mixtral");
+}
+
+fn load(dir: &Path) -> LoadedModel {
+    LoadedModel::load(dir, &registry(), None, CacheOptions::default()).unwrap_or_else(|e| panic!("load: {e:#}"))
+}
+
+fn read_config(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn mistral3_with_a_mistral_text_model_is_llamas_decoder() {
+    // Mistral Small 3.x: `text_config.model_type` is `mistral`, which mlx-lm
+    // runs as its llama model. The llama fixture's weights, wrapped so
+    // (its tensors read as `language_model.*`), give the llama family's
+    // logits bit for bit.
+    let dir = Scratch::new("mistral3-llama");
+    copy_dir(&fixture("llama-tied-f32"), dir.path());
+    let mut text = read_config(dir.path());
+    text["model_type"] = "mistral".into();
+    let config = json!({
+        "model_type": "mistral3",
+        "eos_token_id": text["eos_token_id"],
+        "torch_dtype": "float32",
+        "text_config": text,
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let _g = mlx_lock();
+    let mut wrapped = load(dir.path());
+    assert_eq!(wrapped.family.name, "mistral3");
+    let mut plain = load(&fixture("llama-tied-f32"));
+    assert_eq!(logit_steps(&mut wrapped, 4), logit_steps(&mut plain, 4));
+}
+
+#[test]
+fn mixtral_reads_experts_stored_one_by_one() {
+    // Hugging Face's Mixtral checkpoints store each expert's w1 (gate), w3
+    // (up) and w2 (down) apart; mlx-lm stacks them. The fixture unstacked
+    // so gives the same logits bit for bit.
+    let dir = Scratch::new("mixtral-hf");
+    copy_dir(&fixture("mixtral-f32"), dir.path());
+    let (tensors, _) = mlx::io::load_safetensors(&dir.path().join("model.safetensors")).unwrap();
+    let mut out: Vec<(String, Array)> = Vec::new();
+    for (name, t) in tensors {
+        let Some((layer, proj)) = name.split_once(".block_sparse_moe.switch_mlp.") else {
+            out.push((name, t));
+            continue;
+        };
+        let hf = match proj {
+            "gate_proj.weight" => "w1",
+            "up_proj.weight" => "w3",
+            "down_proj.weight" => "w2",
+            other => panic!("unexpected expert tensor {other}"),
+        };
+        for e in 0..t.dim(0) {
+            let one = t.slice_axis(0, e, e + 1).unwrap().reshape(&t.shape()[1..]).unwrap();
+            out.push((format!("{layer}.block_sparse_moe.experts.{e}.{hf}.weight"), one));
+        }
+    }
+    let arrays: Vec<(&str, &Array)> = out.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    std::fs::remove_file(dir.path().join("model.safetensors.index.json")).unwrap();
+    mlx::io::save_safetensors(&dir.path().join("model.safetensors"), &arrays, &[("format", "pt")]).unwrap();
+    let _g = mlx_lock();
+    let mut per_expert = load(dir.path());
+    let mut stacked = load(&fixture("mixtral-f32"));
+    assert_eq!(logit_steps(&mut per_expert, 4), logit_steps(&mut stacked, 4));
+}
+
+/// The error loading a scratch copy of `variant` whose config `edit` changed.
+fn refused_with(variant: &str, edit: impl FnOnce(&mut Value)) -> String {
+    let dir = Scratch::new(variant);
+    copy_dir(&fixture(variant), dir.path());
+    let path = dir.path().join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(&path, config.to_string()).unwrap();
+    let _g = mlx_lock();
+    match LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()) {
+        Ok(_) => panic!("{variant} with its config changed: loaded"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+/// One line naming the field and the value it refuses.
+fn assert_names(err: &str, field: &str, value: &str) {
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(err.contains(field) && err.contains(value), "does not name {field} = {value}: {err}");
+}
+
+#[test]
+fn mistral3_refuses_a_text_model_it_does_not_implement() {
+    let e = refused_with("mistral3-f32", |c| c["text_config"]["model_type"] = "mistral4".into());
+    assert_names(&e, "text_config.model_type", "mistral4");
+}
+
+#[test]
+fn ministral3_refuses_an_unknown_rope_type() {
+    let e = refused_with("ministral3-f32", |c| {
+        c["rope_parameters"]["rope_type"] = "linear_v2".into();
+        c["rope_parameters"]["type"] = "linear_v2".into();
+    });
+    assert_names(&e, "rope_parameters", "linear_v2");
+}
+
+#[test]
+fn mixtral_refuses_an_unknown_activation() {
+    let e = refused_with("mixtral-f32", |c| c["hidden_act"] = "gelu".into());
+    assert_names(&e, "hidden_act", "gelu");
+}

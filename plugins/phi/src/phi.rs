@@ -8,7 +8,7 @@ use mlx::{Array, Result};
 use plugin_api::config::DecoderFields;
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite};
 use plugin_api::layers::{qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter};
-use plugin_api::{CacheKind, DraftRole, Drafter, Family, FamilyConfig, Fusion, Model, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Drafter, Family, FamilyConfig, Fusion, Model, ModelInfo, ModelPlan};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -128,6 +128,10 @@ impl Family for PhiFamily {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["phi"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("phi").examples(&["microsoft/phi-2", "microsoft/phi-1_5", "mlx-community/phi-2"])]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

@@ -11,7 +11,7 @@ use plugin_api::config::{config_error, context_length, eos_ids, field_or, implie
 use plugin_api::config::{in_range, limits, DecoderFields};
 use plugin_api::layers::{qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter};
 use plugin_api::layers::{FeedForward, MoeShape, Routing, SparseMoe};
-use plugin_api::{CacheKind, DraftRole, Drafter, Family, FamilyConfig, Fusion, Model, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Drafter, Family, FamilyConfig, Fusion, Model, ModelInfo, ModelPlan};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -196,6 +196,10 @@ impl Family for PhiMoeFamily {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["phimoe"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("phimoe").examples(&["microsoft/Phi-3.5-MoE-instruct"]).moe()]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

@@ -12,7 +12,7 @@ use plugin_api::config::DecoderFields;
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite};
 use plugin_api::layers::{decoder_fusions, lm_output, Attention, AttentionShape, LmDrafter, Qkv, Stage};
 use plugin_api::{AttnOptions, CacheKind, Caches, DraftRole, Drafter, Family, FamilyConfig, Fusion, Input};
-use plugin_api::{Model, ModelPlan, Output};
+use plugin_api::{Model, ModelInfo, ModelPlan, Output};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -257,6 +257,14 @@ impl Family for StableLmFamily {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["stablelm"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("stablelm").examples(&[
+            "stabilityai/stablelm-2-1_6b-chat",
+            "stabilityai/stablelm-2-12b-chat",
+            "stabilityai/stablelm-3b-4e1t",
+        ])]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

@@ -8,7 +8,7 @@ use mlx::Result;
 use plugin_api::config::DecoderFields;
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite};
 use plugin_api::layers::{qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter};
-use plugin_api::{CacheKind, DraftRole, Drafter, Family, FamilyConfig, Fusion, Model, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Drafter, Family, FamilyConfig, Fusion, Model, ModelInfo, ModelPlan};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -95,6 +95,10 @@ impl Family for Starcoder2Family {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["starcoder2"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("starcoder2").examples(&["bigcode/starcoder2-3b", "bigcode/starcoder2-15b-instruct-v0.1"])]
     }
 
     /// Every layer attends over its whole cache: the checkpoints' 4096-token

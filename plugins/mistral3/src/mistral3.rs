@@ -191,7 +191,7 @@ impl Family for Mistral3Family {
         vec![ModelInfo::text("mistral3")
             .examples(&[
                 "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
-                "mlx-community/Mistral-Small-3.1-24B-Instruct-2503-4bit",
+                "mistralai/Mistral-Small-3.2-24B-Instruct-2506",
             ])
             .sliding()]
     }

@@ -126,7 +126,8 @@ impl Family for Cohere2Family {
         Ok(ModelPlan::text("cohere2", "cohere2", cfg, caches.collect(), cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context)
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim]))
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.

@@ -19,7 +19,7 @@ use plugin_api::config::{
 use plugin_api::layers::{
     decoder_fusions, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter,
 };
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -192,6 +192,17 @@ impl Family for LlamaFamily {
         &["llama", "mistral", "phi3", "smollm3"]
     }
 
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![
+            ModelInfo::text("llama")
+                .examples(&["meta-llama/Llama-3.2-1B-Instruct", "mlx-community/Llama-3.2-3B-Instruct-4bit"])
+                .gguf("llama"),
+            ModelInfo::text("mistral").examples(&["mistralai/Mistral-7B-Instruct-v0.3"]),
+            ModelInfo::text("phi3").examples(&["microsoft/Phi-3-mini-4k-instruct", "microsoft/Phi-4-mini-instruct"]),
+            ModelInfo::text("smollm3").examples(&["HuggingFaceTB/SmolLM3-3B"]),
+        ]
+    }
+
     /// config.json, or a GGUF file's metadata put in its terms first.
     fn config(&self, raw: &Value) -> Result<Config> {
         let parse = |c: &Value| -> Result<Config> {
@@ -212,7 +223,8 @@ impl Family for LlamaFamily {
         Ok(ModelPlan::text("llama", &model_type, cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.context(), &cfg.scaling()?))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {

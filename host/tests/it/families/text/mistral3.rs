@@ -15,6 +15,10 @@ fn mistral3_f32() {
     parity_in("mistral3-f32", "mistral3");
 }
 #[test]
+fn mistral3_small_f32() {
+    parity_in("mistral3-small-f32", "mistral3");
+}
+#[test]
 fn ministral3_f32() {
     parity_in("ministral3-f32", "ministral3");
 }
@@ -36,13 +40,20 @@ fn read_config(dir: &Path) -> Value {
 }
 
 #[test]
-fn mistral3_with_a_mistral_text_model_is_llamas_decoder() {
-    // Mistral Small 3.x: `text_config.model_type` is `mistral`, which mlx-lm
-    // runs as its llama model. The llama fixture's weights, wrapped so
-    // (its tensors read as `language_model.*`), give the llama family's
-    // logits bit for bit.
+fn mistral3_reads_newer_transformers_names() {
+    // Newer transformers store a mistral3 text model as
+    // `model.language_model.*` (and the head as `lm_head`); mlx-lm reads
+    // them as `language_model.model.*`. The llama fixture's weights stored
+    // so under a Mistral text config give the llama family's logits bit for
+    // bit (mlx-lm runs a `mistral` text model as its llama model).
     let dir = Scratch::new("mistral3-llama");
     copy_dir(&fixture("llama-tied-f32"), dir.path());
+    let (tensors, _) = mlx::io::load_safetensors(&dir.path().join("model.safetensors")).unwrap();
+    let renamed: Vec<(String, Array)> =
+        tensors.into_iter().map(|(n, t)| (n.replacen("model.", "model.language_model.", 1), t)).collect();
+    let arrays: Vec<(&str, &Array)> = renamed.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    std::fs::remove_file(dir.path().join("model.safetensors.index.json")).unwrap();
+    mlx::io::save_safetensors(&dir.path().join("model.safetensors"), &arrays, &[("format", "pt")]).unwrap();
     let mut text = read_config(dir.path());
     text["model_type"] = "mistral".into();
     let config = json!({

@@ -104,6 +104,13 @@ impl Config {
             .map_err(|e| config_error(e.msg.replace("config: ", "config: rope_scaling: ")))?;
         one_of("rope_scaling.type", s.kind.as_deref(), &["longrope", "su"])?;
         in_range("original_max_position_embeddings", self.original_max_position_embeddings, i32::MAX)?;
+        let pairs = self.head_dim()? / 2;
+        if s.long_factor.len() != pairs as usize {
+            let n = s.long_factor.len();
+            return Err(config_error(format!(
+                "config: field `rope_scaling.long_factor` has {n} entries, the rotated features need {pairs}"
+            )));
+        }
         let stretch = self.max_position_embeddings as f64 / self.original_max_position_embeddings as f64;
         let mscale = match s.long_mscale.filter(|&m| m != 0.0) {
             Some(m) => m,

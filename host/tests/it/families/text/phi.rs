@@ -104,3 +104,15 @@ fn phimoe_reads_per_expert_checkpoints() {
         assert!(a == b, "step {i}: per-expert and stacked logits differ");
     }
 }
+
+/// A LongRoPE factor list that does not fit the heads is refused naming it.
+#[test]
+fn phimoe_refuses_a_long_factor_of_the_wrong_length() {
+    refused(
+        "phimoe-f32",
+        |c| {
+            drop(c["rope_scaling"].as_object_mut().unwrap().insert("long_factor".into(), serde_json::json!([1.0, 2.0])))
+        },
+        &["rope_scaling.long_factor", "2 entries"],
+    );
+}

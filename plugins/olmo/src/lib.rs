@@ -2,6 +2,7 @@
 //! q/k norms over the whole projection), `olmo3` (the same block with
 //! sliding-window layers) and `olmoe` (pre-norm blocks, mixture of experts).
 
+mod gguf;
 pub mod olmo2;
 pub mod olmo3;
 pub mod olmoe;

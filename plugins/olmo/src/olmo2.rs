@@ -121,6 +121,11 @@ impl Family for Olmo2Family {
         &["olmo2"]
     }
 
+    /// config.json, or a GGUF file's metadata (architecture `olmo2`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::olmo2_config(raw)
+    }
+
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
         let scaling = named_scaling("rope_scaling", cfg.rope_scaling.as_ref(), cfg.context())?;
         let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
@@ -132,6 +137,8 @@ impl Family for Olmo2Family {
 
     /// Drops the precomputed rotary frequencies some checkpoints carry.
     fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let name = plugin_api::gguf::hf_name(name, &[]);
+        let name = name.as_str();
         if name.contains("self_attn.rotary_emb.inv_freq") {
             return Ok(vec![]);
         }

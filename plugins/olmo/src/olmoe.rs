@@ -1,6 +1,7 @@
 //! The olmoe family (OLMoE): Llama's pre-norm block with q/k RMS norms over
 //! the whole projection, and every MLP a sparse mixture of experts (softmax
-//! over all experts, the top k kept, optionally renormalised).
+//! over all experts, the top k kept, optionally renormalised). Experts are
+//! read stacked (mlx-lm's layout) or one by one (Hugging Face's).
 
 use mlx::nn::{GluActivation, NormKind, Weights};
 use mlx::Result;
@@ -9,8 +10,8 @@ use plugin_api::config::{
     one_of, positive_finite, rope, DecoderFields,
 };
 use plugin_api::layers::{
-    qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter, MoeShape, Routing,
-    SparseMoe,
+    qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter, MoeShape, PerExpert,
+    Routing, SparseMoe,
 };
 use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
@@ -172,7 +173,10 @@ impl Family for OlmoeFamily {
         let spec =
             DecoderSpec::new(cfg.vocab_size, h, cfg.num_hidden_layers, cfg.tie_word_embeddings, NormKind::Rms, eps);
         Ok(Box::new(DecoderLm::build(w, &spec, |_, p| {
-            let experts = SparseMoe::load(w, &format!("{p}.mlp"), &moe)?;
+            // Hugging Face's checkpoints keep each expert apart; mlx-lm's stacked.
+            let mlp = format!("{p}.mlp");
+            let stacked = PerExpert::stacked(w, &mlp, cfg.num_experts, &PerExpert::GATE_UP_DOWN)?;
+            let experts = SparseMoe::load(&stacked, &mlp, &moe)?;
             DecoderBlock::load(w, p, &layout, &attention, rope.clone(), Box::new(experts))
         })?))
     }

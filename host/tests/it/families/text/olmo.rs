@@ -78,3 +78,39 @@ fn olmo3_refuses_an_unknown_layer_type() {
 fn olmoe_refuses_clip_qkv() {
     refused("olmoe-f32", |c| drop(c.insert("clip_qkv".into(), 8.0.into())), &["clip_qkv", "8"]);
 }
+
+/// Fixture `variant` rewritten tensor by tensor (`layout`: a stored name
+/// and tensor to the names and tensors written instead) as another layout
+/// of the same model gives its logits, bit for bit.
+pub(crate) fn same_logits_in_layout(variant: &str, layout: impl Fn(String, mlx::Array) -> Vec<(String, mlx::Array)>) {
+    use crate::common::{fixture, parity::logit_steps};
+    let _g = mlx_lock();
+    let load = |dir: &std::path::Path| {
+        LoadedModel::load(dir, &registry(), None, CacheOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e:#}", dir.display()))
+    };
+    let want = logit_steps(&mut load(&fixture(variant)), 4);
+    let ck = fixture_copy(variant);
+    let file = ck.path().join("model.safetensors");
+    let (t, _) = mlx::io::load_safetensors(&file).unwrap();
+    let out: Vec<(String, mlx::Array)> = t.into_iter().flat_map(|(n, a)| layout(n, a)).collect();
+    let arrays: Vec<(&str, &mlx::Array)> = out.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    mlx::io::save_safetensors(&file, &arrays, &[("format", "pt")]).unwrap();
+    std::fs::remove_file(ck.path().join("model.safetensors.index.json")).unwrap();
+    let got = logit_steps(&mut load(ck.path()), 4);
+    for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+        assert!(a == b, "{variant}: step {i}: logits differ from the fixture's layout");
+    }
+}
+
+/// OLMoE as Hugging Face stores it (each expert's projections on their
+/// own) gives the logits of mlx-lm's stacked layout.
+#[test]
+fn olmoe_reads_per_expert_checkpoints() {
+    same_logits_in_layout("olmoe-f32", |name, a| {
+        let Some((mlp, proj)) = name.split_once(".switch_mlp.") else { return vec![(name, a)] };
+        (0..a.dim(0))
+            .map(|e| (format!("{mlp}.experts.{e}.{proj}"), a.slice_axis(0, e, e + 1).unwrap().squeeze(&[0]).unwrap()))
+            .collect()
+    });
+}

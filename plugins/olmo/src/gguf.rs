@@ -1,0 +1,25 @@
+//! GGUF files of `olmo2` (llama.cpp's architecture for OLMo 2): the
+//! metadata as the olmo2 family's config, on [`plugin_api::gguf`].
+//! llama.cpp's standard names serve (`post_attention_norm` and
+//! `post_ffw_norm` are OLMo's post-branch norms); NeoX rope, so q/k rows
+//! are stored as Hugging Face's.
+
+use mlx::Result;
+use plugin_api::gguf::{get, key_error, read_config, DECODER_KEYS};
+use serde_json::Value;
+
+/// The metadata key prefix.
+const ARCH: &str = "olmo2";
+
+/// olmo2's config. llama.cpp writes OLMo 3 under the same architecture,
+/// with sliding-window layers: such a file is refused, naming the key.
+pub fn olmo2_config(raw: &Value) -> Result<crate::olmo2::Config> {
+    read_config(raw, ARCH, &[DECODER_KEYS], |_| match get(raw, ARCH, "attention.sliding_window") {
+        Some(_) => Err(key_error(
+            ARCH,
+            "attention.sliding_window",
+            "is set: an OLMo 3 file (sliding-window layers), which the olmo2 family does not read",
+        )),
+        None => Ok(()),
+    })
+}

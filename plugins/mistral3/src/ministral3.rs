@@ -175,7 +175,7 @@ pub fn fusions(prefix: &str, layers: i32) -> Vec<Fusion> {
 pub fn sanitize(tied: bool, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
     if name.ends_with("weight_scale_inv") {
         return Err(config_error(format!(
-            "{name}: FP8 weights are not supported; use a bf16 checkpoint or convert with `famlx convert` from one"
+            "{name}: FP8 weights (scaled by `weight_scale_inv`) are not supported: use a bf16 or MLX-quantized checkpoint"
         )));
     }
     let tied_head = tied && name.ends_with("lm_head.weight");

@@ -145,3 +145,24 @@ fn mixtral_refuses_an_unknown_activation() {
     let e = refused_with("mixtral-f32", |c| c["hidden_act"] = "gelu".into());
     assert_names(&e, "hidden_act", "gelu");
 }
+
+#[test]
+fn ministral3_refuses_fp8_weights() {
+    // Ministral 3's FP8 releases scale each weight by a `weight_scale_inv`
+    // tensor; famlx reads no FP8, and says so rather than load raw bytes.
+    let dir = Scratch::new("ministral3-fp8");
+    copy_dir(&fixture("ministral3-f32"), dir.path());
+    let file = dir.path().join("model.safetensors");
+    let (mut tensors, _) = mlx::io::load_safetensors(&file).unwrap();
+    let name = "model.layers.0.mlp.down_proj.weight_scale_inv";
+    tensors.insert(name.into(), Array::f32(0.5));
+    let arrays: Vec<(&str, &Array)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    std::fs::remove_file(dir.path().join("model.safetensors.index.json")).unwrap();
+    mlx::io::save_safetensors(&file, &arrays, &[("format", "pt")]).unwrap();
+    let _g = mlx_lock();
+    let e = match LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()) {
+        Ok(_) => panic!("an FP8 checkpoint loaded"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert_names(&e, name, "FP8");
+}

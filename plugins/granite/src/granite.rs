@@ -12,7 +12,7 @@ use plugin_api::config::{
 use plugin_api::layers::{
     decoder_fusions, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter, LogitOps,
 };
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan, QuantClass, QuantSpec};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan, QuantClass, QuantSpec};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -123,6 +123,11 @@ impl Family for GraniteFamily {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["granite"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("granite")
+            .examples(&["ibm-granite/granite-3.3-8b-instruct", "ibm-granite/granite-3.1-2b-instruct"])]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

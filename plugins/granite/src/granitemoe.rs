@@ -13,7 +13,7 @@ use plugin_api::config::{
 use plugin_api::layers::{
     qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, FeedForward, LmDrafter, LogitOps,
 };
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan, QuantClass};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan, QuantClass};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -144,6 +144,12 @@ impl Family for GraniteMoeFamily {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["granitemoe"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("granitemoe")
+            .examples(&["ibm-granite/granite-3.1-3b-a800m-instruct", "ibm-granite/granite-3.0-1b-a400m-instruct"])
+            .moe()]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

@@ -12,7 +12,7 @@ use plugin_api::config::{
 use plugin_api::layers::{
     decoder_fusions, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter,
 };
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -119,6 +119,10 @@ impl Family for Olmo2Family {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["olmo2"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("olmo2").examples(&["allenai/OLMo-2-1124-7B-Instruct", "allenai/OLMo-2-0425-1B-Instruct"])]
     }
 
     /// config.json, or a GGUF file's metadata (architecture `olmo2`).

@@ -11,7 +11,7 @@ use plugin_api::config::{
     positive_finite, rope, DecoderFields,
 };
 use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter};
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -117,6 +117,10 @@ impl Family for Olmo3Family {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["olmo3"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("olmo3").examples(&["allenai/Olmo-3-7B-Instruct", "allenai/Olmo-3-32B-Think"]).sliding()]
     }
 
     /// Sliding layers get the host's rotating caches of `sliding_window` positions.

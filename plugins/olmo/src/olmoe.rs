@@ -13,7 +13,7 @@ use plugin_api::layers::{
     qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter, MoeShape, PerExpert,
     Routing, SparseMoe,
 };
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -123,6 +123,12 @@ impl Family for OlmoeFamily {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["olmoe"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("olmoe")
+            .examples(&["allenai/OLMoE-1B-7B-0125-Instruct", "allenai/OLMoE-1B-7B-0924"])
+            .moe()]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

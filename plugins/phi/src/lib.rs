@@ -3,7 +3,6 @@
 //! biases) and `phimoe` (Phi-3.5-MoE: LayerNorms, LongRoPE and sparsemixer
 //! routing); configs, weight-name rules and registration.
 
-mod experts;
 pub mod phi;
 pub mod phimoe;
 

@@ -3,14 +3,13 @@
 //! a mixture of SwiGLU experts chosen by sparsemixer routing; an output head
 //! with a bias.
 
-use crate::experts::Stacked;
 use crate::phi::biased_head;
 use mlx::nn::{GluActivation, NormKind, Rope, RopeScaling, Weights};
 use mlx::{concatenate, where_, Array, Result};
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite};
 use plugin_api::config::{in_range, limits, DecoderFields};
 use plugin_api::layers::{qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter};
-use plugin_api::layers::{FeedForward, MoeShape, Routing, SparseMoe};
+use plugin_api::layers::{FeedForward, MoeShape, PerExpert, Routing, SparseMoe};
 use plugin_api::{CacheKind, DraftRole, Drafter, Family, FamilyConfig, Fusion, Model, ModelInfo, ModelPlan};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -191,6 +190,10 @@ impl FeedForward for SparseMixerMoe {
     }
 }
 
+/// Hugging Face's names of each expert's projections (`experts.{e}.w1`, ...),
+/// with the stacked ones mlx-lm reads.
+const HF_EXPERTS: [(&str, &str); 3] = [("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")];
+
 /// The family registration.
 pub struct PhiMoeFamily;
 
@@ -254,7 +257,8 @@ impl Family for PhiMoeFamily {
         };
         let mut lm = DecoderLm::build(w, &spec, |_, p| {
             let prefix = format!("{p}.block_sparse_moe");
-            let moe = SparseMoe::load(&Stacked::new(w, &prefix, cfg.num_local_experts)?, &prefix, &shape)?;
+            let experts = PerExpert::stacked(w, &prefix, cfg.num_local_experts, &HF_EXPERTS)?;
+            let moe = SparseMoe::load(&experts, &prefix, &shape)?;
             let ffn = SparseMixerMoe { moe, jitter: cfg.router_jitter_noise };
             DecoderBlock::load(w, p, &layout, &attention, rope.clone(), Box::new(ffn))
         })?;

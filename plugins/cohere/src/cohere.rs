@@ -6,7 +6,7 @@
 //! then a scale per head and feature.
 
 use mlx::fast::layer_norm;
-use mlx::nn::{GatedMlp, GluActivation, Kind, NormKind, Rope, RopeScaling, Weights};
+use mlx::nn::{GatedMlp, GluActivation, HeadShare, Kind, NormKind, Parallel, Rope, RopeScaling, Weights};
 use mlx::{Array, Error, Result};
 use plugin_api::config::{context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite, DecoderFields};
 use plugin_api::layers::{
@@ -149,12 +149,10 @@ impl Family for CohereFamily {
             return Ok(Box::new(lm));
         }
         let first = lm.stage.as_ref().map_or(0, |s| s.layers.start);
-        let norms = (first..first + lm.blocks.len())
-            .map(|i| HeadLayerNorms::load(w, &format!("model.layers.{i}.self_attn"), hq, hkv, head_dim, eps))
+        let norms = (first..)
+            .zip(&lm.blocks)
+            .map(|(i, b)| HeadLayerNorms::load(w, &format!("model.layers.{i}.self_attn"), &attention, &b.attn, eps))
             .collect::<Result<Vec<_>>>()?;
-        if lm.blocks.iter().any(|b| b.attn.n_heads != hq) {
-            return Err(Error::msg("cohere: `use_qk_norm` layers cannot split their heads over a tensor split"));
-        }
         Ok(Box::new(CohereLm { lm, norms }))
     }
 }
@@ -171,10 +169,23 @@ struct HeadLayerNorms {
 }
 
 impl HeadLayerNorms {
-    /// Loads `{prefix}.q_norm.weight` and `{prefix}.k_norm.weight`.
-    fn load(w: &dyn Weights, prefix: &str, hq: i32, hkv: i32, d: i32, eps: f32) -> Result<Self> {
+    /// Loads `{prefix}.q_norm.weight` and `{prefix}.k_norm.weight` (of
+    /// `shape`'s heads), keeping the rows of the heads `attn` holds: under
+    /// a tensor split, this rank's share, as [`Attention::load`] splits them.
+    fn load(w: &dyn Weights, prefix: &str, shape: &AttentionShape, attn: &Attention, eps: f32) -> Result<Self> {
+        let (hq, hkv, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
         let t = |n: &str, h: i32| w.tensor(&format!("{prefix}.{n}.weight"), &[h, d], Kind::Float);
-        Ok(HeadLayerNorms { q: t("q_norm", hq)?, k: t("k_norm", hkv)?, eps })
+        let (q, k) = (t("q_norm", hq)?, t("k_norm", hkv)?);
+        if attn.n_heads == hq && attn.n_kv_heads == hkv {
+            return Ok(HeadLayerNorms { q, k, eps });
+        }
+        let group = w.quant(&format!("{prefix}.o_proj")).map(|q| q.group_size);
+        let share = Parallel::tensor(w.parallel())
+            .and_then(|p| HeadShare::split(&p, hq, hkv, d, group))
+            .filter(|s| s.q.1 - s.q.0 == attn.n_heads && s.kv.1 - s.kv.0 == attn.n_kv_heads)
+            .ok_or_else(|| Error::msg(format!("cohere: {prefix}: its q/k norms do not match the heads it holds")))?;
+        let ((qa, qb), (ka, kb)) = (share.q, share.kv);
+        Ok(HeadLayerNorms { q: q.slice_axis(0, qa, qb)?, k: k.slice_axis(0, ka, kb)?, eps })
     }
 
     /// `x` (`[B, L, h, d]`) normed per head.

@@ -53,3 +53,10 @@ fn granitemoe_reads_hugging_face_expert_names() {
         vec![(format!("{moe}.input_linear.weight"), mlx::concatenate(&[&gate, &up], 1).unwrap())]
     });
 }
+
+/// Biases the config declares are required: a checkpoint without them is
+/// refused naming them, never run without.
+#[test]
+fn granite_requires_the_biases_its_config_declares() {
+    refused("granite-f32", |c| drop(c.insert("mlp_bias".into(), true.into())), &["missing", "mlp.down_proj.bias"]);
+}

@@ -114,3 +114,14 @@ fn olmoe_reads_per_expert_checkpoints() {
             .collect()
     });
 }
+
+/// Biases the config declares are required: a checkpoint without them is
+/// refused naming them, never run without.
+#[test]
+fn olmo2_requires_the_biases_its_config_declares() {
+    refused(
+        "olmo2-f32",
+        |c| drop(c.insert("attention_bias".into(), true.into())),
+        &["missing", "model.layers.{0-1}.self_attn.o_proj.bias"],
+    );
+}

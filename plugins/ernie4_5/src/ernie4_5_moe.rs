@@ -5,13 +5,14 @@
 //! float32, the top `moe_k` experts weighted by their gates renormalised to
 //! sum to 1, plus `moe_num_shared_experts` shared experts run as one MLP.
 //! As mlx-lm, the aux-free routing's `e_score_correction_bias` and the
-//! multi-token-prediction tensors are dropped unused.
+//! multi-token-prediction tensors are dropped unused; experts stored one by
+//! one (Hugging Face's layout) are stacked at load.
 
 use crate::ernie4_5::Config as DenseConfig;
 use mlx::nn::{GatedMlp, GluActivation, Weights};
 use mlx::{Array, Dtype, Result};
 use plugin_api::config::{config_error, in_range, limits, one_of};
-use plugin_api::layers::{gate_up_fusion, qkv_fusion, FeedForward, LmDrafter, MoeShape, Routing, SparseMoe};
+use plugin_api::layers::{gate_up_fusion, qkv_fusion, FeedForward, LmDrafter, MoeShape, PerExpert, Routing, SparseMoe};
 use plugin_api::{DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
@@ -225,7 +226,9 @@ impl Family for Ernie45MoeFamily {
                 .then(|| base.mlp(w, &format!("{p}.shared_experts"), cfg.expert_width() * cfg.moe_num_shared_experts))
                 .transpose()?;
             let sigmoid = cfg.moe_gate_act == "sigmoid";
-            Ok(Box::new(ErnieMoe { moe: SparseMoe::load(w, p, &shape)?, shared, sigmoid }))
+            // Hugging Face's checkpoints keep each expert apart; mlx-lm's stacked.
+            let stacked = PerExpert::stacked(w, p, cfg.moe_num_experts, &PerExpert::GATE_UP_DOWN)?;
+            Ok(Box::new(ErnieMoe { moe: SparseMoe::load(&stacked, p, &shape)?, shared, sigmoid }))
         })?))
     }
 }

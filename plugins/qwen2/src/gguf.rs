@@ -1,0 +1,23 @@
+//! GGUF files of `qwen2` and `qwen3moe` (llama.cpp's architectures for
+//! qwen2 and qwen3_moe): their metadata as the families' configs, on
+//! [`plugin_api::gguf`]. Both use NeoX rope, so q/k rows are stored as
+//! Hugging Face's, and llama.cpp's standard tensor names serve (the
+//! stacked experts, `ffn_*_exps`, arrive as mlx-lm's `switch_mlp`).
+
+use mlx::Result;
+use plugin_api::gguf::{read_config, DECODER_KEYS, MOE_KEYS};
+use serde_json::{json, Value};
+
+/// qwen2's config (GGUF architecture `qwen2`).
+pub fn qwen2_config(raw: &Value) -> Result<crate::qwen2::Config> {
+    read_config(raw, "qwen2", &[DECODER_KEYS], |_| Ok(()))
+}
+
+/// qwen3_moe's config (GGUF architecture `qwen3moe`): llama.cpp routes
+/// every layer and renormalises the top-k weights.
+pub fn qwen3_moe_config(raw: &Value) -> Result<crate::qwen3_moe::Config> {
+    read_config(raw, "qwen3moe", &[DECODER_KEYS, MOE_KEYS], |c| {
+        c.insert("norm_topk_prob".into(), json!(true));
+        Ok(())
+    })
+}

@@ -18,6 +18,7 @@
 
 use mlx::{Array, Result};
 use plugin_api::gguf::{get, hf_name, key_error, read_config, sliding_layers, Key, DECODER_KEYS};
+use plugin_api::FamilyConfig;
 use serde_json::{json, Map, Value};
 
 /// The metadata key prefix.
@@ -27,8 +28,8 @@ const KEYS: &[Key] = &[("rope_local_base_freq", "rope.freq_base_swa"), ("sliding
 /// Gemma's block names: llama.cpp's `ffn_norm` is the norm before the MLP.
 const NAMES: &[(&str, &str)] = &[("ffn_norm", "pre_feedforward_layernorm")];
 
-/// gemma3_text's config from a GGUF file's metadata.
-pub fn config(raw: &Value) -> Result<crate::gemma3_text::Config> {
+/// gemma3_text's config (`C`) from a GGUF file's metadata.
+pub fn config<C: FamilyConfig>(raw: &Value) -> Result<C> {
     read_config(raw, ARCH, &[DECODER_KEYS, KEYS], |c| fill(raw, c))
 }
 

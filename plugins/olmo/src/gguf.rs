@@ -6,6 +6,7 @@
 
 use mlx::Result;
 use plugin_api::gguf::{get, key_error, read_config, DECODER_KEYS};
+use plugin_api::FamilyConfig;
 use serde_json::Value;
 
 /// The metadata key prefix.
@@ -13,7 +14,7 @@ const ARCH: &str = "olmo2";
 
 /// olmo2's config. llama.cpp writes OLMo 3 under the same architecture,
 /// with sliding-window layers: such a file is refused, naming the key.
-pub fn olmo2_config(raw: &Value) -> Result<crate::olmo2::Config> {
+pub fn olmo2_config<C: FamilyConfig>(raw: &Value) -> Result<C> {
     read_config(raw, ARCH, &[DECODER_KEYS], |_| match get(raw, ARCH, "attention.sliding_window") {
         Some(_) => Err(key_error(
             ARCH,

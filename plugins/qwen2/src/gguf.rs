@@ -6,16 +6,17 @@
 
 use mlx::Result;
 use plugin_api::gguf::{read_config, DECODER_KEYS, MOE_KEYS};
+use plugin_api::FamilyConfig;
 use serde_json::{json, Value};
 
 /// qwen2's config (GGUF architecture `qwen2`).
-pub fn qwen2_config(raw: &Value) -> Result<crate::qwen2::Config> {
+pub fn qwen2_config<C: FamilyConfig>(raw: &Value) -> Result<C> {
     read_config(raw, "qwen2", &[DECODER_KEYS], |_| Ok(()))
 }
 
 /// qwen3_moe's config (GGUF architecture `qwen3moe`): llama.cpp routes
 /// every layer and renormalises the top-k weights.
-pub fn qwen3_moe_config(raw: &Value) -> Result<crate::qwen3_moe::Config> {
+pub fn qwen3_moe_config<C: FamilyConfig>(raw: &Value) -> Result<C> {
     read_config(raw, "qwen3moe", &[DECODER_KEYS, MOE_KEYS], |c| {
         c.insert("norm_topk_prob".into(), json!(true));
         Ok(())

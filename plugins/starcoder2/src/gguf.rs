@@ -5,6 +5,7 @@
 
 use mlx::Result;
 use plugin_api::gguf::{read_config, require, Key, DECODER_KEYS};
+use plugin_api::FamilyConfig;
 use serde_json::Value;
 
 /// The metadata key prefix.
@@ -16,6 +17,6 @@ pub const NAMES: &[(&str, &str)] = &[("ffn_up", "mlp.c_fc"), ("ffn_down", "mlp.c
 
 /// starcoder2's config; llama.cpp requires the norm epsilon, which
 /// config.json may leave to mlx-lm's default.
-pub fn config(raw: &Value) -> Result<crate::Config> {
+pub fn config<C: FamilyConfig>(raw: &Value) -> Result<C> {
     read_config(raw, ARCH, &[DECODER_KEYS, NORM_KEYS], |_| require(raw, ARCH, "attention.layer_norm_epsilon"))
 }

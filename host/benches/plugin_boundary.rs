@@ -17,6 +17,7 @@ fn static_registry() -> Registry {
     let entry = FamilyEntry {
         name: "llama".into(),
         model_types: vec!["llama".into()],
+        catalog: vec![plugin_api::ModelInfo::text("llama")],
         plugin_path: PathBuf::from("<linked in>"),
         family: Arc::new(fam),
     };

@@ -111,8 +111,9 @@ pub fn named_scaling(name: &str, entry: Option<&Value>, max_position_embeddings:
 /// A rope scaling entry (`rope_scaling`, or one of Gemma's
 /// `rope_parameters`) as the scaling it describes: `default`, `linear`,
 /// `llama3`, `proportional` (partial rotation), `yarn` (and the names
-/// mlx-lm reads as it), `longrope` / `su` (Phi-3).
-/// `max_position_embeddings` sets LongRoPE's magnitude scale.
+/// mlx-lm reads as it), `dynamic` (NTK), `longrope` / `su` (Phi-3).
+/// `max_position_embeddings` sets LongRoPE's magnitude scale and the
+/// context past which dynamic NTK grows its base.
 pub fn scaling_of(entry: Option<&Value>, max_position_embeddings: i32) -> Result<RopeScaling> {
     let Some(s) = entry.filter(|v| !v.is_null()) else {
         return Ok(RopeScaling::None);
@@ -141,6 +142,11 @@ pub fn scaling_of(entry: Option<&Value>, max_position_embeddings: i32) -> Result
             mscale: f("mscale", 1.0),
             mscale_all_dim: f("mscale_all_dim", 0.0),
         },
+        // mlx-lm's DynamicNTKScalingRoPE: the base grows with the sequence past the context.
+        "dynamic" if max_position_embeddings < 1 => {
+            return Err(config_error("config: rope type `dynamic` needs `max_position_embeddings`"))
+        }
+        "dynamic" => RopeScaling::Dynamic { factor: field::<f32>(s, "factor")?, max_position_embeddings },
         "longrope" | "su" => {
             let original: f32 = field(s, "original_max_position_embeddings")?;
             let long_factor: Vec<f32> = field(s, "long_factor")?;
@@ -294,7 +300,7 @@ pub fn context_length(max_position_embeddings: i32, scaling: &RopeScaling) -> u3
     let mpe = max_position_embeddings.max(0) as f64;
     let scaled = match scaling {
         RopeScaling::None | RopeScaling::Proportional { .. } | RopeScaling::LongRope { .. } => mpe,
-        RopeScaling::Linear { factor } => mpe * *factor as f64,
+        RopeScaling::Linear { factor } | RopeScaling::Dynamic { factor, .. } => mpe * *factor as f64,
         RopeScaling::Llama3 { factor, original_max_position_embeddings, .. }
         | RopeScaling::Yarn { factor, original_max_position_embeddings, .. } => {
             mpe.max(*original_max_position_embeddings as f64 * *factor as f64)

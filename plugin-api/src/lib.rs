@@ -20,6 +20,7 @@ pub mod adapter;
 pub mod config;
 mod error;
 pub mod family;
+pub mod gguf;
 mod handle;
 pub mod layers;
 pub mod media;

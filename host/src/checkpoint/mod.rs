@@ -138,6 +138,8 @@ impl Checkpoint {
             Err(e) => (None, Some(format!("{}: {e}", path.display()))),
         };
         let tensors = gguf_tensors(&g).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        // llama.cpp ties the head to the embedding when the file has no `output.weight`.
+        config.insert("tie_word_embeddings".into(), Value::Bool(!tensors.contains_key("output.weight")));
         // Q4_0/Q4_1/Q8_0 become affine triples with groups of 32.
         let quant = QuantConfig::gguf();
         Ok(Checkpoint {

@@ -7,6 +7,7 @@
 mod attention;
 mod decoder;
 mod drafter;
+mod experts;
 mod fusion;
 mod head_norms;
 mod media;
@@ -19,6 +20,7 @@ pub use decoder::{
     lm_output, BlockLayout, BlockNorms, DecoderBlock, DecoderLm, DecoderShape, DecoderSpec, FeedForward, LogitOps,
 };
 pub use drafter::LmDrafter;
+pub use experts::PerExpert;
 pub use fusion::{decoder_fusions, gate_up_fusion, qkv_fusion};
 pub use head_norms::{rope_one_token, HeadNorms};
 pub use media::splice_rows;

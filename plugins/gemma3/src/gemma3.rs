@@ -5,6 +5,9 @@
 //! replaces the text config's, whose head counts default to 8 query and 4
 //! key/value heads. The vision tower and its projector are dropped
 //! unread, as mlx-lm's `sanitize` drops them: this family takes text only.
+//!
+//! GGUF files of llama.cpp's `gemma3` architecture (Gemma 3's text model,
+//! 1B included) come here too, by their model type (`gguf.rs`).
 
 use crate::gemma3_text::Config;
 use mlx::nn::Weights;
@@ -45,6 +48,9 @@ impl Family for Gemma3Family {
     /// `text_config`, with the checkpoint's vocabulary and mlx-lm's head
     /// counts filled in; errors name the field as `text_config.{field}`.
     fn config(&self, raw: &Value) -> Result<Config> {
+        if plugin_api::gguf::is_gguf(raw) {
+            return crate::gguf::config(raw);
+        }
         let mut text = raw.get("text_config").cloned().unwrap_or(Value::Null);
         if let Some(t) = text.as_object_mut() {
             t.insert("vocab_size".into(), json!(field_or::<i64>(raw, "vocab_size", 262208)?));
@@ -79,6 +85,8 @@ impl Family for Gemma3Family {
 
     /// Drops the vision tower and its projector.
     fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let (name, t) = crate::gguf::tensor(name, t)?;
+        let name = name.as_str();
         if MEDIA.iter().any(|m| name.starts_with(m)) {
             return Ok(vec![]);
         }

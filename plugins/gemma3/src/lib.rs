@@ -13,6 +13,7 @@
 pub mod gemma2;
 pub mod gemma3;
 pub mod gemma3_text;
+mod gguf;
 pub mod model;
 pub mod softcap;
 

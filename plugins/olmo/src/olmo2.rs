@@ -2,6 +2,8 @@
 //! norms moved after each branch (`post_attention_layernorm`,
 //! `post_feedforward_layernorm`; the block's input is not normed) and q/k
 //! RMS norms over the whole projection rather than each head.
+//!
+//! Also reads GGUF files of llama.cpp's `olmo2` architecture (`gguf.rs`).
 
 use mlx::nn::{GatedMlp, GluActivation::Silu, NormKind, Weights};
 use mlx::{Array, Result};

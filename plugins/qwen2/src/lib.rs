@@ -3,6 +3,7 @@
 //! (Qwen3-30B-A3B and larger), one family each, on the shared decoder.
 
 mod experts;
+mod gguf;
 pub mod qwen2;
 pub mod qwen2_moe;
 pub mod qwen3_moe;

@@ -4,6 +4,8 @@
 //!
 //! As mlx-lm's `qwen2`, every layer attends to the whole context: the
 //! `sliding_window` / `use_sliding_window` fields are not read.
+//!
+//! Also reads GGUF files of llama.cpp's `qwen2` architecture (`gguf.rs`).
 
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Weights};
 use mlx::{Array, Result};
@@ -93,6 +95,11 @@ impl Family for Qwen2Family {
         &["qwen2"]
     }
 
+    /// config.json, or a GGUF file's metadata (architecture `qwen2`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::qwen2_config(raw)
+    }
+
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
         let scaling = named_scaling("rope_scaling", cfg.rope_scaling.as_ref(), cfg.max_position_embeddings)?;
         let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
@@ -105,6 +112,8 @@ impl Family for Qwen2Family {
     /// Drops what mlx-lm's `sanitize` drops: precomputed rotary
     /// frequencies, and a head the config ties to the embedding.
     fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let name = plugin_api::gguf::hf_name(name, &[]);
+        let name = name.as_str();
         if name.contains("self_attn.rotary_emb.inv_freq") || (cfg.tie_word_embeddings && name.starts_with("lm_head.")) {
             return Ok(vec![]);
         }

@@ -4,6 +4,9 @@
 //! expert, the top k mixed (their weights renormalised when
 //! `norm_topk_prob`), no shared expert. Config, weight-name rules,
 //! quantization rules and registration.
+//!
+//! Also reads GGUF files of llama.cpp's `qwen3moe` architecture (`gguf.rs`),
+//! a model type of its own.
 
 use crate::experts::PerExpert;
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Weights};
@@ -125,7 +128,12 @@ impl Family for Qwen3MoeFamily {
     }
 
     fn model_types(&self) -> &'static [&'static str] {
-        &["qwen3_moe"]
+        &["qwen3_moe", "qwen3moe"]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `qwen3moe`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::qwen3_moe_config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -139,6 +147,8 @@ impl Family for Qwen3MoeFamily {
 
     /// Drops a head the config ties to the embedding, as mlx-lm's `sanitize`.
     fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let name = plugin_api::gguf::hf_name(name, &[]);
+        let name = name.as_str();
         if cfg.tie_word_embeddings && name.starts_with("lm_head.") {
             return Ok(vec![]);
         }

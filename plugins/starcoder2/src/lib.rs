@@ -2,9 +2,13 @@
 //! biased LayerNorms, biases on every attention projection, and a plain
 //! (non-gated) GELU MLP `c_proj(gelu(c_fc(x)))` with biases; config,
 //! weight-name rules and registration.
+//!
+//! Also reads GGUF files of llama.cpp's `starcoder2` architecture (`gguf.rs`).
+
+mod gguf;
 
 use mlx::nn::{Activation, NormKind, PlainMlp, Rope, RopeScaling, Weights};
-use mlx::Result;
+use mlx::{Array, Result};
 use plugin_api::config::DecoderFields;
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite};
 use plugin_api::layers::{qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter};
@@ -95,6 +99,16 @@ impl Family for Starcoder2Family {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["starcoder2"]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `starcoder2`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        gguf::config(raw)
+    }
+
+    /// A GGUF file's tensor names in Hugging Face's terms; others as they are.
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        Ok(vec![(plugin_api::gguf::hf_name(name, gguf::NAMES), t)])
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {

@@ -2,11 +2,9 @@
 //! their fixtures, the configs they refuse, and Command R+'s q/k norms
 //! under a tensor split.
 
-use crate::common::{copy_dir, distributed_lock, famlx, fixture, json_of, mlx_lock, registry, Scratch};
+use super::{assert_names, refused_with};
+use crate::common::{distributed_lock, famlx, fixture, json_of};
 use crate::families::parity::parity_in;
-use famlx::cache::CacheOptions;
-use famlx::model::LoadedModel;
-use serde_json::Value;
 
 #[test]
 fn cohere_f32() {
@@ -15,27 +13,6 @@ fn cohere_f32() {
 #[test]
 fn cohere2_f32() {
     parity_in("cohere2-f32", "cohere2");
-}
-
-/// The error loading a scratch copy of `variant` whose config `edit` changed.
-fn refused_with(variant: &str, edit: impl FnOnce(&mut Value)) -> String {
-    let dir = Scratch::new(variant);
-    copy_dir(&fixture(variant), dir.path());
-    let path = dir.path().join("config.json");
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    edit(&mut config);
-    std::fs::write(&path, config.to_string()).unwrap();
-    let _g = mlx_lock();
-    match LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()) {
-        Ok(_) => panic!("{variant} with its config changed: loaded"),
-        Err(e) => format!("{e:#}"),
-    }
-}
-
-/// One line naming the field and the value it refuses.
-fn assert_names(err: &str, field: &str, value: &str) {
-    assert_eq!(err.lines().count(), 1, "not one line: {err}");
-    assert!(err.contains(field) && err.contains(value), "does not name {field} = {value}: {err}");
 }
 
 #[test]

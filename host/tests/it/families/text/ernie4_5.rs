@@ -1,7 +1,7 @@
 //! The ernie4_5 plugin's families (`ernie4_5`, `ernie4_5_moe`) against
 //! mlx-lm on their fixtures, and the configs they refuse.
 
-use super::seed_oss::{assert_names, refused_with};
+use super::{assert_names, refused_with};
 use crate::families::parity::parity_in;
 
 #[test]

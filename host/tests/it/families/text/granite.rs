@@ -1,7 +1,7 @@
 //! The Granite plugin's families (granite, granitemoe) against mlx-lm, and
 //! the configs each refuses.
 
-use super::olmo::refused;
+use super::refused;
 use crate::families::parity::parity_in;
 
 #[test]

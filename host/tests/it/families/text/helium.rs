@@ -1,7 +1,7 @@
 //! The helium plugin's family against mlx-lm on its fixture, and the
 //! configs it refuses.
 
-use super::seed_oss::{assert_names, refused_with};
+use super::{assert_names, refused_with};
 use crate::families::parity::parity_in;
 
 #[test]

@@ -2,7 +2,7 @@
 //! fixture (q/k norms after the rope, NTK-alpha rope), and the configs it
 //! refuses.
 
-use super::seed_oss::{assert_names, refused_with};
+use super::{assert_names, refused_with};
 use crate::families::parity::parity_in;
 
 #[test]

@@ -2,7 +2,7 @@
 //! rope past `max_position_embeddings`), that rope over a batch whose rows
 //! sit at different positions, and the configs it refuses.
 
-use super::seed_oss::{assert_names, refused_with};
+use super::{assert_names, refused_with};
 use crate::common::mlx_lock;
 use crate::families::parity::parity_in;
 use mlx::fast::RopeOffset;

@@ -1,6 +1,7 @@
 //! The mistral3 plugin's families (`mistral3`, `ministral3`, `mixtral`)
 //! against mlx-lm on their fixtures, and the configs they refuse.
 
+use super::{assert_names, refused_with};
 use crate::common::parity::logit_steps;
 use crate::common::{copy_dir, fixture, mlx_lock, registry, Scratch};
 use crate::families::parity::parity_in;
@@ -102,27 +103,6 @@ fn mixtral_reads_experts_stored_one_by_one() {
     let mut per_expert = load(dir.path());
     let mut stacked = load(&fixture("mixtral-f32"));
     assert_eq!(logit_steps(&mut per_expert, 4), logit_steps(&mut stacked, 4));
-}
-
-/// The error loading a scratch copy of `variant` whose config `edit` changed.
-fn refused_with(variant: &str, edit: impl FnOnce(&mut Value)) -> String {
-    let dir = Scratch::new(variant);
-    copy_dir(&fixture(variant), dir.path());
-    let path = dir.path().join("config.json");
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    edit(&mut config);
-    std::fs::write(&path, config.to_string()).unwrap();
-    let _g = mlx_lock();
-    match LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()) {
-        Ok(_) => panic!("{variant} with its config changed: loaded"),
-        Err(e) => format!("{e:#}"),
-    }
-}
-
-/// One line naming the field and the value it refuses.
-fn assert_names(err: &str, field: &str, value: &str) {
-    assert_eq!(err.lines().count(), 1, "not one line: {err}");
-    assert!(err.contains(field) && err.contains(value), "does not name {field} = {value}: {err}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The OLMo plugin's families (olmo2, olmo3, olmoe) against mlx-lm, and the
 //! configs each refuses.
 
+use super::refused;
 use crate::common;
 use crate::families::parity::parity_in;
 
@@ -32,29 +33,6 @@ fn olmoe_f32() {
 #[test]
 fn olmoe_q4() {
     parity_in("olmoe-q4", "olmoe");
-}
-
-/// `edit` applied to a copy of fixture `variant`'s config: the load fails
-/// with one line that contains every one of `needles`.
-pub(crate) fn refused(
-    variant: &str,
-    edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
-    needles: &[&str],
-) {
-    let _g = mlx_lock();
-    let ck = fixture_copy(variant);
-    let p = ck.path().join("config.json");
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-    edit(v.as_object_mut().unwrap());
-    std::fs::write(&p, v.to_string()).unwrap();
-    let e = match LoadedModel::load(ck.path(), &registry(), None, CacheOptions::default()) {
-        Ok(_) => panic!("{variant}: the edited config loaded"),
-        Err(e) => format!("{e:#}"),
-    };
-    assert!(!e.contains('\n'), "{variant}: not one line: {e}");
-    for n in needles {
-        assert!(e.contains(n), "{variant}: {n:?} not in: {e}");
-    }
 }
 
 /// An activation olmo2 does not implement is refused naming it.

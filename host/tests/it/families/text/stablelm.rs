@@ -1,6 +1,6 @@
 //! The StableLM plugin's family against mlx-lm, and a config it refuses.
 
-use super::olmo::refused;
+use super::refused;
 use crate::families::parity::parity_in;
 
 #[test]

@@ -66,6 +66,16 @@ pub fn markdown(reg: &Registry) -> String {
     let mut rows: Vec<(String, String)> = Vec::new();
     for f in reg.families() {
         for i in &f.catalog {
+            // A GGUF architecture the family claims only as another row's
+            // GGUF name (e.g. `qwen3moe` for `qwen3_moe`) is said in that row.
+            let alias = i.examples.is_empty()
+                && f.catalog.iter().any(|o| {
+                    o.model_type != i.model_type
+                        && o.gguf.as_ref().map(|g| g.as_str()).into_option() == Some(&*i.model_type)
+                });
+            if alias {
+                continue;
+            }
             let tick = |on: bool| if on { "✓" } else { "" };
             let examples: Vec<String> = i.examples.iter().map(|e| format!("`{e}`")).collect();
             let gguf = i.gguf.as_ref().map(|g| format!("✓ (`{g}`)")).into_option().unwrap_or_default();

@@ -11,7 +11,8 @@ fn tests_dir() -> PathBuf {
 }
 
 /// The module files `main.rs` declares (`mod x;`, nested in inline
-/// `mod group { … }` blocks), as paths under `it/`.
+/// `mod group { … }` blocks, and in folder modules `x/mod.rs` outside
+/// `common/`), as paths under `it/`.
 fn declared() -> BTreeSet<PathBuf> {
     fn walk(items: &[syn::Item], dir: &Path, out: &mut BTreeSet<PathBuf>) {
         for item in items {
@@ -20,7 +21,15 @@ fn declared() -> BTreeSet<PathBuf> {
             match &m.content {
                 Some((_, inner)) => walk(inner, &dir.join(&name), out),
                 None => {
-                    out.insert(dir.join(format!("{name}.rs")));
+                    let folder = dir.join(&name).join("mod.rs");
+                    let path = tests_dir().join("it").join(&folder);
+                    if name != "common" && path.is_file() {
+                        let file = syn::parse_file(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                        walk(&file.items, &dir.join(&name), out);
+                        out.insert(folder);
+                    } else {
+                        out.insert(dir.join(format!("{name}.rs")));
+                    }
                 }
             }
         }

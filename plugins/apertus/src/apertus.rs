@@ -174,7 +174,8 @@ impl Family for ApertusFamily {
         Ok(ModelPlan::text("apertus", "apertus", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(mpe, &scaling))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()]))
     }
 
     /// The xIELU alphas as scalars (Hugging Face stores them `[1]`), and a

@@ -84,7 +84,8 @@ impl Config {
         Ok(ModelPlan::text(family, family, cfg, caches, self.vocab_size, self.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(self.max_position_embeddings, &RopeScaling::None))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[self.head_dim()]))
     }
 }
 

@@ -12,7 +12,7 @@ use mlx::nn::{GatedMlp, GluActivation, NormKind, RopeScaling, Weights};
 use mlx::Result;
 use plugin_api::config::{context_length, eos_ids, field_or, nullable, one_of, positive_finite, rope, DecoderFields};
 use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter, LogitOps};
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -108,13 +108,18 @@ impl Family for Gemma2Family {
         &["gemma2"]
     }
 
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("gemma2").examples(&["google/gemma-2-2b-it", "google/gemma-2-9b-it"])]
+    }
+
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
         let mpe = cfg.max_position_embeddings.unwrap_or(0);
         let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
         Ok(ModelPlan::text("gemma2", "gemma2", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(mpe, &RopeScaling::None))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim]))
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.

@@ -14,7 +14,7 @@ use mlx::nn::Weights;
 use mlx::{Array, Error, Result};
 use plugin_api::config::{eos_ids, field_or, parse, text_config};
 use plugin_api::layers::LmDrafter;
-use plugin_api::{DraftRole, Fusion, ModelPlan};
+use plugin_api::{DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -43,6 +43,13 @@ impl Family for Gemma3Family {
 
     fn model_types(&self) -> &'static [&'static str] {
         &["gemma3"]
+    }
+
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("gemma3")
+            .examples(&["google/gemma-3-4b-it", "google/gemma-3-27b-it"])
+            .sliding()
+            .gguf("gemma3")]
     }
 
     /// `text_config`, with the checkpoint's vocabulary and mlx-lm's head
@@ -80,7 +87,8 @@ impl Family for Gemma3Family {
         Ok(ModelPlan::text("gemma3", "gemma3", &stored, cfg.caches(), cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos)
             .with_context(cfg.context()?)
-            .with_dtype(&dtype))
+            .with_dtype(&dtype)
+            .with_head_dims(&[cfg.head_dim]))
     }
 
     /// Drops the vision tower and its projector.

@@ -20,7 +20,7 @@ use plugin_api::config::{
     context_length, eos_ids, field_or, in_range, named_scaling, one_of, positive_finite, rope, DecoderFields,
 };
 use plugin_api::layers::{gate_up_fusion, qkv_fusion, AttentionShape, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter};
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -193,11 +193,18 @@ impl Family for Gemma3TextFamily {
         &["gemma3_text"]
     }
 
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("gemma3_text")
+            .examples(&["google/gemma-3-1b-it", "mlx-community/gemma-3-1b-it-4bit"])
+            .sliding()]
+    }
+
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
         Ok(ModelPlan::text("gemma3_text", "gemma3_text", cfg, cfg.caches(), cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(cfg.context()?)
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim]))
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.

@@ -136,7 +136,8 @@ impl Family for GraniteFamily {
         Ok(ModelPlan::text("granite", "granite", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings, &scaling))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// A tied checkpoint's stray `lm_head.weight` is dropped, as mlx-lm does.

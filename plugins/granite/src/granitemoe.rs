@@ -158,7 +158,8 @@ impl Family for GraniteMoeFamily {
         Ok(ModelPlan::text("granitemoe", "granitemoe", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings, &scaling))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// Hugging Face's expert layout into mlx-lm's: `input_linear` (gate and

@@ -100,7 +100,8 @@ impl Family for HeliumFamily {
         Ok(ModelPlan::text("helium", "helium", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings, &RopeScaling::None))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()]))
     }
 
     /// A tied checkpoint's `lm_head` tensors are dropped: mlx-lm's model

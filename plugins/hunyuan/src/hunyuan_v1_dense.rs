@@ -254,7 +254,8 @@ impl Family for HunyuanV1DenseFamily {
         Ok(ModelPlan::text("hunyuan_v1_dense", "hunyuan_v1_dense", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings, &RopeScaling::None))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()]))
     }
 
     /// A tied checkpoint's `lm_head` tensors are dropped, as mlx-lm drops them.

@@ -105,7 +105,7 @@ impl Config {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
 
-    fn head_dim(&self) -> Result<i32> {
+    pub(crate) fn head_dim(&self) -> Result<i32> {
         match self.head_dim {
             Some(d) => Ok(d),
             None => implied_head_dim(self.hidden_size, self.num_attention_heads),
@@ -234,7 +234,8 @@ impl Family for Ministral3Family {
         )?
         .with_eos(eos_ids(config))
         .with_context(cfg.context()?)
-        .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+        .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+        .with_head_dims(&[cfg.head_dim()?]))
     }
 
     fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {

@@ -217,19 +217,20 @@ impl Family for Mistral3Family {
 
     /// The checkpoint's config is the plan's: [`Family::config`] reads it again.
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
-        let (caches, vocab, hidden, context) = match cfg {
+        let (caches, vocab, hidden, context, head_dim) = match cfg {
             Config::Ministral3 { text_config: t } => {
-                (t.layers.caches(t.num_hidden_layers), t.vocab_size, t.hidden_size, t.context()?)
+                (t.layers.caches(t.num_hidden_layers), t.vocab_size, t.hidden_size, t.context()?, t.head_dim()?)
             }
             Config::Mistral { text_config: t } => {
-                (t.layers.caches(t.num_hidden_layers), t.vocab_size, t.hidden_size, t.context()?)
+                (t.layers.caches(t.num_hidden_layers), t.vocab_size, t.hidden_size, t.context()?, t.head_dim()?)
             }
         };
         let dtype = field_or::<String>(config, "torch_dtype", "bfloat16".into())?;
         Ok(ModelPlan::text("mistral3", "mistral3", config, caches, vocab, hidden)?
             .with_eos(eos_ids(config))
             .with_context(context)
-            .with_dtype(&dtype))
+            .with_dtype(&dtype)
+            .with_head_dims(&[head_dim]))
     }
 
     /// mlx-lm's names: the vision tower and projector dropped, the text

@@ -186,7 +186,8 @@ impl Family for MixtralFamily {
         Ok(ModelPlan::text("mixtral", "mixtral", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context)
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[implied_head_dim(cfg.hidden_size, cfg.num_attention_heads)?]))
     }
 
     /// No head when it is tied (mlx-lm's sanitize).

@@ -124,7 +124,9 @@ impl Family for Olmo2Family {
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("olmo2").examples(&["allenai/OLMo-2-1124-7B-Instruct", "allenai/OLMo-2-0425-1B-Instruct"])]
+        vec![ModelInfo::text("olmo2")
+            .examples(&["allenai/OLMo-2-1124-7B-Instruct", "allenai/OLMo-2-0425-1B-Instruct"])
+            .gguf("olmo2")]
     }
 
     /// config.json, or a GGUF file's metadata (architecture `olmo2`).
@@ -138,7 +140,8 @@ impl Family for Olmo2Family {
         Ok(ModelPlan::text("olmo2", "olmo2", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.context(), &scaling))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// Drops the precomputed rotary frequencies some checkpoints carry.

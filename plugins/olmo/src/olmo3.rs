@@ -132,7 +132,8 @@ impl Family for Olmo3Family {
         Ok(ModelPlan::text("olmo3", "olmo3", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings, &scaling))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// Drops the precomputed rotary frequencies some checkpoints carry.

@@ -139,7 +139,8 @@ impl Family for PhiFamily {
         Ok(ModelPlan::text("phi", "phi", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings, &RopeScaling::None))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "float16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "float16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// Phi names the attention's output projection `dense`; the shared

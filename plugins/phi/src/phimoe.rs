@@ -217,7 +217,8 @@ impl Family for PhiMoeFamily {
         Ok(ModelPlan::text("phimoe", "phimoe", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings, &cfg.scaling()?))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// One matmul for q/k/v per layer.

@@ -2,7 +2,6 @@
 //! Qwen2.5), `qwen2_moe` (Qwen1.5-MoE, Qwen2-MoE) and `qwen3_moe`
 //! (Qwen3-30B-A3B and larger), one family each, on the shared decoder.
 
-mod experts;
 mod gguf;
 pub mod qwen2;
 pub mod qwen2_moe;

@@ -16,7 +16,7 @@ use plugin_api::config::{
 use plugin_api::layers::{
     decoder_fusions, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter,
 };
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -95,6 +95,12 @@ impl Family for Qwen2Family {
         &["qwen2"]
     }
 
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("qwen2")
+            .examples(&["Qwen/Qwen2.5-7B-Instruct", "mlx-community/Qwen2.5-7B-Instruct-4bit"])
+            .gguf("qwen2")]
+    }
+
     /// config.json, or a GGUF file's metadata (architecture `qwen2`).
     fn config(&self, raw: &Value) -> Result<Config> {
         crate::gguf::qwen2_config(raw)
@@ -106,7 +112,8 @@ impl Family for Qwen2Family {
         Ok(ModelPlan::text("qwen2", "qwen2", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings, &scaling))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// Drops what mlx-lm's `sanitize` drops: precomputed rotary

@@ -3,7 +3,6 @@
 //! routing over every expert, the top k mixed, plus a shared expert gated by
 //! a sigmoid. Config, weight-name rules and registration.
 
-use crate::experts::PerExpert;
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Weights};
 use mlx::{Array, Dtype, Result};
 use plugin_api::config::{
@@ -12,9 +11,9 @@ use plugin_api::config::{
 };
 use plugin_api::layers::{
     gate_up_fusion, qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, FeedForward,
-    LmDrafter, MoeShape, Routing, SparseMoe,
+    LmDrafter, MoeShape, PerExpert, Routing, SparseMoe,
 };
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -156,13 +155,20 @@ impl Family for Qwen2MoeFamily {
         &["qwen2_moe"]
     }
 
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("qwen2_moe")
+            .examples(&["Qwen/Qwen1.5-MoE-A2.7B-Chat", "Qwen/Qwen2-57B-A14B-Instruct"])
+            .moe()]
+    }
+
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
         let caches = vec![CacheKind::Full; cfg.num_hidden_layers as usize];
         let scaling = mlx::nn::RopeScaling::None;
         Ok(ModelPlan::text("qwen2_moe", "qwen2_moe", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings.unwrap_or(0), &scaling))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// Drops precomputed rotary frequencies.
@@ -219,7 +225,7 @@ impl Family for Qwen2MoeFamily {
         let lm = DecoderLm::build(w, &spec, |i, p| {
             let mlp = format!("{p}.mlp");
             let ffn: Box<dyn FeedForward> = if cfg.sparse(i) {
-                let w = PerExpert::stacked(w, &mlp)?;
+                let w = PerExpert::stacked(w, &mlp, cfg.num_experts, &PerExpert::GATE_UP_DOWN)?;
                 let moe = SparseMoe::load(&w, &mlp, &moe)?;
                 Box::new(SharedExpertMoe { moe, norm_topk: cfg.norm_topk_prob })
             } else {

@@ -8,7 +8,6 @@
 //! Also reads GGUF files of llama.cpp's `qwen3moe` architecture (`gguf.rs`),
 //! a model type of its own.
 
-use crate::experts::PerExpert;
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Weights};
 use mlx::{Array, Result};
 use plugin_api::config::{
@@ -17,9 +16,9 @@ use plugin_api::config::{
 };
 use plugin_api::layers::{
     gate_up_fusion, qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, FeedForward,
-    LmDrafter, MoeShape, Routing, SparseMoe,
+    LmDrafter, MoeShape, PerExpert, Routing, SparseMoe,
 };
-use plugin_api::{CacheKind, DraftRole, Fusion, ModelPlan, QuantClass, QuantSpec};
+use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan, QuantClass, QuantSpec};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -131,6 +130,13 @@ impl Family for Qwen3MoeFamily {
         &["qwen3_moe", "qwen3moe"]
     }
 
+    fn catalog(&self) -> Vec<ModelInfo> {
+        vec![ModelInfo::text("qwen3_moe")
+            .examples(&["Qwen/Qwen3-30B-A3B", "mlx-community/Qwen3-30B-A3B-4bit"])
+            .moe()
+            .gguf("qwen3moe")]
+    }
+
     /// config.json, or a GGUF file's metadata (architecture `qwen3moe`).
     fn config(&self, raw: &Value) -> Result<Config> {
         crate::gguf::qwen3_moe_config(raw)
@@ -142,7 +148,8 @@ impl Family for Qwen3MoeFamily {
         Ok(ModelPlan::text("qwen3_moe", "qwen3_moe", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings.unwrap_or(0), &scaling))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// Drops a head the config ties to the embedding, as mlx-lm's `sanitize`.
@@ -214,7 +221,11 @@ impl Family for Qwen3MoeFamily {
         let lm = DecoderLm::build(w, &spec, |i, p| {
             let mlp = format!("{p}.mlp");
             let ffn: Box<dyn FeedForward> = if cfg.sparse(i) {
-                Box::new(SparseMoe::load(&PerExpert::stacked(w, &mlp)?, &mlp, &moe)?)
+                Box::new(SparseMoe::load(
+                    &PerExpert::stacked(w, &mlp, cfg.num_experts, &PerExpert::GATE_UP_DOWN)?,
+                    &mlp,
+                    &moe,
+                )?)
             } else {
                 Box::new(GatedMlp::load(w, &mlp, h, cfg.intermediate_size)?)
             };

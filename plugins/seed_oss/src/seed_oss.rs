@@ -102,7 +102,8 @@ impl Family for SeedOssFamily {
         Ok(ModelPlan::text("seed_oss", "seed_oss", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(mpe, &scaling))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim]))
     }
 
     /// A tied checkpoint's `lm_head` tensors are dropped, as mlx-lm drops them.

@@ -272,7 +272,8 @@ impl Family for StableLmFamily {
         Ok(ModelPlan::text("stablelm", "stablelm", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings.unwrap_or(0), &RopeScaling::None))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.

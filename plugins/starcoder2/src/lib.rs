@@ -112,7 +112,9 @@ impl Family for Starcoder2Family {
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("starcoder2").examples(&["bigcode/starcoder2-3b", "bigcode/starcoder2-15b-instruct-v0.1"])]
+        vec![ModelInfo::text("starcoder2")
+            .examples(&["bigcode/starcoder2-3b", "bigcode/starcoder2-15b-instruct-v0.1"])
+            .gguf("starcoder2")]
     }
 
     /// Every layer attends over its whole cache: the checkpoints' 4096-token
@@ -122,7 +124,8 @@ impl Family for Starcoder2Family {
         Ok(ModelPlan::text("starcoder2", "starcoder2", cfg, caches, cfg.vocab_size, cfg.hidden_size)?
             .with_eos(eos_ids(config))
             .with_context(context_length(cfg.max_position_embeddings.unwrap_or(0), &RopeScaling::None))
-            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?))
+            .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
+            .with_head_dims(&[cfg.head_dim()?]))
     }
 
     /// One matmul for q/k/v per layer.

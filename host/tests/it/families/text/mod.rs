@@ -107,6 +107,8 @@ mod glm4;
 mod granite;
 /// helium (plugin famlx-plugin-helium).
 mod helium;
+/// Caches, windows, self-drafting and splits for every family.
+mod host_features;
 /// hunyuan_v1_dense (plugin famlx-plugin-hunyuan).
 mod hunyuan;
 /// internlm3 (plugin famlx-plugin-internlm3).

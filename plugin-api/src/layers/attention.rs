@@ -45,6 +45,8 @@ pub struct AttentionShape {
     /// The q/k norms span the whole projection (`[heads·head_dim]`, OLMo 2)
     /// instead of each head (`[head_dim]`).
     pub qk_norm_whole: bool,
+    /// The output projection's name under the layer (`o_proj`; Phi's `dense`).
+    pub out_name: &'static str,
 }
 
 impl AttentionShape {
@@ -64,7 +66,14 @@ impl AttentionShape {
             qkv_bias: false,
             o_bias: false,
             qk_norm_whole: false,
+            out_name: "o_proj",
         }
+    }
+
+    /// With the output projection named `name` (Phi's `dense`), so the
+    /// checkpoint's own names load (and `famlx convert` writes them back).
+    pub fn out_named(self, name: &'static str) -> Self {
+        AttentionShape { out_name: name, ..self }
     }
 
     /// With per-head q/k RMS norms of epsilon `eps`.
@@ -219,13 +228,13 @@ impl Attention {
             s.qk_norm_eps.map(|eps| RmsNorm::load(w, &format!("{prefix}.{n}"), width, eps)).transpose()
         };
         let lin = |n: &str, i: i32, o: i32| {
-            let bias = if n == "o_proj" { s.o_bias } else { s.qkv_bias };
+            let bias = if n == s.out_name { s.o_bias } else { s.qkv_bias };
             Linear::load_with_bias(w, &format!("{prefix}.{n}"), i, o, bias)
         };
         // Heads that do not split over the ranks (fewer heads than ranks,
         // or o_proj columns off its quantization groups on some rank) stay
         // whole on every rank: the same numbers, without the saving.
-        let group = w.quant(&format!("{prefix}.o_proj")).map(|q| q.group_size);
+        let group = w.quant(&format!("{prefix}.{}", s.out_name)).map(|q| q.group_size);
         // Norms over the whole projection need every head: such layers stay whole.
         let share = Parallel::tensor(w.parallel())
             .filter(|_| !(s.qk_norm_whole && s.qk_norm_eps.is_some()))
@@ -245,7 +254,7 @@ impl Attention {
                         v: (s.has_kv && !s.k_eq_v).then(|| lin("v_proj", hidden, hkv * d)).transpose()?,
                     }
                 };
-                (proj, lin("o_proj", hq * d, hidden)?, hq, hkv)
+                (proj, lin(s.out_name, hq * d, hidden)?, hq, hkv)
             }
         };
         let q_norm = norm("q_norm", s.n_heads)?;
@@ -286,7 +295,7 @@ impl Attention {
         let (hidden, hq, hkv, d) = (s.hidden, s.n_heads, s.n_kv_heads, s.head_dim);
         let ((qa, qb), (ka, kb)) = (share.q, share.kv);
         let split = |n: &str, i: i32, o: i32, sp: Split| {
-            let bias = if n == "o_proj" { s.o_bias } else { s.qkv_bias };
+            let bias = if n == s.out_name { s.o_bias } else { s.qkv_bias };
             Linear::load_split(w, &format!("{prefix}.{n}"), i, o, bias, &sp)
         };
         let rows = |ranges: &[(i32, i32)]| Split::Rows(ranges.to_vec());
@@ -311,7 +320,7 @@ impl Attention {
                 None => Qkv::Split { q, k, v },
             }
         };
-        let o = split("o_proj", hq * d, hidden, Split::Cols(qa * d, qb * d))?;
+        let o = split(s.out_name, hq * d, hidden, Split::Cols(qa * d, qb * d))?;
         Ok((proj, o, qb - qa, kb - ka))
     }
 

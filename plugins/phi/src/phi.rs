@@ -4,7 +4,7 @@
 //! heads, a final LayerNorm and an output head with a bias.
 
 use mlx::nn::{Activation, Linear, NormKind, OutputHead, PlainMlp, Rope, RopeScaling, Weights};
-use mlx::{Array, Result};
+use mlx::Result;
 use plugin_api::config::DecoderFields;
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite};
 use plugin_api::layers::{qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter};
@@ -143,12 +143,6 @@ impl Family for PhiFamily {
             .with_head_dims(&[cfg.head_dim()?]))
     }
 
-    /// Phi names the attention's output projection `dense`; the shared
-    /// attention reads `o_proj`.
-    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, tensor: Array) -> Result<Vec<(String, Array)>> {
-        Ok(vec![(name.replace(".self_attn.dense.", ".self_attn.o_proj."), tensor)])
-    }
-
     /// One matmul for q/k/v per layer.
     fn fusions(&self, _cfg: &Config, plan: &ModelPlan) -> Vec<Fusion> {
         (0..plan.caches.len()).map(|i| qkv_fusion(&format!("model.layers.{i}.self_attn"))).collect()
@@ -171,8 +165,9 @@ impl Family for PhiFamily {
         let (h, eps) = (cfg.hidden_size, cfg.layer_norm_eps);
         let norm = NormKind::Layer { bias: true };
         let rope = Rope::new(cfg.rotary_dims()?, cfg.rope_theta, false, &RopeScaling::None)?;
-        let attention =
-            AttentionShape::new(h, cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim()?).biases(true, true);
+        let attention = AttentionShape::new(h, cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim()?)
+            .biases(true, true)
+            .out_named("dense");
         // x + attn(n) + mlp(n), n = input_layernorm(x).
         let layout = BlockLayout { parallel: true, pre_ffn: None, ..BlockLayout::pre_norm(norm, eps) };
         let spec = DecoderSpec {

@@ -1,13 +1,14 @@
-//! GGUF files of `olmo2` (llama.cpp's architecture for OLMo 2): the
-//! metadata as the olmo2 family's config, on [`plugin_api::gguf`].
-//! llama.cpp's standard names serve (`post_attention_norm` and
-//! `post_ffw_norm` are OLMo's post-branch norms); NeoX rope, so q/k rows
+//! GGUF files of `olmo2` and `olmoe` (llama.cpp's architectures for OLMo 2
+//! and OLMoE): the metadata as the families' configs, on
+//! [`plugin_api::gguf`]. llama.cpp's standard names serve (`post_attention_norm` and
+//! `post_ffw_norm` are OLMo 2's post-branch norms; OLMoE's stacked experts,
+//! `ffn_*_exps`, arrive as mlx-lm's `switch_mlp`); NeoX rope, so q/k rows
 //! are stored as Hugging Face's.
 
 use mlx::Result;
-use plugin_api::gguf::{get, key_error, read_config, DECODER_KEYS};
+use plugin_api::gguf::{get, key_error, read_config, DECODER_KEYS, MOE_KEYS};
 use plugin_api::FamilyConfig;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// The metadata key prefix.
 const ARCH: &str = "olmo2";
@@ -22,5 +23,15 @@ pub fn olmo2_config<C: FamilyConfig>(raw: &Value) -> Result<C> {
             "is set: an OLMo 3 file (sliding-window layers), which the olmo2 family does not read",
         )),
         None => Ok(()),
+    })
+}
+
+/// olmoe's config (GGUF architecture `olmoe`): the experts' width is the
+/// feed-forward length, and llama.cpp does not renormalise the top-k
+/// weights (Hugging Face's `norm_topk_prob: false`).
+pub fn olmoe_config<C: FamilyConfig>(raw: &Value) -> Result<C> {
+    read_config(raw, "olmoe", &[DECODER_KEYS, MOE_KEYS], |c| {
+        c.insert("norm_topk_prob".into(), json!(false));
+        Ok(())
     })
 }

@@ -2,9 +2,11 @@
 //! the whole projection, and every MLP a sparse mixture of experts (softmax
 //! over all experts, the top k kept, optionally renormalised). Experts are
 //! read stacked (mlx-lm's layout) or one by one (Hugging Face's).
+//!
+//! Also reads GGUF files of llama.cpp's `olmoe` architecture (`gguf.rs`).
 
 use mlx::nn::{GluActivation, NormKind, Weights};
-use mlx::Result;
+use mlx::{Array, Result};
 use plugin_api::config::{
     config_error, context_length, eos_ids, field_or, implied_head_dim, in_range, limits, named_scaling, nullable,
     one_of, positive_finite, rope, DecoderFields,
@@ -128,7 +130,18 @@ impl Family for OlmoeFamily {
     fn catalog(&self) -> Vec<ModelInfo> {
         vec![ModelInfo::text("olmoe")
             .examples(&["allenai/OLMoE-1B-7B-0125-Instruct", "allenai/OLMoE-1B-7B-0924"])
-            .moe()]
+            .moe()
+            .gguf("olmoe")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `olmoe`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::olmoe_config(raw)
+    }
+
+    /// A GGUF file's tensor names in Hugging Face's terms.
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        Ok(vec![(plugin_api::gguf::hf_name(name, &[]), t)])
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

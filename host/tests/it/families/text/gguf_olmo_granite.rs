@@ -1,0 +1,13 @@
+//! GGUF files of olmoe, granite, granitemoe, exaone4 and glm4, written by
+//! llama.cpp's own converter from the f32 fixtures
+//! (`fixtures/make_gguf_olmo_granite.py`, fixtures/gguf-text/): each holds
+//! its fixture's weights, so mlx-lm's numbers in the fixture's
+//! expected.json are the reference (as in `super::gguf`).
+
+use super::gguf::parity;
+
+/// OLMoE: stacked experts, q/k norms over the whole projection.
+#[test]
+fn olmoe_f32() {
+    parity("olmoe-f32.gguf", "olmoe-f32", "olmoe", true);
+}

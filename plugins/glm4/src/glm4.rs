@@ -2,9 +2,11 @@
 //! norms (the attention's and the MLP's outputs are normed again before
 //! the residual add), biases on q/k/v, gate and up stored as one
 //! `gate_up_proj`, and rope over part of each head with interleaved pairs.
+//!
+//! Also reads GGUF files of llama.cpp's `glm4` architecture (`gguf.rs`).
 
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Rope, RopeScaling, Weights};
-use mlx::Result;
+use mlx::{Array, Result};
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, one_of, positive_finite, DecoderFields};
 use plugin_api::layers::{
     decoder_fusions, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter,
@@ -92,7 +94,17 @@ impl Family for Glm4Family {
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("glm4").examples(&["THUDM/GLM-4-9B-0414", "THUDM/GLM-Z1-9B-0414"])]
+        vec![ModelInfo::text("glm4").examples(&["THUDM/GLM-4-9B-0414", "THUDM/GLM-Z1-9B-0414"]).gguf("glm4")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `glm4`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::glm4_config(raw)
+    }
+
+    /// A GGUF file's tensor names in Hugging Face's terms.
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        Ok(vec![(plugin_api::gguf::hf_name(name, crate::gguf::NAMES), t)])
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

@@ -1,5 +1,6 @@
 //! The glm4 plugin: GLM-4-0414 ([`glm4`]).
 
+mod gguf;
 pub mod glm4;
 
 pub use glm4::Glm4Family;

@@ -11,3 +11,10 @@ use super::gguf::parity;
 fn olmoe_f32() {
     parity("olmoe-f32.gguf", "olmoe-f32", "olmoe", true);
 }
+
+/// GLM-4: its own names for the sandwich norms and the fused gate/up;
+/// partial interleaved rope.
+#[test]
+fn glm4_f32() {
+    parity("glm4-f32.gguf", "glm4-f32", "glm4", true);
+}

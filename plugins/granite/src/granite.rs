@@ -3,6 +3,8 @@
 //! branch's update times `residual_multiplier` before it is added, the
 //! attention scores times `attention_multiplier` (instead of `1/√head_dim`),
 //! and the logits divided by `logits_scaling`.
+//!
+//! Also reads GGUF files of llama.cpp's `granite` architecture (`gguf.rs`).
 
 use mlx::nn::{GatedMlp, GluActivation::Silu, NormKind, Weights};
 use mlx::{Array, Result};
@@ -127,7 +129,13 @@ impl Family for GraniteFamily {
 
     fn catalog(&self) -> Vec<ModelInfo> {
         vec![ModelInfo::text("granite")
-            .examples(&["ibm-granite/granite-3.3-8b-instruct", "ibm-granite/granite-3.1-2b-instruct"])]
+            .examples(&["ibm-granite/granite-3.3-8b-instruct", "ibm-granite/granite-3.1-2b-instruct"])
+            .gguf("granite")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `granite`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::granite_config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -140,8 +148,11 @@ impl Family for GraniteFamily {
             .with_head_dims(&[cfg.head_dim()?]))
     }
 
-    /// A tied checkpoint's stray `lm_head.weight` is dropped, as mlx-lm does.
+    /// A tied checkpoint's stray `lm_head.weight` is dropped, as mlx-lm does;
+    /// a GGUF file's tensors are put in Hugging Face's terms first.
     fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let (name, t) = crate::gguf::hf_tensor(name, t, cfg.num_attention_heads, cfg.num_key_value_heads, false)?;
+        let name = name.as_str();
         if cfg.tie_word_embeddings && name == "lm_head.weight" {
             return Ok(vec![]);
         }

@@ -2,6 +2,8 @@
 //! multipliers with every MLP a sparse mixture of experts under
 //! `block_sparse_moe`: a router (`router.layer`) whose top-k logits are
 //! softmaxed in float32 into the chosen experts' weights.
+//!
+//! Also reads GGUF files of llama.cpp's `granitemoe` architecture (`gguf.rs`).
 
 use crate::granite::{check_multipliers, quant_class};
 use mlx::nn::{GluActivation, Linear, NormKind, SwitchGlu, Weights};
@@ -149,7 +151,13 @@ impl Family for GraniteMoeFamily {
     fn catalog(&self) -> Vec<ModelInfo> {
         vec![ModelInfo::text("granitemoe")
             .examples(&["ibm-granite/granite-3.1-3b-a800m-instruct", "ibm-granite/granite-3.0-1b-a400m-instruct"])
-            .moe()]
+            .moe()
+            .gguf("granitemoe")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `granitemoe`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::granitemoe_config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -165,8 +173,11 @@ impl Family for GraniteMoeFamily {
     /// Hugging Face's expert layout into mlx-lm's: `input_linear` (gate and
     /// up rows of every expert, stacked) split into `switch_mlp.gate_proj`
     /// and `up_proj`, `output_linear` renamed `switch_mlp.down_proj`; a tied
-    /// checkpoint's stray `lm_head.weight` dropped.
+    /// checkpoint's stray `lm_head.weight` dropped. A GGUF file's tensors
+    /// are put in Hugging Face's terms first (its experts come stacked).
     fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let (name, t) = crate::gguf::hf_tensor(name, t, cfg.num_attention_heads, cfg.num_key_value_heads, true)?;
+        let name = name.as_str();
         if cfg.tie_word_embeddings && name == "lm_head.weight" {
             return Ok(vec![]);
         }

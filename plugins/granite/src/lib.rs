@@ -2,6 +2,7 @@
 //! decoder with embedding, attention, residual and logit multipliers) and
 //! `granitemoe` (the same with mixture-of-experts MLPs).
 
+mod gguf;
 pub mod granite;
 pub mod granitemoe;
 

@@ -18,3 +18,17 @@ fn olmoe_f32() {
 fn glm4_f32() {
     parity("glm4-f32.gguf", "glm4-f32", "glm4", true);
 }
+
+/// Granite: converted as llama (q/k rows permuted for llama.cpp's rope);
+/// its multipliers from llama.cpp's scale keys.
+#[test]
+fn granite_f32() {
+    parity("granite-f32.gguf", "granite-f32", "granite", true);
+}
+
+/// Granite MoE: the same, with the router and stacked experts under
+/// `block_sparse_moe`.
+#[test]
+fn granitemoe_f32() {
+    parity("granitemoe-f32.gguf", "granitemoe-f32", "granitemoe", true);
+}

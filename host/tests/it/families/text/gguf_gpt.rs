@@ -27,3 +27,11 @@ fn cohere2_f32() {
 fn phi_f32() {
     parity("phi-f32.gguf", "phi-f32", "phi", true);
 }
+
+/// StableLM 2 12B's layout (architecture `stablelm`): q/k/v biases and
+/// per-head q/k norms (stacked by llama.cpp), neither announced by the
+/// metadata, found among the weights; parallel residual; partial rope.
+#[test]
+fn stablelm_f32() {
+    parity("stablelm-f32.gguf", "stablelm-f32", "stablelm", true);
+}

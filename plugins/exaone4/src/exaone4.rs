@@ -3,9 +3,11 @@
 //! per-head q/k RMS norms, and a pattern of sliding-window layers, which
 //! rope, and global layers, which do not (without a pattern every layer is
 //! global and ropes).
+//!
+//! Also reads GGUF files of llama.cpp's `exaone4` architecture (`gguf.rs`).
 
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Rope, Weights};
-use mlx::Result;
+use mlx::{Array, Result};
 use plugin_api::config::{
     config_error, context_length, eos_ids, field_or, in_range, named_scaling, one_of, positive_finite, rope,
     DecoderFields,
@@ -115,7 +117,18 @@ impl Family for Exaone4Family {
     fn catalog(&self) -> Vec<ModelInfo> {
         vec![ModelInfo::text("exaone4")
             .examples(&["LGAI-EXAONE/EXAONE-4.0-1.2B", "LGAI-EXAONE/EXAONE-4.0-32B"])
-            .sliding()]
+            .sliding()
+            .gguf("exaone4")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `exaone4`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::exaone4_config(raw)
+    }
+
+    /// A GGUF file's tensor names in Hugging Face's terms.
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        Ok(vec![(plugin_api::gguf::hf_name(name, &[]), t)])
     }
 
     /// Rotating caches of `sliding_window` for the local layers.
@@ -154,7 +167,11 @@ impl Family for Exaone4Family {
 
     fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
-        let rope = rope(cfg.head_dim, cfg.rope_theta, false, cfg.rope_scaling.as_ref(), cfg.max_position_embeddings)?;
+        // A GGUF file's llama3 scaling is its `rope_freqs` tensor (see gguf.rs).
+        let rope = match w.get(crate::gguf::ROPE_FREQS) {
+            Some(factors) => crate::gguf::rope_with_factors(cfg.head_dim, cfg.rope_theta, &factors)?,
+            None => rope(cfg.head_dim, cfg.rope_theta, false, cfg.rope_scaling.as_ref(), cfg.max_position_embeddings)?,
+        };
         let attention =
             AttentionShape::new(h, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim).qk_norms(eps);
         // Norms only on the branches' outputs: `h = x + norm(attn(x))`, `h + norm(mlp(h))`.

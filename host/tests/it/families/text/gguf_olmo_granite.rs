@@ -32,3 +32,10 @@ fn granite_f32() {
 fn granitemoe_f32() {
     parity("granitemoe-f32.gguf", "granitemoe-f32", "granitemoe", true);
 }
+
+/// EXAONE 4: its layer pattern from one flag per layer, and its llama3
+/// rope scaling from the converter's `rope_freqs` factors.
+#[test]
+fn exaone4_f32() {
+    parity("exaone4-f32.gguf", "exaone4-f32", "exaone4", true);
+}

@@ -1,4 +1,4 @@
-//! GGUF files of seed_oss, hunyuan_v1_dense, ernie4_5 and ernie4_5_moe,
+//! GGUF files of seed_oss, hunyuan_v1_dense, ernie4_5, ernie4_5_moe and apertus,
 //! written by llama.cpp's own converter from the f32 fixtures
 //! (`fixtures/make_gguf_others.py`): each holds its fixture's weights, so
 //! mlx-lm's numbers in the fixture's expected.json are the reference (f32
@@ -29,4 +29,11 @@ fn ernie4_5_f32() {
 #[test]
 fn ernie4_5_moe_f32() {
     parity("ernie4_5_moe-f32.gguf", "ernie4_5_moe-f32", "ernie4_5_moe", true);
+}
+
+/// The xIELU parameters come as metadata, llama3 rope scaling as
+/// `rope_freqs` factors; llama.cpp's names of Apertus's norms.
+#[test]
+fn apertus_f32() {
+    parity("apertus-f32.gguf", "apertus-f32", "apertus", true);
 }

@@ -2,6 +2,10 @@
 //! q/k norms, its layers either sliding-window or full attention
 //! (`layer_types`; by default every fourth layer is full). Sliding layers
 //! rope without the config's scaling; full layers with it.
+//!
+//! Also reads GGUF files of OLMo 3, which llama.cpp writes as its `olmo2`
+//! architecture with sliding-window keys (`gguf.rs`); the olmo2 family
+//! claims that architecture, so such a file is served with `--family olmo3`.
 
 use crate::olmo2::post_norm_layout;
 use mlx::nn::{GatedMlp, GluActivation::Silu, NormKind, Weights};
@@ -120,7 +124,15 @@ impl Family for Olmo3Family {
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("olmo3").examples(&["allenai/Olmo-3-7B-Instruct", "allenai/Olmo-3-32B-Think"]).sliding()]
+        vec![ModelInfo::text("olmo3")
+            .examples(&["allenai/Olmo-3-7B-Instruct", "allenai/Olmo-3-32B-Think"])
+            .sliding()
+            .gguf("olmo2")]
+    }
+
+    /// config.json, or an OLMo 3 GGUF file's metadata (architecture `olmo2`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::olmo3_config(raw)
     }
 
     /// Sliding layers get the host's rotating caches of `sliding_window` positions.
@@ -136,8 +148,11 @@ impl Family for Olmo3Family {
             .with_head_dims(&[cfg.head_dim()?]))
     }
 
-    /// Drops the precomputed rotary frequencies some checkpoints carry.
+    /// Drops the precomputed rotary frequencies some checkpoints carry; a
+    /// GGUF file's names in Hugging Face's terms.
     fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let name = plugin_api::gguf::hf_name(name, &[]);
+        let name = name.as_str();
         if name.contains("self_attn.rotary_emb.inv_freq") {
             return Ok(vec![]);
         }

@@ -1,7 +1,10 @@
-//! GGUF files of gemma2, qwen2_moe and smollm3, written by llama.cpp's own
-//! converter from the f32 fixtures (`fixtures/make_gguf_llamalike.py`):
-//! each holds its fixture's weights, so mlx-lm's numbers in the fixture's
-//! expected.json are the reference (f32 tolerances), as in `gguf.rs`.
+//! GGUF files of gemma2, qwen2_moe, smollm3 and ministral3, written by
+//! llama.cpp's own converter from the f32 fixtures
+//! (`fixtures/make_gguf_llamalike.py`): each holds its fixture's weights, so
+//! mlx-lm's numbers in the fixture's expected.json are the reference (f32
+//! tolerances), as in `gguf.rs`, or, where llama.cpp reads the file as
+//! another model (smollm3's rope, ministral3's window), mlx-lm's numbers for
+//! that model.
 
 use super::gguf::parity;
 use crate::common::parity::{check_prompts, check_tokenizer};
@@ -22,24 +25,37 @@ fn qwen2_moe_f32() {
     parity("qwen2_moe-f32.gguf", "qwen2_moe-f32", "qwen2_moe", true);
 }
 
-/// SmolLM3's file carries no NoPE pattern: llama.cpp (and famlx) leave
-/// rope out of every 4th layer, so both of the fixture's 2 layers rope,
-/// where the fixture's `no_rope_layers` leaves layer 1 without. The
-/// reference is mlx-lm's numbers for that model
-/// (`smollm3-f32.expected.json`, same prompts); the tokenizer the file
+/// `file` against mlx-lm's numbers for the model llama.cpp reads from it
+/// (`{source}.expected.json` beside it, the fixture's prompts), where its
+/// rules make that another model than the fixture; the tokenizer the file
 /// carries against the fixture's cases.
-#[test]
-fn smollm3_f32() {
+fn parity_llama_cpp_rules(file: &str, source: &str, family: &str) {
     let _g = mlx_lock();
-    let file = "smollm3-f32.gguf";
     let dir = fixture("gguf-text");
-    let text = std::fs::read_to_string(dir.join("smollm3-f32.expected.json")).unwrap();
+    let text = std::fs::read_to_string(dir.join(format!("{source}.expected.json"))).unwrap();
     let exp: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(exp["source"], "smollm3-f32");
+    assert_eq!(exp["source"], source);
     let mut m = LoadedModel::load(&dir.join(file), &registry(), None, CacheOptions::default())
         .unwrap_or_else(|e| panic!("{file}: load: {e:#}"));
-    assert_eq!(m.family.name, "llama", "{file}: wrong family");
+    assert_eq!(m.family.name, family, "{file}: wrong family");
     let mut errs = check_prompts(file, &mut m, &exp, true);
-    errs.extend(check_tokenizer(file, &m, &expected("smollm3-f32")));
+    errs.extend(check_tokenizer(file, &m, &expected(source)));
     assert!(errs.is_empty(), "{file}: {} mismatches:\n{}", errs.len(), errs.join("\n"));
+}
+
+/// SmolLM3's file carries no NoPE pattern: llama.cpp (and famlx) leave
+/// rope out of every 4th layer, so both of the fixture's 2 layers rope,
+/// where the fixture's `no_rope_layers` leaves layer 1 without.
+#[test]
+fn smollm3_f32() {
+    parity_llama_cpp_rules("smollm3-f32.gguf", "smollm3-f32", "llama");
+}
+
+/// Ministral 3 (GGUF architecture `mistral3`, served by the mistral3
+/// family): q/k rows unpermuted, YaRN and the position-scaled queries from
+/// llama.cpp's keys; no sliding window (llama.cpp has none for it), where
+/// the fixture's layer 0 slides.
+#[test]
+fn ministral3_f32() {
+    parity_llama_cpp_rules("ministral3-f32.gguf", "ministral3-f32", "mistral3");
 }

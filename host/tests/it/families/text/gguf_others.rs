@@ -4,7 +4,7 @@
 //! mlx-lm's numbers in the fixture's expected.json are the reference (f32
 //! tolerances), as in `gguf.rs`.
 
-use super::gguf::parity;
+use super::gguf::{load, parity, without_key};
 
 /// q/k/v biases; the pre-MLP norm under llama.cpp's `post_attention_norm`.
 #[test]
@@ -36,4 +36,21 @@ fn ernie4_5_moe_f32() {
 #[test]
 fn apertus_f32() {
     parity("apertus-f32.gguf", "apertus-f32", "apertus", true);
+}
+
+/// Metadata a family needs and the file lacks is refused naming the key:
+/// apertus's xIELU arrays (its own keys) and a standard one.
+#[test]
+fn a_missing_metadata_key_is_named() {
+    let _g = crate::common::mlx_lock();
+    for (file, key) in [
+        ("apertus-f32.gguf", "xielu.alpha_n"),
+        ("seed_oss-f32.gguf", "seed_oss.attention.head_count"),
+        ("ernie4_5_moe-f32.gguf", "ernie4_5-moe.expert_count"),
+    ] {
+        let (_s, p) = without_key(file, key);
+        let e = load(&p).err().unwrap_or_else(|| panic!("{file} without {key} loaded"));
+        assert!(e.contains(&format!("GGUF metadata: missing `{key}`")), "{file}: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
 }

@@ -5,6 +5,10 @@
 //! are the reference (as in `super::gguf`).
 
 use super::gguf::parity;
+use crate::common::parity::{check_prompts, check_tokenizer};
+use crate::common::{expected, fixture, mlx_lock, registry};
+use famlx::cache::CacheOptions;
+use famlx::model::LoadedModel;
 
 /// Command R+ (architecture `command-r`): per-head q/k norms, which the
 /// metadata does not announce, found among the weights; logits scaled.
@@ -34,4 +38,27 @@ fn phi_f32() {
 #[test]
 fn stablelm_f32() {
     parity("stablelm-f32.gguf", "stablelm-f32", "stablelm", true);
+}
+
+/// Phi-3.5-MoE's layout (architecture `phimoe`): stacked experts under
+/// sparsemixer routing; LongRoPE's factors read from the file's tensor and
+/// its magnitude scale from `phimoe.rope.scaling.attn_factor`, which
+/// llama.cpp's converter computes from the context stretch rather than
+/// keeping the checkpoint's `long_mscale`; so the reference is mlx-lm's
+/// numbers for the fixture with that scale (`phimoe-f32.expected.json`,
+/// written by the script).
+#[test]
+fn phimoe_f32() {
+    let _g = mlx_lock();
+    let file = "phimoe-f32.gguf";
+    let dir = fixture("gguf-text");
+    let text = std::fs::read_to_string(dir.join("phimoe-f32.expected.json")).unwrap();
+    let exp: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(exp["source"], "phimoe-f32");
+    let mut m = LoadedModel::load(&dir.join(file), &registry(), None, CacheOptions::default())
+        .unwrap_or_else(|e| panic!("{file}: load: {e:#}"));
+    assert_eq!(m.family.name, "phimoe");
+    let mut errs = check_prompts(file, &mut m, &exp, true);
+    errs.extend(check_tokenizer(file, &m, &expected("phimoe-f32")));
+    assert!(errs.is_empty(), "{file}: {} mismatches:\n{}", errs.len(), errs.join("\n"));
 }

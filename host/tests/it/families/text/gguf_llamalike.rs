@@ -6,7 +6,7 @@
 //! another model (smollm3's rope, ministral3's window), mlx-lm's numbers for
 //! that model.
 
-use super::gguf::parity;
+use super::gguf::{load, parity, without_key};
 use crate::common::parity::{check_prompts, check_tokenizer};
 use crate::common::{expected, fixture, mlx_lock, registry};
 use famlx::cache::CacheOptions;
@@ -58,4 +58,21 @@ fn smollm3_f32() {
 #[test]
 fn ministral3_f32() {
     parity_llama_cpp_rules("ministral3-f32.gguf", "ministral3-f32", "mistral3");
+}
+
+/// Metadata a family needs and the file lacks is refused naming the key.
+#[test]
+fn a_missing_metadata_key_is_named() {
+    let _g = mlx_lock();
+    for (file, key) in [
+        ("gemma2-f32.gguf", "gemma2.block_count"),
+        ("qwen2_moe-f32.gguf", "qwen2moe.expert_count"),
+        ("smollm3-f32.gguf", "smollm3.embedding_length"),
+        ("ministral3-f32.gguf", "mistral3.embedding_length"),
+    ] {
+        let (_s, p) = without_key(file, key);
+        let e = load(&p).err().unwrap_or_else(|| panic!("{file} without {key} loaded"));
+        assert!(e.contains(&format!("GGUF metadata: missing `{key}`")), "{file}: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
 }

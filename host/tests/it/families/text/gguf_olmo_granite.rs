@@ -4,7 +4,7 @@
 //! its fixture's weights, so mlx-lm's numbers in the fixture's
 //! expected.json are the reference (as in `super::gguf`).
 
-use super::gguf::parity;
+use super::gguf::{parity, without_key};
 use crate::common;
 use common::parity::{check_prompts, check_tokenizer};
 use common::{expected, fixture, mlx_lock, registry};
@@ -64,4 +64,24 @@ fn olmo3_f32_as_olmo3() {
     let mut errs = check_prompts(file, &mut m, &exp, true);
     errs.extend(check_tokenizer(file, &m, &exp));
     assert!(errs.is_empty(), "{file}: {} mismatches:\n{}", errs.len(), errs.join("\n"));
+}
+
+/// Metadata a family needs and the file lacks is refused naming the key.
+#[test]
+fn a_missing_metadata_key_is_named() {
+    let _g = mlx_lock();
+    for (file, key) in [
+        ("olmoe-f32.gguf", "olmoe.expert_count"),
+        ("granite-f32.gguf", "granite.logit_scale"),
+        ("granitemoe-f32.gguf", "granitemoe.expert_used_count"),
+        ("exaone4-f32.gguf", "exaone4.attention.key_length"),
+        ("glm4-f32.gguf", "glm4.rope.dimension_count"),
+    ] {
+        let (_s, p) = without_key(file, key);
+        let e =
+            LoadedModel::load(&p, &registry(), None, CacheOptions::default()).map(|_| ()).map_err(|e| format!("{e:#}"));
+        let e = e.err().unwrap_or_else(|| panic!("{file} without {key} loaded"));
+        assert!(e.contains(&format!("GGUF metadata: missing `{key}`")), "{file}: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
 }

@@ -4,11 +4,9 @@
 //! fixture's weights, so mlx-lm's numbers in the fixture's expected.json
 //! are the reference (as in `super::gguf`).
 
-use super::gguf::parity;
+use super::gguf::{load, parity, without_key};
 use crate::common::parity::{check_prompts, check_tokenizer};
-use crate::common::{expected, fixture, mlx_lock, registry};
-use famlx::cache::CacheOptions;
-use famlx::model::LoadedModel;
+use crate::common::{expected, fixture, mlx_lock};
 
 /// Command R+ (architecture `command-r`): per-head q/k norms, which the
 /// metadata does not announce, found among the weights; logits scaled.
@@ -55,10 +53,27 @@ fn phimoe_f32() {
     let text = std::fs::read_to_string(dir.join("phimoe-f32.expected.json")).unwrap();
     let exp: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(exp["source"], "phimoe-f32");
-    let mut m = LoadedModel::load(&dir.join(file), &registry(), None, CacheOptions::default())
-        .unwrap_or_else(|e| panic!("{file}: load: {e:#}"));
+    let mut m = load(&dir.join(file)).unwrap_or_else(|e| panic!("{file}: load: {e}"));
     assert_eq!(m.family.name, "phimoe");
     let mut errs = check_prompts(file, &mut m, &exp, true);
     errs.extend(check_tokenizer(file, &m, &expected("phimoe-f32")));
     assert!(errs.is_empty(), "{file}: {} mismatches:\n{}", errs.len(), errs.join("\n"));
+}
+
+/// Metadata a family needs and the file lacks is refused naming the key.
+#[test]
+fn a_missing_metadata_key_is_named() {
+    let _g = mlx_lock();
+    for (file, key) in [
+        ("phi-f32.gguf", "phi2.rope.dimension_count"),
+        ("phimoe-f32.gguf", "phimoe.expert_count"),
+        ("stablelm-f32.gguf", "stablelm.attention.layer_norm_epsilon"),
+        ("cohere-f32.gguf", "command-r.logit_scale"),
+        ("cohere2-f32.gguf", "cohere2.attention.sliding_window"),
+    ] {
+        let (_s, p) = without_key(file, key);
+        let e = load(&p).err().unwrap_or_else(|| panic!("{file} without {key} loaded"));
+        assert!(e.contains(&format!("GGUF metadata: missing `{key}`")), "{file}: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
 }

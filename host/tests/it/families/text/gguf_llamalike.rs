@@ -1,10 +1,10 @@
-//! GGUF files of gemma2, qwen2_moe, smollm3 and ministral3, written by
-//! llama.cpp's own converter from the f32 fixtures
-//! (`fixtures/make_gguf_llamalike.py`): each holds its fixture's weights, so
-//! mlx-lm's numbers in the fixture's expected.json are the reference (f32
-//! tolerances), as in `gguf.rs`, or, where llama.cpp reads the file as
-//! another model (smollm3's rope, ministral3's window), mlx-lm's numbers for
-//! that model.
+//! GGUF files of gemma2, qwen2_moe, smollm3, ministral3 and mixtral,
+//! written by llama.cpp's own converter from the f32 fixtures
+//! (`fixtures/make_gguf_llamalike.py`): each holds its fixture's weights,
+//! so mlx-lm's numbers in the fixture's expected.json are the reference
+//! (f32 tolerances), as in `gguf.rs`, or, where llama.cpp reads the file as
+//! another model (smollm3's rope, ministral3's window), mlx-lm's numbers
+//! for that model.
 
 use super::gguf::{load, parity, without_key};
 use crate::common::parity::{check_prompts, check_tokenizer};
@@ -23,6 +23,14 @@ fn gemma2_f32() {
 #[test]
 fn qwen2_moe_f32() {
     parity("qwen2_moe-f32.gguf", "qwen2_moe-f32", "qwen2_moe", true);
+}
+
+/// Mixtral is llama.cpp's `llama` architecture with experts
+/// (`llama.expert_count`), served by the llama family: q/k rows unpermuted,
+/// the stacked experts routed as mlx-lm's mixtral routes them.
+#[test]
+fn mixtral_f32() {
+    parity("mixtral-f32.gguf", "mixtral-f32", "llama", true);
 }
 
 /// `file` against mlx-lm's numbers for the model llama.cpp reads from it
@@ -69,6 +77,7 @@ fn a_missing_metadata_key_is_named() {
         ("qwen2_moe-f32.gguf", "qwen2moe.expert_count"),
         ("smollm3-f32.gguf", "smollm3.embedding_length"),
         ("ministral3-f32.gguf", "mistral3.embedding_length"),
+        ("mixtral-f32.gguf", "llama.expert_used_count"),
     ] {
         let (_s, p) = without_key(file, key);
         let e = load(&p).err().unwrap_or_else(|| panic!("{file} without {key} loaded"));

@@ -242,6 +242,18 @@ pub fn layer_types(sliding: &[bool]) -> Value {
     json!(sliding.iter().map(|&s| if s { "sliding_attention" } else { "full_attention" }).collect::<Vec<_>>())
 }
 
+/// Undoes llama.cpp's q/k row permutation: its llama-architecture
+/// converter (llama, Mistral, Granite, Mistral 3, ...) stores each head's
+/// rows as `[head_dim/2, 2]` pairs for its rope layout; Hugging Face's are
+/// `[2, head_dim/2]` halves. The NeoX-rope architectures (Qwen, Gemma, OLMo,
+/// StarCoder 2) store them as Hugging Face does and need nothing.
+pub fn unpermute(t: &mlx::Array, heads: i32) -> mlx::Result<mlx::Array> {
+    let shape = t.shape().to_vec();
+    let mut s = vec![heads, shape[0] / heads / 2, 2];
+    s.extend_from_slice(&shape[1..]);
+    t.reshape(&s)?.swapaxes(1, 2)?.reshape(&shape)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

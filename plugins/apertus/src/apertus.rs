@@ -2,7 +2,8 @@
 //! are named `attention_layernorm` and `feedforward_layernorm`, per-head
 //! q/k RMS norms, and a non-gated MLP (`up_proj`, `down_proj`) with the
 //! xIELU activation, whose four parameters each layer learns (written here:
-//! no other family uses it).
+//! no other family uses it). Also reads GGUF files of llama.cpp's
+//! `apertus` architecture (`gguf.rs`).
 
 use mlx::nn::{Kind, Linear, NormKind, Weights};
 use mlx::{where_, Array, Result};
@@ -43,6 +44,10 @@ pub struct Config {
     pub tie_word_embeddings: bool,
     pub max_position_embeddings: i32,
     pub hidden_act: Option<String>,
+    /// GGUF files only: each layer's xIELU `[alpha_p, alpha_n, beta, eps]`,
+    /// which llama.cpp keeps as metadata rather than tensors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gguf_xielu: Option<Vec<[f32; 4]>>,
 }
 
 impl Config {
@@ -164,7 +169,12 @@ impl Family for ApertusFamily {
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("apertus").examples(&["swiss-ai/Apertus-8B-Instruct-2509"])]
+        vec![ModelInfo::text("apertus").examples(&["swiss-ai/Apertus-8B-Instruct-2509"]).gguf("apertus")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `apertus`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::apertus_config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -179,10 +189,22 @@ impl Family for ApertusFamily {
     }
 
     /// The xIELU alphas as scalars (Hugging Face stores them `[1]`), and a
-    /// tied checkpoint's `lm_head` dropped, as mlx-lm does both.
+    /// tied checkpoint's `lm_head` dropped, as mlx-lm does both. A GGUF
+    /// file's names as Hugging Face's, its xIELU parameters (metadata) as
+    /// the `act_fn` scalars beside each layer's `up_proj`.
     fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let name = plugin_api::gguf::hf_name(name, crate::gguf::NAMES);
+        let name = name.as_str();
         if cfg.tie_word_embeddings && name.starts_with("lm_head.") {
             return Ok(vec![]);
+        }
+        if let (Some(params), Some(layer)) = (&cfg.gguf_xielu, name.strip_suffix(".mlp.up_proj.weight")) {
+            let i: usize = layer.rsplit('.').next().and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
+            if let Some(p) = params.get(i) {
+                let mut out = crate::gguf::xielu_tensors(&format!("{layer}.mlp"), p);
+                out.push((name.to_string(), t));
+                return Ok(out);
+            }
         }
         let alpha = name.ends_with(".act_fn.alpha_p") || name.ends_with(".act_fn.alpha_n");
         let t = if alpha && t.shape() == [1] { t.reshape(&[])? } else { t };
@@ -209,8 +231,13 @@ impl Family for ApertusFamily {
 
     fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let (h, eps, d) = (cfg.hidden_size, cfg.rms_norm_eps, cfg.head_dim());
-        let rope =
-            rope(d, cfg.rope_theta, cfg.rope_traditional, cfg.rope_scaling.as_ref(), cfg.max_position_embeddings)?;
+        // A GGUF file's llama3 scaling comes as llama.cpp's `rope_freqs`
+        // factors, which llama.cpp reads when the file has them.
+        let rope = if cfg.gguf_xielu.is_some() && w.get("rope_freqs.weight").is_some() {
+            crate::gguf::rope_with_factors(w, d, cfg.rope_theta, cfg.rope_traditional)?
+        } else {
+            rope(d, cfg.rope_theta, cfg.rope_traditional, cfg.rope_scaling.as_ref(), cfg.max_position_embeddings)?
+        };
         let attention = AttentionShape::new(h, cfg.num_attention_heads, cfg.num_key_value_heads, d).qk_norms(eps);
         let layout = BlockLayout {
             pre_attn: Some("attention_layernorm"),

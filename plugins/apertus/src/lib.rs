@@ -1,6 +1,7 @@
 //! The apertus plugin: Swiss AI's Apertus models ([`apertus`]).
 
 pub mod apertus;
+mod gguf;
 
 pub use apertus::ApertusFamily;
 

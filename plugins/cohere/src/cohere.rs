@@ -3,7 +3,8 @@
 //! side), interleaved rope on every layer, the tied embedding as the head
 //! and logits scaled by `logit_scale`. Command R+ (`use_qk_norm`) also
 //! norms queries and keys per head: a LayerNorm with no scale of its own,
-//! then a scale per head and feature.
+//! then a scale per head and feature. Also reads GGUF files of llama.cpp's
+//! `command-r` architecture (`gguf.rs`).
 
 use mlx::fast::layer_norm;
 use mlx::nn::{GatedMlp, GluActivation, HeadShare, Kind, NormKind, Parallel, Rope, RopeScaling, Weights};
@@ -48,6 +49,10 @@ pub struct Config {
     pub use_qk_norm: bool,
     pub max_position_embeddings: Option<i32>,
     pub hidden_act: Option<String>,
+    /// Set for a GGUF file, whose metadata does not say whether the q/k
+    /// norms are there: they are read when the file has them.
+    #[serde(default, skip_serializing)]
+    pub qk_norm_from_weights: bool,
 }
 
 plugin_api::config_defaults! {
@@ -93,12 +98,23 @@ impl Family for CohereFamily {
     }
 
     fn model_types(&self) -> &'static [&'static str] {
-        &["cohere"]
+        &["cohere", "command-r"]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `command-r`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::cohere_config(raw)
+    }
+
+    /// A GGUF file's tensor names in Hugging Face's terms; others as they are.
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        Ok(vec![(plugin_api::gguf::hf_name(name, &[]), t)])
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
         vec![ModelInfo::text("cohere")
-            .examples(&["CohereLabs/c4ai-command-r-v01", "CohereLabs/c4ai-command-r-plus-08-2024"])]
+            .examples(&["CohereLabs/c4ai-command-r-v01", "CohereLabs/c4ai-command-r-plus-08-2024"])
+            .gguf("command-r")]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -145,10 +161,12 @@ impl Family for CohereFamily {
             let mlp = GatedMlp::load_with(w, &format!("{p}.mlp"), h, cfg.intermediate_size, GluActivation::Silu)?;
             DecoderBlock::load(w, p, &layout, &attention, rope.clone(), Box::new(mlp))
         })?;
-        if !cfg.use_qk_norm {
+        let first = lm.stage.as_ref().map_or(0, |s| s.layers.start);
+        let qk_norm = cfg.use_qk_norm
+            || cfg.qk_norm_from_weights && w.get(&format!("model.layers.{first}.self_attn.q_norm.weight")).is_some();
+        if !qk_norm {
             return Ok(Box::new(lm));
         }
-        let first = lm.stage.as_ref().map_or(0, |s| s.layers.start);
         let norms = (first..)
             .zip(&lm.blocks)
             .map(|(i, b)| HeadLayerNorms::load(w, &format!("model.layers.{i}.self_attn"), &attention, &b.attn, eps))

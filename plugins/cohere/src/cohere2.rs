@@ -3,9 +3,10 @@
 //! it side by side) in a pattern of sliding-window layers, which rope with
 //! interleaved pairs, and global layers, which have no rope at all; the
 //! head is the tied embedding and the logits are scaled by `logit_scale`.
+//! Also reads GGUF files of llama.cpp's `cohere2` architecture (`gguf.rs`).
 
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Rope, RopeScaling, Weights};
-use mlx::Result;
+use mlx::{Array, Result};
 use plugin_api::config::{
     config_error, context_length, eos_ids, field_or, in_range, limits, one_of, positive_finite, DecoderFields,
 };
@@ -112,10 +113,21 @@ impl Family for Cohere2Family {
         &["cohere2"]
     }
 
+    /// config.json, or a GGUF file's metadata (architecture `cohere2`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::cohere2_config(raw)
+    }
+
+    /// A GGUF file's tensor names in Hugging Face's terms; others as they are.
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        Ok(vec![(plugin_api::gguf::hf_name(name, &[]), t)])
+    }
+
     fn catalog(&self) -> Vec<ModelInfo> {
         vec![ModelInfo::text("cohere2")
             .examples(&["CohereLabs/c4ai-command-r7b-12-2024", "CohereLabs/c4ai-command-a-03-2025"])
-            .sliding()]
+            .sliding()
+            .gguf("cohere2")]
     }
 
     /// Rotating caches of `sliding_window` for the sliding layers.

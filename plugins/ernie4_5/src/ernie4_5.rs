@@ -1,7 +1,8 @@
 //! The ernie4_5 family (Baidu's dense ERNIE 4.5): Llama's pre-norm decoder
 //! with interleaved rope pairs and no rope scaling, biases on every
 //! projection where `use_bias` says, and a `head_dim` that may differ from
-//! `hidden_size / heads`.
+//! `hidden_size / heads`. Also reads GGUF files of llama.cpp's `ernie4_5`
+//! architecture (`gguf.rs`).
 
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Rope, RopeScaling, Weights};
 use mlx::Result;
@@ -130,11 +131,27 @@ impl Family for Ernie45Family {
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("ernie4_5").examples(&["baidu/ERNIE-4.5-0.3B-PT"])]
+        vec![ModelInfo::text("ernie4_5").examples(&["baidu/ERNIE-4.5-0.3B-PT"]).gguf("ernie4_5")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `ernie4_5`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::ernie4_5_config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
         cfg.plan("ernie4_5", cfg, config)
+    }
+
+    /// llama.cpp's names as Hugging Face's.
+    fn rewrite(
+        &self,
+        _cfg: &Config,
+        _plan: &ModelPlan,
+        name: &str,
+        t: mlx::Array,
+    ) -> Result<Vec<(String, mlx::Array)>> {
+        Ok(vec![(plugin_api::gguf::hf_name(name, &[]), t)])
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.

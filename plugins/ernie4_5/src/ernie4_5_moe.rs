@@ -6,7 +6,8 @@
 //! sum to 1, plus `moe_num_shared_experts` shared experts run as one MLP.
 //! As mlx-lm, the aux-free routing's `e_score_correction_bias` and the
 //! multi-token-prediction tensors are dropped unused; experts stored one by
-//! one (Hugging Face's layout) are stacked at load.
+//! one (Hugging Face's layout) are stacked at load. Also reads GGUF files
+//! of llama.cpp's `ernie4_5-moe` architecture (`gguf.rs`).
 
 use crate::ernie4_5::Config as DenseConfig;
 use mlx::nn::{GatedMlp, GluActivation, Weights};
@@ -154,11 +155,16 @@ impl Family for Ernie45MoeFamily {
     }
 
     fn model_types(&self) -> &'static [&'static str] {
-        &["ernie4_5_moe"]
+        &["ernie4_5_moe", "ernie4_5-moe"]
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("ernie4_5_moe").examples(&["baidu/ERNIE-4.5-21B-A3B-PT"]).moe()]
+        vec![ModelInfo::text("ernie4_5_moe").examples(&["baidu/ERNIE-4.5-21B-A3B-PT"]).moe().gguf("ernie4_5-moe")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `ernie4_5-moe`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::ernie4_5_moe_config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -168,12 +174,13 @@ impl Family for Ernie45MoeFamily {
     /// The multi-token-prediction block and the aux-free routing's score
     /// corrections are dropped (mlx-lm runs without them).
     fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let name = plugin_api::gguf::hf_name(name, crate::gguf::NAMES);
         const UNUSED: [&str; 5] =
             ["mtp_block.", "mtp_linear_proj.", "mtp_hidden_norm.", "mtp_emb_norm.", "e_score_correction_bias"];
         if UNUSED.iter().any(|u| name.contains(u)) {
             return Ok(vec![]);
         }
-        Ok(vec![(name.to_string(), t)])
+        Ok(vec![(name, t)])
     }
 
     /// One matmul for q/k/v per layer, and for gate/up of each dense MLP

@@ -4,6 +4,7 @@
 
 pub mod ernie4_5;
 pub mod ernie4_5_moe;
+mod gguf;
 
 pub use ernie4_5::Ernie45Family;
 pub use ernie4_5_moe::Ernie45MoeFamily;

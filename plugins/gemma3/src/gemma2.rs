@@ -6,10 +6,12 @@
 //!
 //! As mlx-lm's `gemma2`, every layer attends to the whole context: the
 //! `sliding_window` field is not read.
+//!
+//! Also reads GGUF files of llama.cpp's `gemma2` architecture (`gemma2_gguf.rs`).
 
 use crate::model::{sandwich, GemmaLm};
 use mlx::nn::{GatedMlp, GluActivation, NormKind, RopeScaling, Weights};
-use mlx::Result;
+use mlx::{Array, Result};
 use plugin_api::config::{context_length, eos_ids, field_or, nullable, one_of, positive_finite, rope, DecoderFields};
 use plugin_api::layers::{decoder_fusions, AttentionShape, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter, LogitOps};
 use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
@@ -109,7 +111,12 @@ impl Family for Gemma2Family {
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("gemma2").examples(&["google/gemma-2-2b-it", "google/gemma-2-9b-it"])]
+        vec![ModelInfo::text("gemma2").examples(&["google/gemma-2-2b-it", "google/gemma-2-9b-it"]).gguf("gemma2")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `gemma2`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gemma2_gguf::config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -120,6 +127,11 @@ impl Family for Gemma2Family {
             .with_context(context_length(mpe, &RopeScaling::None))
             .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
             .with_head_dims(&[cfg.head_dim]))
+    }
+
+    /// A GGUF file's names as Hugging Face's (its norms without the folded `+1`).
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        Ok(vec![crate::gemma2_gguf::tensor(name, t)?])
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.

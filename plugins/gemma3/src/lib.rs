@@ -11,6 +11,7 @@
 //! attention ([`softcap`]) and Gemma 3's float16 residual clipping.
 
 pub mod gemma2;
+mod gemma2_gguf;
 pub mod gemma3;
 pub mod gemma3_text;
 mod gguf;

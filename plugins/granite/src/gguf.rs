@@ -56,20 +56,11 @@ pub fn hf_tensor(name: &str, t: Array, heads: i32, kv_heads: i32, moe: bool) -> 
     }
     let hf = hf_name(name, if moe { MOE_NAMES } else { &[] });
     let t = if hf.contains(".self_attn.q_proj.") {
-        unpermute(&t, heads)?
+        plugin_api::gguf::unpermute(&t, heads)?
     } else if hf.contains(".self_attn.k_proj.") {
-        unpermute(&t, kv_heads)?
+        plugin_api::gguf::unpermute(&t, kv_heads)?
     } else {
         t
     };
     Ok((hf, t))
-}
-
-/// Undoes llama.cpp's q/k row permutation (each head's rows as
-/// [head_dim/2, 2] pairs back to [2, head_dim/2] halves).
-fn unpermute(t: &Array, heads: i32) -> Result<Array> {
-    let shape = t.shape().to_vec();
-    let mut s = vec![heads, shape[0] / heads / 2, 2];
-    s.extend_from_slice(&shape[1..]);
-    t.reshape(&s)?.swapaxes(1, 2)?.reshape(&shape)
 }

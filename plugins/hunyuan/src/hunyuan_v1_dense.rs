@@ -3,6 +3,8 @@
 //! rope (`query_layernorm`, `key_layernorm`), so its blocks are written
 //! here around the shared attention's projections; the rope's base is
 //! stretched by NTK-alpha (`rope_scaling.alpha`: base·α^(d/(d−2))).
+//! Also reads GGUF files of llama.cpp's `hunyuan-dense` architecture
+//! (`gguf.rs`).
 
 use mlx::nn::{Embedding, GatedMlp, OutputHead, RmsNorm, Rope, RopeScaling, Weights};
 use mlx::{arange, Array, Dtype, Result};
@@ -242,11 +244,16 @@ impl Family for HunyuanV1DenseFamily {
     }
 
     fn model_types(&self) -> &'static [&'static str] {
-        &["hunyuan_v1_dense"]
+        &["hunyuan_v1_dense", "hunyuan-dense"]
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("hunyuan_v1_dense").examples(&["tencent/Hunyuan-7B-Instruct"])]
+        vec![ModelInfo::text("hunyuan_v1_dense").examples(&["tencent/Hunyuan-7B-Instruct"]).gguf("hunyuan-dense")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `hunyuan-dense`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::hunyuan_dense_config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -260,10 +267,11 @@ impl Family for HunyuanV1DenseFamily {
 
     /// A tied checkpoint's `lm_head` tensors are dropped, as mlx-lm drops them.
     fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let name = plugin_api::gguf::hf_name(name, crate::gguf::NAMES);
         if cfg.tie_word_embeddings && name.starts_with("lm_head.") {
             return Ok(vec![]);
         }
-        Ok(vec![(name.to_string(), t)])
+        Ok(vec![(name, t)])
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.

@@ -1,6 +1,7 @@
 //! The hunyuan plugin: Tencent's Hunyuan models; [`hunyuan_v1_dense`]: the
 //! dense ones (`hunyuan_v1_dense`).
 
+mod gguf;
 pub mod hunyuan_v1_dense;
 
 pub use hunyuan_v1_dense::HunyuanV1DenseFamily;

@@ -64,20 +64,11 @@ pub fn tensor(name: &str, t: Array, heads: i32, kv_heads: i32) -> Result<(String
     }
     let hf = hf_name(name, &[]);
     let t = if hf.contains("self_attn.q_proj.") {
-        unpermute(&t, heads)?
+        plugin_api::gguf::unpermute(&t, heads)?
     } else if hf.contains("self_attn.k_proj.") {
-        unpermute(&t, kv_heads)?
+        plugin_api::gguf::unpermute(&t, kv_heads)?
     } else {
         t
     };
     Ok((hf, t))
-}
-
-/// Rows grouped per head as [head, head_dim/2, 2] (llama.cpp's) back to
-/// [head, 2, head_dim/2] (Hugging Face's).
-fn unpermute(t: &Array, heads: i32) -> Result<Array> {
-    let shape = t.shape().to_vec();
-    let mut s = vec![heads, shape[0] / heads / 2, 2];
-    s.extend_from_slice(&shape[1..]);
-    t.reshape(&s)?.swapaxes(1, 2)?.reshape(&shape)
 }

@@ -5,6 +5,7 @@
 //! Mistral Small 3.x, Ministral 3), whose vision tower is left out;
 //! [`mixtral`]: Mixtral (`mixtral`), Mistral's decoder with routed experts.
 
+mod gguf;
 pub mod ministral3;
 pub mod mistral3;
 pub mod mixtral;

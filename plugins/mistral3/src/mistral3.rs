@@ -4,6 +4,9 @@
 //! names: Ministral 3's ([`crate::ministral3`]) for `ministral3`, else
 //! Mistral's, which is Llama's decoder (sliding layers where `layer_types`
 //! has them). Its tensors live under `language_model.`.
+//!
+//! Also reads GGUF files of llama.cpp's `mistral3` architecture (`gguf.rs`),
+//! as a Ministral 3 text model.
 
 use crate::ministral3::{self, sanitize, SlidingLayers};
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Weights};
@@ -165,6 +168,16 @@ impl Config {
         }
     }
 
+    /// The query and key/value head counts.
+    fn heads(&self) -> (i32, i32) {
+        match self {
+            Config::Ministral3 { text_config: t } => {
+                (t.num_attention_heads, t.num_key_value_heads.unwrap_or(t.num_attention_heads))
+            }
+            Config::Mistral { text_config: t } => (t.num_attention_heads, t.kv_heads()),
+        }
+    }
+
     fn tied(&self) -> bool {
         match self {
             Config::Ministral3 { text_config: t } => t.tie_word_embeddings,
@@ -193,13 +206,17 @@ impl Family for Mistral3Family {
                 "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
                 "mistralai/Mistral-Small-3.2-24B-Instruct-2506",
             ])
-            .sliding()]
+            .sliding()
+            .gguf("mistral3")]
     }
 
     /// The text model `text_config.model_type` names (mlx-lm's choice:
     /// `ministral3`, else Llama's decoder), its head untied unless the text
-    /// config says otherwise.
+    /// config says otherwise. A GGUF file's metadata is a Ministral 3's.
     fn config(&self, raw: &Value) -> Result<Config> {
+        if plugin_api::gguf::is_gguf(raw) {
+            return Ok(Config::Ministral3 { text_config: crate::gguf::config(raw)? });
+        }
         let Some(text) = raw.get("text_config").filter(|t| t.is_object()) else {
             return Err(config_error("config: missing field `text_config`"));
         };
@@ -238,6 +255,9 @@ impl Family for Mistral3Family {
     /// as newer checkpoints store them, read as `language_model.model.*`),
     /// then the text model's own sanitize.
     fn rewrite(&self, cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let (heads, kv_heads) = cfg.heads();
+        let (name, t) = crate::gguf::tensor(name, t, heads, kv_heads)?;
+        let name = name.as_str();
         if name.contains("vision_tower") || name.contains("multi_modal_projector") {
             return Ok(vec![]);
         }

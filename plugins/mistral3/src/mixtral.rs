@@ -3,7 +3,9 @@
 //! and a softmax over just those. The experts are read stacked, as mlx-lm
 //! stores them (`block_sparse_moe.switch_mlp.*`), or one per expert as
 //! Hugging Face's checkpoints store them (`block_sparse_moe.experts.{e}.w1`,
-//! `w3`, `w2`), stacked at load.
+//! `w3`, `w2`), stacked at load. GGUF files of Mixtral are llama.cpp's
+//! `llama` architecture (with `llama.expert_count`): the llama family
+//! serves them.
 
 use mlx::nn::{GluActivation, NormKind, Rope, RopeScaling, Weights};
 use mlx::quant::QuantSpec;
@@ -176,7 +178,8 @@ impl Family for MixtralFamily {
     fn catalog(&self) -> Vec<ModelInfo> {
         vec![ModelInfo::text("mixtral")
             .examples(&["mistralai/Mixtral-8x7B-Instruct-v0.1", "mlx-community/Mixtral-8x7B-Instruct-v0.1-4bit"])
-            .moe()]
+            .moe()
+            .gguf("llama")]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

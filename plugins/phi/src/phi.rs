@@ -1,10 +1,11 @@
 //! The phi family (Phi-1, Phi-1.5, Phi-2): GPT-style parallel blocks —
 //! attention and a GELU MLP both read one LayerNorm of the input and add to
 //! it side by side — with biases on every projection, partially rotated
-//! heads, a final LayerNorm and an output head with a bias.
+//! heads, a final LayerNorm and an output head with a bias. Also reads
+//! GGUF files of llama.cpp's `phi2` architecture (`gguf.rs`).
 
 use mlx::nn::{Activation, Linear, NormKind, OutputHead, PlainMlp, Rope, RopeScaling, Weights};
-use mlx::Result;
+use mlx::{Array, Result};
 use plugin_api::config::DecoderFields;
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite};
 use plugin_api::layers::{qkv_fusion, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter};
@@ -127,11 +128,23 @@ impl Family for PhiFamily {
     }
 
     fn model_types(&self) -> &'static [&'static str] {
-        &["phi"]
+        &["phi", "phi2"]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `phi2`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::config(raw)
+    }
+
+    /// A GGUF file's tensor names in Hugging Face's terms; others as they are.
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        Ok(vec![(crate::gguf::hf_name(name), t)])
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("phi").examples(&["microsoft/phi-2", "microsoft/phi-1_5", "mlx-community/phi-2"])]
+        vec![ModelInfo::text("phi")
+            .examples(&["microsoft/phi-2", "microsoft/phi-1_5", "mlx-community/phi-2"])
+            .gguf("phi2")]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {

@@ -1,10 +1,11 @@
 //! The phimoe family (Phi-3.5-MoE, Phi-mini-MoE): pre-norm blocks with
 //! LayerNorms (biased), biases on every attention projection, LongRoPE, and
 //! a mixture of SwiGLU experts chosen by sparsemixer routing; an output head
-//! with a bias.
+//! with a bias. Also reads GGUF files of llama.cpp's `phimoe` architecture
+//! (`gguf_moe.rs`).
 
 use crate::phi::biased_head;
-use mlx::nn::{GluActivation, NormKind, Rope, RopeScaling, Weights};
+use mlx::nn::{GluActivation, Kind, NormKind, Rope, RopeScaling, Weights};
 use mlx::{concatenate, where_, Array, Result};
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite};
 use plugin_api::config::{in_range, limits, DecoderFields};
@@ -60,6 +61,10 @@ pub struct Config {
     /// mlx-lm's phimoe always has an output-head bias.
     #[serde(default)]
     pub lm_head_bias: Option<bool>,
+    /// Set for a GGUF file, which holds LongRoPE's long factors as a
+    /// tensor: `rope_scaling.long_factor` is a placeholder for them.
+    #[serde(default, skip_serializing)]
+    pub long_factor_from_weights: bool,
 }
 
 plugin_api::config_defaults! {
@@ -208,8 +213,18 @@ impl Family for PhiMoeFamily {
         &["phimoe"]
     }
 
+    /// config.json, or a GGUF file's metadata (architecture `phimoe`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf_moe::config(raw)
+    }
+
+    /// A GGUF file's tensor names in Hugging Face's terms; others as they are.
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        crate::gguf_moe::rewrite(name, t)
+    }
+
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("phimoe").examples(&["microsoft/Phi-3.5-MoE-instruct"]).moe()]
+        vec![ModelInfo::text("phimoe").examples(&["microsoft/Phi-3.5-MoE-instruct"]).moe().gguf("phimoe")]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -242,7 +257,14 @@ impl Family for PhiMoeFamily {
     fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let (h, eps, d) = (cfg.hidden_size, cfg.rms_norm_eps, cfg.head_dim()?);
         let norm = NormKind::Layer { bias: true };
-        let rope = Rope::new(d, cfg.rope_theta, false, &cfg.scaling()?)?;
+        let scaling = match cfg.scaling()? {
+            RopeScaling::LongRope { long_factor, mscale } if cfg.long_factor_from_weights => {
+                let factors = w.tensor(crate::gguf_moe::LONG_FACTORS, &[long_factor.len() as i32], Kind::Float)?;
+                RopeScaling::LongRope { long_factor: factors.to_vec()?, mscale }
+            }
+            s => s,
+        };
+        let rope = Rope::new(d, cfg.rope_theta, false, &scaling)?;
         let attention = AttentionShape::new(h, cfg.num_attention_heads, cfg.num_key_value_heads, d).biases(true, true);
         let layout = BlockLayout::pre_norm(norm, eps);
         let spec = DecoderSpec::new(cfg.vocab_size, h, cfg.num_hidden_layers, false, norm, eps);

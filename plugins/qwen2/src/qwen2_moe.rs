@@ -2,6 +2,8 @@
 //! biases) with a sparse mixture of experts in place of the MLP: softmax
 //! routing over every expert, the top k mixed, plus a shared expert gated by
 //! a sigmoid. Config, weight-name rules and registration.
+//!
+//! Also reads GGUF files of llama.cpp's `qwen2moe` architecture (`gguf.rs`).
 
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Weights};
 use mlx::{Array, Dtype, Result};
@@ -152,13 +154,19 @@ impl Family for Qwen2MoeFamily {
     }
 
     fn model_types(&self) -> &'static [&'static str] {
-        &["qwen2_moe"]
+        &["qwen2_moe", "qwen2moe"]
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
         vec![ModelInfo::text("qwen2_moe")
             .examples(&["Qwen/Qwen1.5-MoE-A2.7B-Chat", "Qwen/Qwen2-57B-A14B-Instruct"])
-            .moe()]
+            .moe()
+            .gguf("qwen2moe")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `qwen2moe`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::qwen2_moe_config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -171,8 +179,10 @@ impl Family for Qwen2MoeFamily {
             .with_head_dims(&[cfg.head_dim()?]))
     }
 
-    /// Drops precomputed rotary frequencies.
+    /// Drops precomputed rotary frequencies; a GGUF file's names as Hugging Face's.
     fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let name = plugin_api::gguf::hf_name(name, &[]);
+        let name = name.as_str();
         if name.contains("self_attn.rotary_emb.inv_freq") {
             return Ok(vec![]);
         }

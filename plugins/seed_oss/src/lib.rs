@@ -1,5 +1,6 @@
 //! The seed_oss plugin: ByteDance's Seed-OSS models ([`seed_oss`]).
 
+mod gguf;
 pub mod seed_oss;
 
 pub use seed_oss::SeedOssFamily;

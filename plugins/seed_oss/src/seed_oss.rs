@@ -2,7 +2,8 @@
 //! its own switches for biases: on the q/k/v projections
 //! (`attention_bias`), on the output projection (`attention_out_bias`) and
 //! on the MLP (`mlp_bias`); a `head_dim` of its own, apart from
-//! `hidden_size / heads`.
+//! `hidden_size / heads`. Also reads GGUF files of llama.cpp's `seed_oss`
+//! architecture (`gguf.rs`).
 
 use mlx::nn::{GatedMlp, GluActivation, NormKind, Weights};
 use mlx::Result;
@@ -92,7 +93,12 @@ impl Family for SeedOssFamily {
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("seed_oss").examples(&["ByteDance-Seed/Seed-OSS-36B-Instruct"])]
+        vec![ModelInfo::text("seed_oss").examples(&["ByteDance-Seed/Seed-OSS-36B-Instruct"]).gguf("seed_oss")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `seed_oss`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        crate::gguf::seed_oss_config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -106,7 +112,8 @@ impl Family for SeedOssFamily {
             .with_head_dims(&[cfg.head_dim]))
     }
 
-    /// A tied checkpoint's `lm_head` tensors are dropped, as mlx-lm drops them.
+    /// llama.cpp's names as Hugging Face's; a tied checkpoint's `lm_head`
+    /// tensors are dropped, as mlx-lm drops them.
     fn rewrite(
         &self,
         cfg: &Config,
@@ -114,10 +121,11 @@ impl Family for SeedOssFamily {
         name: &str,
         tensor: mlx::Array,
     ) -> Result<Vec<(String, mlx::Array)>> {
+        let name = plugin_api::gguf::hf_name(name, &[]);
         if cfg.tie_word_embeddings && name.starts_with("lm_head.") {
             return Ok(vec![]);
         }
-        Ok(vec![(name.to_string(), tensor)])
+        Ok(vec![(name, tensor)])
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.

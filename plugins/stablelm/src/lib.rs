@@ -3,7 +3,10 @@
 //! where `use_qkv_bias` says, per-head q/k LayerNorms where `qk_layernorm`
 //! says (one scale per head, no bias: StableLM 2 12B), and a parallel
 //! residual where `use_parallel_residual` says. Its own block: the shared
-//! attention has no per-head LayerNorms.
+//! attention has no per-head LayerNorms. Also reads GGUF files of
+//! llama.cpp's `stablelm` architecture (`gguf.rs`).
+
+mod gguf;
 
 use mlx::fast::layer_norm;
 use mlx::nn::{Embedding, GatedMlp, Kind, Linear, Norm, NormKind, Rope, RopeScaling, Weights};
@@ -45,6 +48,11 @@ pub struct Config {
     /// mlx-lm's stablelm ropes without scaling.
     #[serde(default)]
     pub rope_scaling: Option<Value>,
+    /// Set for a GGUF file, whose metadata does not say whether the q/k/v
+    /// biases and per-head q/k norms are there: they are read when the
+    /// file has them.
+    #[serde(default, skip_serializing)]
+    pub optional_tensors_from_weights: bool,
 }
 
 impl Config {
@@ -259,12 +267,24 @@ impl Family for StableLmFamily {
         &["stablelm"]
     }
 
+    /// config.json, or a GGUF file's metadata (architecture `stablelm`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        gguf::config(raw)
+    }
+
+    /// A GGUF file's tensor names in Hugging Face's terms; others as they are.
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        gguf::rewrite(name, t)
+    }
+
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("stablelm").examples(&[
-            "stabilityai/stablelm-2-1_6b-chat",
-            "stabilityai/stablelm-2-12b-chat",
-            "stabilityai/stablelm-3b-4e1t",
-        ])]
+        vec![ModelInfo::text("stablelm")
+            .examples(&[
+                "stabilityai/stablelm-2-1_6b-chat",
+                "stabilityai/stablelm-2-12b-chat",
+                "stabilityai/stablelm-3b-4e1t",
+            ])
+            .gguf("stablelm")]
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -295,7 +315,17 @@ impl Family for StableLmFamily {
     }
 
     fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
-        Ok(Box::new(StableLm::load(w, cfg)?))
+        if !cfg.optional_tensors_from_weights {
+            return Ok(Box::new(StableLm::load(w, cfg)?));
+        }
+        let any =
+            |n: &str| (0..cfg.num_hidden_layers).any(|i| w.get(&format!("model.layers.{i}.self_attn.{n}")).is_some());
+        let found = Config {
+            use_qkv_bias: any("q_proj.bias") || any("qkv_proj.bias"),
+            qk_layernorm: any("q_layernorm.norms.0.weight"),
+            ..cfg.clone()
+        };
+        Ok(Box::new(StableLm::load(w, &found)?))
     }
 }
 

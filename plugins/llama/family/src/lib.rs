@@ -5,6 +5,8 @@
 //! fused (the shared layers take them as stored), partial rotation and
 //! LongRoPE. SmolLM3 (`smollm3`) is Llama's decoder with rope left out of
 //! some layers (NoPE: `no_rope_layers`, or every `no_rope_layer_interval`-th).
+//! A GGUF file of llama.cpp's `llama` architecture with experts (as its
+//! converter writes Mixtral) gets routed experts in place of the MLP.
 
 pub mod gguf;
 
@@ -17,7 +19,8 @@ use plugin_api::config::{
     one_of, positive_finite, rope, DecoderFields,
 };
 use plugin_api::layers::{
-    decoder_fusions, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, LmDrafter,
+    decoder_fusions, AttentionShape, BlockLayout, DecoderBlock, DecoderLm, DecoderSpec, FeedForward, LmDrafter,
+    MoeShape, Routing, SparseMoe,
 };
 use plugin_api::{CacheKind, DraftRole, Fusion, ModelInfo, ModelPlan};
 use plugin_api::{Drafter, Family, FamilyConfig, Model};
@@ -70,6 +73,12 @@ pub struct Config {
     /// A GGUF checkpoint: q/k rows come permuted for llama.cpp's rope.
     #[serde(default)]
     pub gguf: bool,
+    /// GGUF: routed experts per layer (`llama.expert_count`, Mixtral's
+    /// `num_local_experts`), mixed by softmax over the top k's logits.
+    /// Read for GGUF files only.
+    pub num_local_experts: Option<i32>,
+    /// GGUF: experts per token (`llama.expert_used_count`).
+    pub num_experts_per_tok: Option<i32>,
 }
 
 plugin_api::config_defaults! {
@@ -82,6 +91,26 @@ plugin_api::config_defaults! {
 impl Config {
     fn kv_heads(&self) -> i32 {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    /// A GGUF file's routed experts (`None`: a plain MLP).
+    fn experts(&self) -> Option<i32> {
+        self.num_local_experts.filter(|&n| self.gguf && n > 0)
+    }
+
+    /// The experts in range, naming the field otherwise.
+    fn check_experts(&self) -> Result<()> {
+        let Some(n) = self.experts() else { return Ok(()) };
+        in_range("num_local_experts", n, limits::EXPERTS)?;
+        let Some(k) = self.num_experts_per_tok else {
+            return Err(config_error("config: missing field `num_experts_per_tok`"));
+        };
+        if !(1..=n).contains(&k) {
+            return Err(config_error(format!(
+                "config: field `num_experts_per_tok` is {k}, must be in 1..={n} (`num_local_experts`)"
+            )));
+        }
+        Ok(())
     }
 
     fn head_dim(&self) -> Result<i32> {
@@ -174,6 +203,7 @@ impl FamilyConfig for Config {
             )));
         }
         self.scaling()?;
+        self.check_experts()?;
         self.check_no_rope()
     }
 }
@@ -199,7 +229,7 @@ impl Family for LlamaFamily {
                 .gguf("llama"),
             ModelInfo::text("mistral").examples(&["mistralai/Mistral-7B-Instruct-v0.3"]),
             ModelInfo::text("phi3").examples(&["microsoft/Phi-3-mini-4k-instruct", "microsoft/Phi-4-mini-instruct"]),
-            ModelInfo::text("smollm3").examples(&["HuggingFaceTB/SmolLM3-3B"]),
+            ModelInfo::text("smollm3").examples(&["HuggingFaceTB/SmolLM3-3B"]).gguf("smollm3"),
         ]
     }
 
@@ -211,7 +241,7 @@ impl Family for LlamaFamily {
             Ok(cfg)
         };
         if raw.get("format").and_then(Value::as_str) == Some("gguf") {
-            parse(&gguf::config(raw)?).map_err(gguf::rename_fields)
+            parse(&gguf::config(raw)?).map_err(|e| gguf::rename_fields_of(e, gguf::arch(raw)))
         } else {
             parse(raw)
         }
@@ -279,9 +309,35 @@ impl Family for LlamaFamily {
         let layout = BlockLayout::pre_norm(NormKind::Rms, eps);
         let spec = DecoderSpec::new(cfg.vocab_size, h, cfg.num_hidden_layers, tied, NormKind::Rms, eps);
         Ok(Box::new(DecoderLm::build(w, &spec, |i, p| {
-            let mlp = GatedMlp::load_biased(w, &format!("{p}.mlp"), h, cfg.intermediate_size, Silu, cfg.mlp_bias)?;
+            let ffn: Box<dyn FeedForward> = match cfg.experts() {
+                Some(experts) => Box::new(SparseMoe::load(w, &format!("{p}.mlp"), &moe(cfg, experts))?),
+                None => Box::new(GatedMlp::load_biased(
+                    w,
+                    &format!("{p}.mlp"),
+                    h,
+                    cfg.intermediate_size,
+                    Silu,
+                    cfg.mlp_bias,
+                )?),
+            };
             let rope = if cfg.ropes(i) { rope.clone() } else { Rope::none() };
-            DecoderBlock::load(w, p, &layout, &attention, rope, Box::new(mlp))
+            DecoderBlock::load(w, p, &layout, &attention, rope, ffn)
         })?))
+    }
+}
+
+/// The routed experts of a GGUF file with `experts` of them: llama.cpp's
+/// softmax over every expert, renormalised over the top k, is mlx-lm's
+/// Mixtral routing (softmax over the top k's logits).
+fn moe(cfg: &Config, experts: i32) -> MoeShape {
+    MoeShape {
+        hidden: cfg.hidden_size,
+        experts,
+        top_k: cfg.num_experts_per_tok.unwrap_or(1),
+        intermediate: cfg.intermediate_size,
+        routing: Routing::TopKSoftmax,
+        act: Silu,
+        shared_intermediate: None,
+        shared_gate: false,
     }
 }

@@ -17,13 +17,13 @@ fn gguf(file: &str) -> PathBuf {
     fixture("gguf-text").join(file)
 }
 
-fn load(path: &Path) -> Result<LoadedModel, String> {
+pub(crate) fn load(path: &Path) -> Result<LoadedModel, String> {
     LoadedModel::load(path, &registry(), None, CacheOptions::default()).map_err(|e| format!("{e:#}"))
 }
 
 /// `file`, served by `family`, against `source`'s expected.json: f32
 /// tolerances for an f32 file, the quantized ones otherwise.
-fn parity(file: &str, source: &str, family: &str, f32_file: bool) {
+pub(crate) fn parity(file: &str, source: &str, family: &str, f32_file: bool) {
     let _g = mlx_lock();
     let exp = expected(source);
     let mut m = load(&gguf(file)).unwrap_or_else(|e| panic!("{file}: load: {e}"));
@@ -77,7 +77,7 @@ fn starcoder2_f32() {
 
 /// A copy of `file` with metadata key `key` renamed (same length, so the
 /// file stays well formed): as if the converter had not written it.
-fn without_key(file: &str, key: &str) -> (Scratch, PathBuf) {
+pub(crate) fn without_key(file: &str, key: &str) -> (Scratch, PathBuf) {
     let mut b = std::fs::read(gguf(file)).unwrap();
     let at = b.windows(key.len()).position(|w| w == key.as_bytes()).unwrap_or_else(|| panic!("{file}: no {key}"));
     b[at + key.len() - 1] ^= 0x20;

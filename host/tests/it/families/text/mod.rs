@@ -101,6 +101,14 @@ mod exaone4;
 mod gemma3;
 /// GGUF files of qwen2, gemma3_text, qwen3_moe, olmo2 and starcoder2, written by llama.cpp's converter.
 mod gguf;
+/// GGUF files of phi, phimoe, stablelm, cohere and cohere2, written by llama.cpp's converter.
+mod gguf_gpt;
+/// GGUF files of gemma2, qwen2_moe, smollm3, ministral3 and mixtral, written by llama.cpp's converter.
+mod gguf_llamalike;
+/// GGUF files of olmoe, granite, granitemoe, exaone4 and glm4, written by llama.cpp's converter.
+mod gguf_olmo_granite;
+/// GGUF files of seed_oss, hunyuan_v1_dense, ernie4_5 and ernie4_5_moe.
+mod gguf_others;
 /// glm4 (plugin famlx-plugin-glm4).
 mod glm4;
 /// granite and granitemoe (plugin famlx-plugin-granite).

@@ -1,7 +1,9 @@
 //! What the host does for every text family with no code of the family's:
 //! quantized KV caches give the tokens mlx-lm recorded with them, a window
-//! (`--max-kv-size`) wider than the sequence changes nothing, the family's
-//! own checkpoint as `--draft-model` keeps greedy tokens, and tensor and
+//! (`--max-kv-size`) wider than the sequence changes nothing, a second turn
+//! reuses the first's cached prefix and answers as a fresh run, a hot
+//! reload of the family rebuilds the same model, the family's own
+//! checkpoint as `--draft-model` keeps greedy tokens, and tensor and
 //! pipeline splits over 2 ranks give the tokens of one process.
 
 use crate::common;
@@ -71,6 +73,52 @@ fn a_window_wider_than_the_sequence_changes_nothing() {
         let opts = CacheOptions { max_kv_size: Some(prompt.len() + 30), ..Default::default() };
         let got = greedy(&mut session(v, opts), &prompt);
         assert_eq!(got, ids(&p["greedy"]), "{v}: --max-kv-size {}", prompt.len() + 30);
+    }
+}
+
+/// Dynamic NTK rope (internlm3's fixture: a context of 32, prompts past it)
+/// regrows its base per call from where the call ends, so keys cached by an
+/// earlier call keep the base they were roped with: the answer depends on
+/// how the sequence was cut into calls, in mlx-lm as here (its fixture's
+/// numbers are for mlx-lm's cut, which `parity` follows).
+const CUT_DEPENDENT: [&str; 1] = ["internlm3-f32"];
+
+#[test]
+fn a_second_turn_reuses_the_prefix_and_answers_as_a_fresh_run() {
+    let _g = mlx_lock();
+    for v in families().into_iter().filter(|v| !CUT_DEPENDENT.contains(v)) {
+        let exp = expected(v);
+        let long = ids(&exp["prompts"][2]["ids"]);
+        let (first, second) = (&long[..20], &long[..]);
+        let mut s = session(v, CacheOptions::default());
+        let p = GenParams { max_tokens: 6, ..params() };
+        let (_, pre1) = s.generate(first, &p, |_| true).unwrap_or_else(|e| panic!("{v}: {e:#}"));
+        assert_eq!(pre1, first.len(), "{v}: turn 1 prefills everything");
+        // Turn 2 extends turn 1's prompt (not its answer): the caches go
+        // back to the shared prefix, or to turn 1's checkpoint.
+        let (got, pre2) = s.generate(second, &p, |_| true).unwrap_or_else(|e| panic!("{v}: {e:#}"));
+        assert!(pre2 < second.len(), "{v}: turn 2 prefilled all {pre2} tokens");
+        let mut fresh = session(v, CacheOptions::default());
+        let (want, _) = fresh.generate(second, &p, |_| true).unwrap();
+        assert_eq!(got.tokens, want.tokens, "{v}: reuse changed the answer");
+    }
+}
+
+#[test]
+fn a_hot_reload_of_the_family_rebuilds_the_same_model() {
+    let _g = mlx_lock();
+    for v in families() {
+        let exp = expected(v);
+        let prompt = ids(&exp["prompts"][1]["ids"]);
+        let mut s = session(v, CacheOptions::default());
+        let before = greedy(&mut s, &prompt);
+        // The checkpoint's tensors are still in memory (as under --watch):
+        // the family's rewrite, fusions and build run again over them.
+        let fam = s.model.family.clone();
+        let same_caches = s.model.swap_family(fam).unwrap_or_else(|e| panic!("{v}: reload: {e:#}"));
+        assert!(same_caches, "{v}: the same build asks for another cache layout");
+        s.reset().unwrap();
+        assert_eq!(greedy(&mut s, &prompt), before, "{v}: tokens after a reload");
     }
 }
 

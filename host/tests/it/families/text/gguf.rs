@@ -87,6 +87,14 @@ pub(crate) fn without_key(file: &str, key: &str) -> (Scratch, PathBuf) {
     (s, p)
 }
 
+/// `file` without metadata `key` is refused in one line naming the key.
+pub(crate) fn refused_without_key(file: &str, key: &str) {
+    let (_s, p) = without_key(file, key);
+    let e = load(&p).err().unwrap_or_else(|| panic!("{file} without {key} loaded"));
+    assert!(e.contains(&format!("GGUF metadata: missing `{key}`")), "{file}: {e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}
+
 /// Metadata a family needs and the file lacks is refused naming the key.
 #[test]
 fn a_missing_metadata_key_is_named() {
@@ -98,9 +106,6 @@ fn a_missing_metadata_key_is_named() {
         ("olmo2-f32.gguf", "olmo2.attention.head_count"),
         ("starcoder2-f32.gguf", "starcoder2.attention.layer_norm_epsilon"),
     ] {
-        let (_s, p) = without_key(file, key);
-        let e = load(&p).err().unwrap_or_else(|| panic!("{file} without {key} loaded"));
-        assert!(e.contains(&format!("GGUF metadata: missing `{key}`")), "{file}: {e}");
-        assert_eq!(e.lines().count(), 1, "{e}");
+        refused_without_key(file, key);
     }
 }

@@ -30,6 +30,25 @@ pub(crate) fn assert_names(err: &str, field: &str, value: &str) {
     assert!(err.contains(field) && err.contains(value), "does not name {field} = {value}: {err}");
 }
 
+/// A copy of `variant` without tensor `name` is refused, the error naming
+/// it (a layer the config gives a bias never loads without it).
+pub(crate) fn refused_without(variant: &str, name: &str) {
+    let _g = mlx_lock();
+    let ck = crate::common::fixture_copy(variant);
+    let file = ck.path().join("model.safetensors");
+    let (mut t, meta) = mlx::io::load_safetensors(&file).unwrap();
+    assert!(t.remove(name).is_some(), "{variant}: no {name}");
+    let arrays: Vec<(&str, &mlx::Array)> = t.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let meta: Vec<(&str, &str)> = meta.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    mlx::io::save_safetensors(&file, &arrays, &meta).unwrap();
+    std::fs::remove_file(ck.path().join("model.safetensors.index.json")).unwrap();
+    let e = match LoadedModel::load(ck.path(), &registry(), None, CacheOptions::default()) {
+        Ok(_) => panic!("{variant}: loaded without {name}"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(e.contains(name), "{variant}: {name} not named in: {e}");
+}
+
 /// [`refused_with`] on the config's top-level object, the error one line
 /// holding each of `needles`.
 pub(crate) fn refused(variant: &str, edit: impl FnOnce(&mut serde_json::Map<String, Value>), needles: &[&str]) {

@@ -35,31 +35,10 @@ fn phimoe_refuses_an_unknown_rope_type() {
     );
 }
 
-/// A copy of fixture `variant` without tensor `name` is refused, naming it
-/// (a bias the config implies is required, never loaded "when present").
-pub(crate) fn refused_without(variant: &str, name: &str) {
-    use crate::common::{fixture_copy, mlx_lock, registry};
-    let _g = mlx_lock();
-    let ck = fixture_copy(variant);
-    let file = ck.path().join("model.safetensors");
-    let (mut t, meta) = mlx::io::load_safetensors(&file).unwrap();
-    assert!(t.remove(name).is_some(), "{variant}: no {name}");
-    let arrays: Vec<(&str, &mlx::Array)> = t.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let meta: Vec<(&str, &str)> = meta.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    mlx::io::save_safetensors(&file, &arrays, &meta).unwrap();
-    std::fs::remove_file(ck.path().join("model.safetensors.index.json")).unwrap();
-    let opts = famlx::cache::CacheOptions::default();
-    let e = match famlx::model::LoadedModel::load(ck.path(), &registry(), None, opts) {
-        Ok(_) => panic!("{variant}: loaded without {name}"),
-        Err(e) => format!("{e:#}"),
-    };
-    assert!(e.contains(name), "{variant}: {name} not named in: {e}");
-}
-
 /// Phi's output head has a bias: a checkpoint without it is refused.
 #[test]
 fn phi_refuses_a_checkpoint_without_the_head_bias() {
-    refused_without("phi-f32", "lm_head.bias");
+    super::refused_without("phi-f32", "lm_head.bias");
 }
 
 /// Phi-3.5-MoE as Hugging Face stores it (each expert's `w1`/`w3`/`w2` on

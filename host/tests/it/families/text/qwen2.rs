@@ -55,22 +55,7 @@ fn qwen3_moe_refuses_more_experts_per_token_than_experts() {
 /// rather than loaded without it (which would give other tokens).
 #[test]
 fn qwen2_checkpoint_without_a_bias_is_refused() {
-    const GONE: &str = "model.layers.0.self_attn.q_proj.bias";
-    let dir = Scratch::new("qwen2-nobias");
-    copy_dir(&fixture("qwen2-f32"), dir.path());
-    let _g = mlx_lock();
-    let file = dir.path().join("model.safetensors");
-    let (all, _) = mlx::io::load_safetensors(&file).unwrap();
-    assert!(all.contains_key(GONE), "the fixture has {GONE}");
-    let kept: Vec<(&str, &mlx::Array)> =
-        all.iter().filter(|(k, _)| k.as_str() != GONE).map(|(k, v)| (k.as_str(), v)).collect();
-    mlx::io::save_safetensors(&file, &kept, &[("format", "mlx")]).unwrap();
-    std::fs::remove_file(dir.path().join("model.safetensors.index.json")).unwrap();
-    let err = match LoadedModel::load(dir.path(), &registry(), None, CacheOptions::default()) {
-        Ok(_) => panic!("a qwen2 checkpoint without {GONE} loaded"),
-        Err(e) => format!("{e:#}"),
-    };
-    assert!(err.contains(GONE), "the error does not name {GONE}: {err}");
+    super::refused_without("qwen2-f32", "model.layers.0.self_attn.q_proj.bias");
 }
 
 /// Hugging Face's layout of the experts (one tensor per expert and

@@ -17,5 +17,5 @@ fn starcoder2_refuses_an_unknown_activation() {
 /// StarCoder2's MLP has biases: a checkpoint without one is refused.
 #[test]
 fn starcoder2_refuses_a_checkpoint_without_an_mlp_bias() {
-    super::phi::refused_without("starcoder2-f32", "model.layers.1.mlp.c_fc.bias");
+    super::refused_without("starcoder2-f32", "model.layers.1.mlp.c_fc.bias");
 }

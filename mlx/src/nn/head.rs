@@ -22,6 +22,20 @@ impl OutputHead {
     /// The tied head over `embed`, or `{prefix}.weight` (+ quantization) of
     /// `hidden → vocab` when the checkpoint has its own head.
     pub fn load(w: &dyn Weights, prefix: &str, embed: &Embedding, tied: bool, hidden: i32, vocab: i32) -> Result<Self> {
+        Self::load_with_bias(w, prefix, embed, tied, hidden, vocab, false)
+    }
+
+    /// [`OutputHead::load`], a head of its own carrying `{prefix}.bias`
+    /// (required) when `bias` (Phi's); a tied head has none.
+    pub fn load_with_bias(
+        w: &dyn Weights,
+        prefix: &str,
+        embed: &Embedding,
+        tied: bool,
+        hidden: i32,
+        vocab: i32,
+        bias: bool,
+    ) -> Result<Self> {
         // Split by vocabulary where it splits evenly (the gather needs equal
         // runs), as mlx-lm does; the tied head stays whole with the embedding.
         let split = Parallel::tensor(w.parallel()).filter(|p| vocab % p.size == 0);
@@ -29,9 +43,9 @@ impl OutputHead {
             (true, _) => OutputHead::Tied(embed.clone()),
             (false, Some(p)) => {
                 let (a, b) = p.share(vocab, "vocabulary rows")?;
-                OutputHead::Sharded(Linear::load_split(w, prefix, hidden, vocab, false, &Split::Rows(vec![(a, b)]))?)
+                OutputHead::Sharded(Linear::load_split(w, prefix, hidden, vocab, bias, &Split::Rows(vec![(a, b)]))?)
             }
-            (false, None) => OutputHead::Untied(Linear::load(w, prefix, hidden, vocab)?),
+            (false, None) => OutputHead::Untied(Linear::load_with_bias(w, prefix, hidden, vocab, bias)?),
         })
     }
 

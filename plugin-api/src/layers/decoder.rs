@@ -198,6 +198,8 @@ pub struct DecoderSpec {
     pub layers: i32,
     /// Output head tied to the embedding (no `lm_head` tensor).
     pub tied: bool,
+    /// The head of its own has a bias (`lm_head.bias`, Phi's), required then.
+    pub head_bias: bool,
     /// The final norm's kind and epsilon.
     pub norm: NormKind,
     /// Its epsilon.
@@ -223,6 +225,7 @@ impl DecoderSpec {
             hidden,
             layers,
             tied,
+            head_bias: false,
             norm,
             eps,
             final_norm: "norm",
@@ -304,7 +307,15 @@ impl DecoderLm {
             .collect::<Result<Vec<_>>>()?;
         let embed = Embedding::load(w, &format!("{pre}model.embed_tokens"), spec.vocab, h)?;
         Ok(DecoderLm {
-            head: OutputHead::load(w, &format!("{pre}lm_head"), &embed, spec.tied, h, spec.vocab)?,
+            head: OutputHead::load_with_bias(
+                w,
+                &format!("{pre}lm_head"),
+                &embed,
+                spec.tied,
+                h,
+                spec.vocab,
+                spec.head_bias,
+            )?,
             embed,
             blocks,
             stage,

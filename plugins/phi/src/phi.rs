@@ -4,7 +4,7 @@
 //! heads, a final LayerNorm and an output head with a bias. Also reads
 //! GGUF files of llama.cpp's `phi2` architecture (`gguf.rs`).
 
-use mlx::nn::{Activation, Linear, NormKind, OutputHead, PlainMlp, Rope, RopeScaling, Weights};
+use mlx::nn::{Activation, NormKind, PlainMlp, Rope, RopeScaling, Weights};
 use mlx::{Array, Result};
 use plugin_api::config::DecoderFields;
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite};
@@ -112,11 +112,6 @@ impl FamilyConfig for Config {
     }
 }
 
-/// An output head `hidden → vocab` with its bias (`{prefix}.weight`, `.bias`).
-pub(crate) fn biased_head(w: &dyn Weights, prefix: &str, hidden: i32, vocab: i32) -> Result<OutputHead> {
-    Ok(OutputHead::Untied(Linear::load_with_bias(w, prefix, hidden, vocab, true)?))
-}
-
 /// The family registration.
 pub struct PhiFamily;
 
@@ -185,9 +180,10 @@ impl Family for PhiFamily {
         let layout = BlockLayout { parallel: true, pre_ffn: None, ..BlockLayout::pre_norm(norm, eps) };
         let spec = DecoderSpec {
             final_norm: "final_layernorm",
+            head_bias: true,
             ..DecoderSpec::new(cfg.vocab_size, h, cfg.num_hidden_layers, false, norm, eps)
         };
-        let mut lm = DecoderLm::build(w, &spec, |_, p| {
+        let lm = DecoderLm::build(w, &spec, |_, p| {
             let mlp = PlainMlp::load(
                 w,
                 &format!("{p}.mlp"),
@@ -199,7 +195,6 @@ impl Family for PhiFamily {
             )?;
             DecoderBlock::load(w, p, &layout, &attention, rope.clone(), Box::new(mlp))
         })?;
-        lm.head = biased_head(w, "lm_head", h, cfg.vocab_size)?;
         Ok(Box::new(lm))
     }
 }

@@ -4,7 +4,6 @@
 //! with a bias. Also reads GGUF files of llama.cpp's `phimoe` architecture
 //! (`gguf_moe.rs`).
 
-use crate::phi::biased_head;
 use mlx::nn::{GluActivation, Kind, NormKind, Rope, RopeScaling, Weights};
 use mlx::{concatenate, where_, Array, Result};
 use plugin_api::config::{config_error, context_length, eos_ids, field_or, implied_head_dim, one_of, positive_finite};
@@ -267,7 +266,10 @@ impl Family for PhiMoeFamily {
         let rope = Rope::new(d, cfg.rope_theta, false, &scaling)?;
         let attention = AttentionShape::new(h, cfg.num_attention_heads, cfg.num_key_value_heads, d).biases(true, true);
         let layout = BlockLayout::pre_norm(norm, eps);
-        let spec = DecoderSpec::new(cfg.vocab_size, h, cfg.num_hidden_layers, false, norm, eps);
+        let spec = DecoderSpec {
+            head_bias: true,
+            ..DecoderSpec::new(cfg.vocab_size, h, cfg.num_hidden_layers, false, norm, eps)
+        };
         let shape = MoeShape {
             hidden: h,
             experts: cfg.num_local_experts,
@@ -278,14 +280,13 @@ impl Family for PhiMoeFamily {
             shared_intermediate: None,
             shared_gate: false,
         };
-        let mut lm = DecoderLm::build(w, &spec, |_, p| {
+        let lm = DecoderLm::build(w, &spec, |_, p| {
             let prefix = format!("{p}.block_sparse_moe");
             let experts = PerExpert::stacked(w, &prefix, cfg.num_local_experts, &HF_EXPERTS)?;
             let moe = SparseMoe::load(&experts, &prefix, &shape)?;
             let ffn = SparseMixerMoe { moe, jitter: cfg.router_jitter_noise };
             DecoderBlock::load(w, p, &layout, &attention, rope.clone(), Box::new(ffn))
         })?;
-        lm.head = biased_head(w, "lm_head", h, cfg.vocab_size)?;
         Ok(Box::new(lm))
     }
 }

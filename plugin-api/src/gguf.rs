@@ -254,6 +254,33 @@ pub fn unpermute(t: &mlx::Array, heads: i32) -> mlx::Result<mlx::Array> {
     t.reshape(&s)?.swapaxes(1, 2)?.reshape(&shape)
 }
 
+/// The tensor in which llama.cpp's converter stores a llama3 rope scaling
+/// (one period factor per rotated pair) instead of metadata.
+pub const ROPE_FREQS: &str = "rope_freqs.weight";
+
+/// The rope llama.cpp runs for a file with [`ROPE_FREQS`]: each pair's
+/// period `base^(2i/dims)` times its factor (llama.cpp divides the angle by
+/// it), which is mlx-lm's llama3 rope for the scaling the converter folded
+/// in. `None` when the file has no such tensor.
+pub fn rope_from_freqs(
+    w: &dyn mlx::nn::Weights,
+    dims: i32,
+    base: f32,
+    traditional: bool,
+) -> Result<Option<mlx::nn::Rope>> {
+    let Some(factors) = w.get(ROPE_FREQS) else { return Ok(None) };
+    let f = factors.astype(mlx::Dtype::F32)?.to_vec::<f32>()?;
+    if f.len() != (dims / 2) as usize {
+        return Err(Error::msg(format!(
+            "`{ROPE_FREQS}` has {} factors, the head's {dims} features need {}",
+            f.len(),
+            dims / 2
+        )));
+    }
+    let periods: Vec<f32> = f.iter().enumerate().map(|(i, k)| base.powf((2 * i) as f32 / dims as f32) * k).collect();
+    Ok(Some(mlx::nn::Rope::with_freqs(dims, traditional, mlx::Array::from_slice(&periods, &[dims / 2])?)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

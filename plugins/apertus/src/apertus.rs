@@ -233,10 +233,15 @@ impl Family for ApertusFamily {
         let (h, eps, d) = (cfg.hidden_size, cfg.rms_norm_eps, cfg.head_dim());
         // A GGUF file's llama3 scaling comes as llama.cpp's `rope_freqs`
         // factors, which llama.cpp reads when the file has them.
-        let rope = if cfg.gguf_xielu.is_some() && w.get("rope_freqs.weight").is_some() {
-            crate::gguf::rope_with_factors(w, d, cfg.rope_theta, cfg.rope_traditional)?
-        } else {
-            rope(d, cfg.rope_theta, cfg.rope_traditional, cfg.rope_scaling.as_ref(), cfg.max_position_embeddings)?
+        let from_file = match cfg.gguf_xielu {
+            Some(_) => plugin_api::gguf::rope_from_freqs(w, d, cfg.rope_theta, cfg.rope_traditional)?,
+            None => None,
+        };
+        let rope = match from_file {
+            Some(r) => r,
+            None => {
+                rope(d, cfg.rope_theta, cfg.rope_traditional, cfg.rope_scaling.as_ref(), cfg.max_position_embeddings)?
+            }
         };
         let attention = AttentionShape::new(h, cfg.num_attention_heads, cfg.num_key_value_heads, d).qk_norms(eps);
         let layout = BlockLayout {

@@ -8,8 +8,7 @@
 //! per-frequency factors (no `rope.scaling` keys), which the rope divides
 //! its frequencies by.
 
-use mlx::nn::{Kind, Rope, Weights};
-use mlx::{arange, Array, Dtype, Result};
+use mlx::{Array, Result};
 use plugin_api::config::config_error;
 use plugin_api::gguf::{read_config, DECODER_KEYS};
 use plugin_api::FamilyConfig;
@@ -62,13 +61,4 @@ fn xielu(raw: &Value, layers: usize) -> Result<Vec<[f64; 4]>> {
 /// names them.
 pub fn xielu_tensors(prefix: &str, params: &[f32; 4]) -> Vec<(String, Array)> {
     XIELU.iter().zip(params).map(|((_, name), &v)| (format!("{prefix}.act_fn.{name}"), Array::f32(v))).collect()
-}
-
-/// The rope llama.cpp runs with `rope_freqs`: base `theta`, each period
-/// `θ^(2i/d)` times its factor.
-pub fn rope_with_factors(w: &dyn Weights, dims: i32, theta: f32, traditional: bool) -> Result<Rope> {
-    let factors = w.tensor("rope_freqs.weight", &[dims / 2], Kind::Float)?;
-    let exponents = arange(0.0, dims as f64, 2.0, Dtype::I32)?.div(&Array::i32(dims))?;
-    let periods = Array::f32(theta).power(&exponents)?.mul(&factors)?;
-    Ok(Rope::with_freqs(dims, traditional, periods))
 }

@@ -168,8 +168,8 @@ impl Family for Exaone4Family {
     fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
         // A GGUF file's llama3 scaling is its `rope_freqs` tensor (see gguf.rs).
-        let rope = match w.get(crate::gguf::ROPE_FREQS) {
-            Some(factors) => crate::gguf::rope_with_factors(cfg.head_dim, cfg.rope_theta, &factors)?,
+        let rope = match plugin_api::gguf::rope_from_freqs(w, cfg.head_dim, cfg.rope_theta, false)? {
+            Some(r) => r,
             None => rope(cfg.head_dim, cfg.rope_theta, false, cfg.rope_scaling.as_ref(), cfg.max_position_embeddings)?,
         };
         let attention =

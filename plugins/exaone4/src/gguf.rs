@@ -6,8 +6,7 @@
 //! converter stores it as per-pair period factors, the `rope_freqs`
 //! tensor, which llama.cpp reads when the file has it.
 
-use mlx::nn::Rope;
-use mlx::{Array, Error, Result};
+use mlx::Result;
 use plugin_api::gguf::{get, read_config, sliding_layers, Key, DECODER_KEYS};
 use plugin_api::FamilyConfig;
 use serde_json::{json, Value};
@@ -17,9 +16,6 @@ const ARCH: &str = "exaone4";
 
 /// The sliding layers' window.
 const WINDOW: &[Key] = &[("sliding_window", "attention.sliding_window")];
-
-/// The tensor of llama3-scaled period factors, one per rotated pair.
-pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// exaone4's config: the layer pattern (`attention.sliding_window_pattern`,
 /// one flag per layer) as the family's `L` / `G` letters; without it
@@ -34,20 +30,4 @@ pub fn exaone4_config<C: FamilyConfig>(raw: &Value) -> Result<C> {
         }
         Ok(())
     })
-}
-
-/// The rope of a file with [`ROPE_FREQS`]: each pair's period `base^(2i/dims)`
-/// times its factor (llama.cpp divides the angle by it), which is mlx-lm's
-/// llama3 rope for the scaling the converter folded in.
-pub fn rope_with_factors(dims: i32, base: f32, factors: &Array) -> Result<Rope> {
-    let f = factors.to_vec::<f32>()?;
-    if f.len() != (dims / 2) as usize {
-        return Err(Error::msg(format!(
-            "`{ROPE_FREQS}` has {} factors, the head's {dims} features need {}",
-            f.len(),
-            dims / 2
-        )));
-    }
-    let periods: Vec<f32> = f.iter().enumerate().map(|(i, k)| base.powf((2 * i) as f32 / dims as f32) * k).collect();
-    Ok(Rope::with_freqs(dims, false, Array::from_slice(&periods, &[dims / 2])?))
 }

@@ -65,7 +65,7 @@ pub struct MoeShape {
 }
 
 /// Routed experts, plus a shared expert where the family has one.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SparseMoe {
     /// router: hidden → experts
     pub router: Linear,

@@ -4,10 +4,9 @@
 
 use crate::config::Config;
 use crate::gdn::GatedDeltaNet;
-use crate::moe::SparseMoe;
 use mlx::nn::{GatedMlp, RmsNorm, Rope, Weights};
 use mlx::{Array, Error, Result};
-use plugin_api::layers::{Attention, Rotary};
+use plugin_api::layers::{Attention, FeedForward, Rotary, SparseMoe};
 use plugin_api::Caches;
 
 /// A layer's token mixer.
@@ -52,7 +51,7 @@ impl Layer {
             Mixer::Attention(Box::new(Attention::load(w, &format!("{p}.self_attn"), &cfg.attention(), rope.clone())?))
         };
         let mlp = match &cfg.moe {
-            Some(m) if sparse => Mlp::Sparse(Box::new(SparseMoe::load(w, &format!("{p}.mlp"), h, m)?)),
+            Some(m) if sparse => Mlp::Sparse(Box::new(crate::moe::load(w, &format!("{p}.mlp"), h, m)?)),
             _ => {
                 let inter = cfg.intermediate_size.ok_or_else(|| {
                     Error::msg(format!("config: missing field `intermediate_size` ({p} has a dense MLP)"))

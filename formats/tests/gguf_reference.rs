@@ -2,7 +2,7 @@
 //! `gguf` Python package gives (fixtures/gguf-quants, made by
 //! fixtures/make_gguf_fixtures.py).
 
-use famlx_formats::gguf::{Decoded, Gguf, PlainDtype};
+use famlx_formats::gguf::{affine, Decoded, Gguf, PlainDtype, ScaleType, GROUP};
 use half::{bf16, f16};
 use std::path::Path;
 
@@ -22,13 +22,17 @@ fn values(d: &Decoded) -> Vec<f32> {
             other => panic!("unexpected {other:?}"),
         },
         Decoded::F16(v) => v.iter().map(|&b| f16::from_bits(b).to_f32()).collect(),
-        Decoded::Affine { bits, weight, scales, biases } => {
-            let per = 32 / *bits as usize;
-            (0..weight.len() * per)
+        Decoded::Affine(t) => {
+            let bits = t.form.bits as usize;
+            let mask = (1u64 << bits) - 1;
+            (0..t.scales.len() * GROUP)
                 .map(|i| {
-                    let q = (weight[i / per] >> (*bits as usize * (i % per))) & ((1 << bits) - 1);
-                    let (s, b) = (f16::from_bits(scales[i / 32]).to_f32(), f16::from_bits(biases[i / 32]).to_f32());
-                    q as f32 * s + b
+                    // Value i of the little-endian bit stream of its group's u32s.
+                    let (g, k) = (i / GROUP, (i % GROUP) * bits);
+                    let words = &t.weight[g * bits..];
+                    let pair = words[k / 32] as u64 | words.get(k / 32 + 1).map_or(0, |&w| (w as u64) << 32);
+                    let q = (pair >> (k % 32)) & mask;
+                    q as f32 * t.scales[g] + t.biases[g]
                 })
                 .collect()
         }
@@ -38,20 +42,55 @@ fn values(d: &Decoded) -> Vec<f32> {
 #[test]
 fn every_block_type_matches_gguf_py() {
     let (q, e) = (fixture("quants.gguf"), fixture("expected.gguf"));
-    assert!(q.tensors.len() >= 15, "{} tensors", q.tensors.len());
+    assert!(q.tensors.len() >= 22, "{} tensors", q.tensors.len());
     for t in &q.tensors {
         let want_t = e.tensors.iter().find(|x| x.name == t.name).unwrap();
         assert_eq!(t.shape(), want_t.shape(), "{}", t.name);
-        let got = values(&q.decode(t).unwrap());
+        let decoded = q.decode(t).unwrap();
+        let got = values(&decoded);
         let want = values(&e.decode(want_t).unwrap());
         assert_eq!(got.len(), want.len(), "{}", t.name);
-        let affine = t.name.ends_with(".weight");
-        assert_eq!(matches!(q.decode(t).unwrap(), Decoded::Affine { .. }), affine, "{}", t.name);
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            // One float16 rounding step (the k-quants and the affine biases
-            // are stored in float16; gguf-py computes in float32).
-            let tol = w.abs() * 2.0f32.powi(-10) + 1e-7;
-            assert!((g - w).abs() <= tol, "{} value {i}: {g} vs gguf-py {w}", t.name);
+        // Every block type's weights become affine triples; other tensors
+        // are dequantized to float16.
+        let block = t.ggml_type.plain().is_none();
+        let form = match &decoded {
+            Decoded::Affine(a) => Some(a.form),
+            _ => None,
+        };
+        assert_eq!(form.is_some(), block && t.name.ends_with(".weight"), "{}", t.name);
+        assert_eq!(form, affine::form(t.ggml_type).filter(|_| t.name.ends_with(".weight")), "{}", t.name);
+        for (g, (got, want)) in got.chunks(GROUP).zip(want.chunks(GROUP)).enumerate() {
+            let lo = want.iter().copied().fold(f32::INFINITY, f32::min);
+            let hi = want.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for (i, (g_, w)) in got.iter().zip(want).enumerate() {
+                let tol = match form {
+                    // Exact: the very float32 gguf-py computes.
+                    Some(f) if f.exact => 0.0,
+                    // Requantized to 8 bits over the group's range: half a
+                    // step (and float32's rounding of it).
+                    Some(_) => (hi - lo) / 510.0 + w.abs() * 2.0f32.powi(-20) + 1e-6,
+                    // Dequantized to float16: one float16 rounding.
+                    None => w.abs() * 2.0f32.powi(-11) + 1e-7,
+                };
+                assert!((g_ - w).abs() <= tol, "{} group {g} value {i}: {g_} vs gguf-py {w}", t.name);
+            }
         }
     }
 }
+
+#[test]
+fn kquant_forms_are_the_documented_ones() {
+    use famlx_formats::gguf::GgmlType as T;
+    let exact = [T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::Q4_K, T::Q5_K];
+    for t in exact {
+        assert!(affine::form(t).unwrap().exact, "{}", t.name());
+    }
+    for t in [T::Q2_K, T::Q3_K, T::Q6_K] {
+        let f = affine::form(t).unwrap();
+        assert!(!f.exact && f.bits == 8, "{}", t.name());
+    }
+    // Exact K-quant scales need float32 (a float16 times a 6-bit integer).
+    assert_eq!(affine::form(T::Q4_K).unwrap().scales, ScaleType::F32);
+    assert_eq!(affine::form(T::Q4_0).unwrap().scales, ScaleType::F16);
+}
+

@@ -1,13 +1,12 @@
 //! Decoding GGUF tensor data into what MLX holds.
 //!
-//! Q4_0, Q4_1 and Q8_0 weights map exactly onto MLX's affine quantization
-//! (groups of 32, a scale and a bias per group), so they stay quantized,
-//! packed the way MLX's quantized matmul reads them. Other block types
-//! (Q5_0, Q5_1 and the k-quants) are dequantized to float16, as MLX's own
-//! GGUF loader does for the ones it reads. The block layouts are GGML's
-//! (`ggml-common.h`); this is our own reading of them, checked in the tests
-//! against the `gguf` Python package's dequantizer.
+//! Weight matrices of the block types MLX's affine quantization can hold
+//! stay quantized (see [`super::affine`] for which are exact and which are
+//! requantized); other block tensors are dequantized to float16. The block
+//! layouts are GGML's (`ggml-common.h`); this is our own reading of them,
+//! checked in the tests against the `gguf` Python package's dequantizer.
 
+use super::affine::{self, Triple};
 use super::types::{GgmlType, PlainDtype, TensorInfo};
 use crate::{Error, Result};
 use half::f16;
@@ -23,26 +22,11 @@ pub enum Decoded<'a> {
         /// The elements' bytes.
         bytes: Cow<'a, [u8]>,
     },
-    /// MLX affine quantization with groups of 32: `weight` packs `32 / bits`
-    /// values per `u32` (first value in the lowest bits), `scales` and
-    /// `biases` (float16 bits) hold one entry per group, and a value is
-    /// `q * scale + bias`.
-    Affine {
-        /// Bits per value (4 or 8).
-        bits: u32,
-        /// Packed values, row-major.
-        weight: Vec<u32>,
-        /// Per-group scales (float16 bits).
-        scales: Vec<u16>,
-        /// Per-group biases (float16 bits).
-        biases: Vec<u16>,
-    },
+    /// MLX affine quantization with groups of 32 (see [`Triple`]).
+    Affine(Triple),
     /// Dequantized values (float16 bits).
     F16(Vec<u16>),
 }
-
-/// Values per quantization group of the affine types.
-pub const GROUP: usize = 32;
 
 pub(super) fn decode<'a>(t: &TensorInfo, data: &'a [u8]) -> Result<Decoded<'a>> {
     let ty = t.ggml_type;
@@ -61,9 +45,10 @@ pub(super) fn decode<'a>(t: &TensorInfo, data: &'a [u8]) -> Result<Decoded<'a>> 
     let (be, bb) = (block_elems as usize, block_bytes as usize);
     // Only weight matrices become MLX quantized triples (their scales and
     // biases are named after the weight); anything else is dequantized.
-    let affine = t.name.ends_with(".weight") && matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
-    if affine {
-        return Ok(affine_of(ty, data, bb));
+    if t.name.ends_with(".weight") {
+        if let Some(t) = affine::convert(ty, data, bb, be) {
+            return Ok(Decoded::Affine(t));
+        }
     }
     let dequant: fn(&[u8], &mut [f32]) = match ty {
         GgmlType::Q4_0 => q4_0,
@@ -89,57 +74,6 @@ pub(super) fn decode<'a>(t: &TensorInfo, data: &'a [u8]) -> Result<Decoded<'a>> 
 
 fn half_at(b: &[u8], i: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
-}
-
-fn half_bits_at(b: &[u8], i: usize) -> u16 {
-    u16::from_le_bytes([b[i], b[i + 1]])
-}
-
-/// A Q4_0 / Q4_1 / Q8_0 tensor as MLX's affine triple.
-fn affine_of(ty: GgmlType, data: &[u8], bb: usize) -> Decoded<'static> {
-    let blocks = data.len() / bb;
-    let bits = if ty == GgmlType::Q8_0 { 8 } else { 4 };
-    let mut weight = Vec::with_capacity(blocks * GROUP * bits as usize / 32);
-    let mut scales = Vec::with_capacity(blocks);
-    let mut biases = Vec::with_capacity(blocks);
-    let mut q = [0u8; GROUP];
-    for block in data.chunks_exact(bb) {
-        let d = half_bits_at(block, 0);
-        let df = f16::from_bits(d).to_f32();
-        scales.push(d);
-        let quants = match ty {
-            GgmlType::Q4_0 => {
-                // value = (q - 8) d: bias -8d, rounded to f16 as MLX does.
-                biases.push(f16::from_f32(-8.0 * df).to_bits());
-                &block[2..]
-            }
-            GgmlType::Q4_1 => {
-                biases.push(half_bits_at(block, 2));
-                &block[4..]
-            }
-            _ => {
-                // value = q d for signed q: stored unsigned (q + 128), bias -128d.
-                biases.push(f16::from_f32(-128.0 * df).to_bits());
-                &block[2..]
-            }
-        };
-        if bits == 4 {
-            // Values 0..16 are the low nibbles, 16..32 the high nibbles.
-            for j in 0..16 {
-                q[j] = quants[j] & 0x0F;
-                q[j + 16] = quants[j] >> 4;
-            }
-            for w in q.chunks_exact(8) {
-                weight.push(w.iter().enumerate().fold(0u32, |acc, (k, &v)| acc | (v as u32) << (4 * k)));
-            }
-        } else {
-            for w in quants[..GROUP].chunks_exact(4) {
-                let u = w.iter().enumerate().fold(0u32, |acc, (k, &v)| acc | ((v ^ 0x80) as u32) << (8 * k));
-                weight.push(u);
-            }
-        }
-    }
-    Decoded::Affine { bits, weight, scales, biases }
 }
 
 fn q4_0(b: &[u8], y: &mut [f32]) {
@@ -207,7 +141,7 @@ fn scale_min_k4(j: usize, s: &[u8]) -> (f32, f32) {
     (sc as f32, m as f32)
 }
 
-fn q2_k(b: &[u8], y: &mut [f32]) {
+pub(super) fn q2_k(b: &[u8], y: &mut [f32]) {
     // scales[16] | qs[64] | d | dmin
     let (scales, qs) = (&b[0..16], &b[16..80]);
     let (d, dmin) = (half_at(b, 80), half_at(b, 82));
@@ -229,7 +163,7 @@ fn q2_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
-fn q3_k(b: &[u8], y: &mut [f32]) {
+pub(super) fn q3_k(b: &[u8], y: &mut [f32]) {
     // hmask[32] | qs[64] | scales[12] | d
     let (hmask, qs, packed) = (&b[0..32], &b[32..96], &b[96..108]);
     let d = half_at(b, 108);
@@ -296,7 +230,7 @@ fn q5_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
-fn q6_k(b: &[u8], y: &mut [f32]) {
+pub(super) fn q6_k(b: &[u8], y: &mut [f32]) {
     // ql[128] | qh[64] | scales[16] (int8) | d
     let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
     let d = half_at(b, 208);

@@ -12,11 +12,13 @@
 //! shared, read-only model cache works) and parses it; [`Gguf::decode`]
 //! turns one tensor's bytes into what MLX holds.
 
+pub mod affine;
 mod decode;
 mod types;
 pub mod write;
 
-pub use decode::{Decoded, GROUP};
+pub use affine::{AffineForm, ScaleType, Triple, GROUP};
+pub use decode::Decoded;
 pub use types::{GgmlType, PlainDtype, TensorInfo};
 
 use crate::{Error, Result, MAX_DIM};

@@ -183,14 +183,16 @@ fn affine_triples_match_the_block_formulas() {
                 other => panic!("{other:?}"),
             }
         };
-        let Decoded::Affine { bits, weight, scales, biases } = decode::decode(&t, &data).unwrap() else {
+        let Decoded::Affine(affine::Triple { form, weight, scales, biases }) = decode::decode(&t, &data).unwrap()
+        else {
             panic!("not affine")
         };
+        let bits = form.bits;
         let per = 32 / bits as usize;
         for (i, &want) in float.iter().enumerate() {
             let q = (weight[i / per] >> (bits as usize * (i % per))) & ((1 << bits) - 1);
             let g = i / 32;
-            let (s, b) = (half::f16::from_bits(scales[g]).to_f32(), half::f16::from_bits(biases[g]).to_f32());
+            let (s, b) = (scales[g], biases[g]);
             let got = half::f16::from_f32(q as f32 * s + b).to_f32();
             let want = half::f16::from_bits(want).to_f32();
             assert!((got - want).abs() <= want.abs() * 2e-3 + 1e-6, "{ty:?} value {i}: {got} vs {want}");

@@ -9,7 +9,7 @@ pub use on_disk::OnDisk;
 pub use quant::QuantConfig;
 
 use anyhow::{anyhow, bail, Context, Result};
-use famlx_formats::gguf::{self as formats_gguf, Decoded, Gguf, MetaValue, PlainDtype};
+use famlx_formats::gguf::{self as formats_gguf, Decoded, Gguf, MetaValue, PlainDtype, ScaleType};
 use famlx_formats::input::{read_input_text, MAX_JSON};
 use famlx_text::Tokenizer;
 use mlx::{Array, Dtype};
@@ -140,7 +140,7 @@ impl Checkpoint {
         let tensors = gguf_tensors(&g).map_err(|e| anyhow!("{}: {e}", path.display()))?;
         // llama.cpp ties the head to the embedding when the file has no `output.weight`.
         config.insert("tie_word_embeddings".into(), Value::Bool(!tensors.contains_key("output.weight")));
-        // Q4_0/Q4_1/Q8_0 become affine triples with groups of 32.
+        // Quantized weights are affine triples with groups of 32 (bits per tensor).
         let quant = QuantConfig::gguf();
         Ok(Checkpoint {
             source: path.to_path_buf(),
@@ -156,8 +156,9 @@ impl Checkpoint {
 }
 
 /// Every tensor of a parsed GGUF file as MLX arrays: plain types as stored,
-/// Q4_0/Q4_1/Q8_0 weights as `{name}`, `{prefix}.scales`, `{prefix}.biases`
-/// (MLX affine, groups of 32), other block types dequantized to float16.
+/// block-quantized weights as `{name}`, `{prefix}.scales`, `{prefix}.biases`
+/// (MLX affine, groups of 32; `famlx_formats::gguf::affine` says which
+/// types and how), other block tensors dequantized to float16.
 fn gguf_tensors(g: &Gguf) -> Result<HashMap<String, Array>> {
     let mut out = HashMap::with_capacity(g.tensors.len());
     let merr = |name: &str, e: mlx::Error| anyhow!("tensor {name}: {}", e.msg);
@@ -172,17 +173,22 @@ fn gguf_tensors(g: &Gguf) -> Result<HashMap<String, Array>> {
                 let a = Array::from_bytes(half_bytes(&v), &shape, Dtype::F16).map_err(|e| merr(&t.name, e))?;
                 out.insert(t.name.clone(), a);
             }
-            Decoded::Affine { bits, weight, scales, biases } => {
+            Decoded::Affine(q) => {
+                let bits = q.form.bits as i32;
                 let last = shape.len() - 1;
                 let mut ws = shape.clone();
-                ws[last] = shape[last] * bits as i32 / 32;
+                ws[last] = shape[last] * bits / 32;
                 let mut ss = shape.clone();
                 ss[last] = shape[last] / formats_gguf::GROUP as i32;
                 let prefix = t.name.strip_suffix(".weight").expect("affine tensors are weights");
-                let w = Array::from_slice(&weight, &ws).map_err(|e| merr(&t.name, e))?;
-                let half = |v: &[u16]| Array::from_bytes(half_bytes(v), &ss, Dtype::F16);
-                let s = half(&scales).map_err(|e| merr(&t.name, e))?;
-                let b = half(&biases).map_err(|e| merr(&t.name, e))?;
+                let w = Array::from_slice(&q.weight, &ws).map_err(|e| merr(&t.name, e))?;
+                let group_params = |v: &[f32]| match q.form.scales {
+                    ScaleType::F32 => Array::from_slice(v, &ss),
+                    // Every value is a float16 one: the cast is exact.
+                    ScaleType::F16 => Array::from_slice(v, &ss).and_then(|a| a.astype(Dtype::F16)),
+                };
+                let s = group_params(&q.scales).map_err(|e| merr(&t.name, e))?;
+                let b = group_params(&q.biases).map_err(|e| merr(&t.name, e))?;
                 for (name, a) in [(t.name.clone(), w), (format!("{prefix}.scales"), s), (format!("{prefix}.biases"), b)]
                 {
                     if out.insert(name.clone(), a).is_some() {

@@ -352,6 +352,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     // The warm-up also counts what one decode step asks MLX to run.
     let (warmup, warm_stats) = run_once(&mut s, &GenParams { census: true, ..p.clone() })?;
+    // What the weights hold, measured with no cache or activation alive (after
+    // the first run, which also evaluates weights the load left lazy, such
+    // as fused projections).
+    s.reset()?;
+    let model_bytes = mlx::memory::active();
     if !a.json {
         println!(
             "famlx bench: model={model_name} family={} prompt_tokens={} generation_tokens={} batch_size={} seed={seed} backend={}",
@@ -399,6 +404,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "seed": seed,
             "backend": mlx::device::backend().to_string(),
             "mlx_version": mlx::runtime_version(),
+            "model_memory_bytes": model_bytes,
             "warmup": warmup.to_json(),
             "decode_graph": census_json(warm_stats.census.as_deref()),
             "trials": trials.iter().copied().map(Trial::to_json).collect::<Vec<_>>(),
@@ -412,6 +418,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         println!("{out}");
     } else {
         print!("{}", table(&trials));
+        println!("model memory: {:.3} GB", model_bytes as f64 / 1e9);
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Reading checkpoints: a Hugging Face / mlx-community folder (config.json,
 //! safetensors single or sharded, quantization entries) or a GGUF file.
 
+mod gguf_split;
 mod on_disk;
 mod quant;
 mod safetensors;
@@ -117,7 +118,9 @@ impl Checkpoint {
     fn open_gguf(path: &Path) -> Result<Checkpoint> {
         // famlx reads GGUF itself: the whole structure is checked before any
         // tensor is touched, and the file is only mapped read-only.
-        let g = Gguf::open(path).map_err(|e| anyhow!("{e}"))?;
+        // A split file's other parts come along; the first holds the metadata.
+        let parts = gguf_split::open_parts(path)?;
+        let g = &parts[0].1;
         let arch = match g.metadata.get("general.architecture") {
             Some(MetaValue::Str(s)) => s.clone(),
             _ => bail!("{}: missing GGUF field `general.architecture`", path.display()),
@@ -137,7 +140,7 @@ impl Checkpoint {
             Ok(t) => (Some(t), None),
             Err(e) => (None, Some(format!("{}: {e}", path.display()))),
         };
-        let tensors = gguf_tensors(&g).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let tensors = gguf_split::merge(&parts, gguf_tensors).map_err(|e| anyhow!("{}: {e}", path.display()))?;
         // llama.cpp ties the head to the embedding when the file has no `output.weight`.
         config.insert("tie_word_embeddings".into(), Value::Bool(!tensors.contains_key("output.weight")));
         // Quantized weights are affine triples with groups of 32 (bits per tensor).

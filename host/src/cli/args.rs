@@ -19,8 +19,10 @@ pub fn at_most(max: u64) -> RangedU64ValueParser<usize> {
 /// Where plugins and the model come from.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// Checkpoint folder, .gguf file, Hugging Face repo id (org/name, fetched
-    /// into the HF cache), or the default's name (default: SmolLM2-135M-Instruct).
+    /// Checkpoint folder, .gguf file (a split one by its first part), Hugging
+    /// Face repo id (org/name, fetched into the HF cache; a GGUF repo as
+    /// org/NAME-GGUF:Q4_K_M picks that quantization's file), or the default's
+    /// name (default: SmolLM2-135M-Instruct).
     #[arg(long)]
     pub model: Option<String>,
     /// Hub revision (branch, tag or commit) when --model is a repo id.

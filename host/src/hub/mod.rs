@@ -2,7 +2,9 @@
 //! standard Hugging Face cache (`HF_HUB_CACHE`, `HF_HOME`), so a cache
 //! filled by Python's `huggingface_hub` serves famlx and the reverse. Only
 //! the files a checkpoint needs are fetched (config, the weights the index
-//! names, tokenizer and processor files); `HF_ENDPOINT`, `HF_TOKEN` and
+//! names, tokenizer and processor files), or for a GGUF repo
+//! (`org/NAME-GGUF[:Q4_K_M]`, see [`gguf`]) the one model file the tag
+//! picks, with its split parts; `HF_ENDPOINT`, `HF_TOKEN` and
 //! `HF_HUB_OFFLINE` are honoured, a partial download resumes, and with the
 //! network down a complete cached snapshot is used.
 //!
@@ -22,6 +24,7 @@
 //! is small (a listing, a `HEAD`, a ranged `GET`, the cache layout), so this
 //! module does it on `ureq`, the client hf-hub itself used.
 
+pub mod gguf;
 mod http;
 mod store;
 
@@ -40,17 +43,19 @@ pub const DEFAULT_TIMEOUT_SECS: f64 = 30.0;
 /// resumed before the run fails (the next run resumes it too).
 const RETRIES: u32 = 3;
 
-/// Where `--model` points: an existing path, the embedded default, or a hub
-/// repo id (downloaded on first use). Anything else is an error naming it.
+/// Where `--model` points: an existing path (first: a local `a/b:c` is not
+/// a repo), the embedded default, or a hub repo id, `org/name` or
+/// `org/name:TAG` for a GGUF repo (downloaded on first use). Anything else
+/// is an error naming it.
 pub fn resolve_model(m: &str, revision: Option<&str>) -> Result<PathBuf> {
-    let p = Path::new(m);
-    if p.exists() || !is_repo_id(m) {
+    let hub = if Path::new(m).exists() { None } else { gguf::hub_ref(m)? };
+    let Some((repo, tag)) = hub else {
         if revision.is_some() {
             bail!("--revision applies to a hub repo id, and {m} is a local path");
         }
         return crate::default_model::resolve(Some(m));
-    }
-    fetch(m, revision.unwrap_or("main"))
+    };
+    fetch(repo, revision.unwrap_or("main"), tag)
 }
 
 /// `org/name` as the hub allows it: two parts of letters, digits, `-`, `_`,
@@ -80,14 +85,15 @@ fn timeout() -> Result<Duration> {
     }
 }
 
-/// Downloads what `repo` at `revision` needs and returns its snapshot folder.
+/// Downloads what `repo` at `revision` needs and returns its snapshot
+/// folder, or for a GGUF repo the model file `tag` picks (see [`gguf`]).
 /// The revision is checked before anything is asked or written.
-pub fn fetch(repo: &str, revision: &str) -> Result<PathBuf> {
+pub fn fetch(repo: &str, revision: &str, tag: Option<&str>) -> Result<PathBuf> {
     check::repo_folder(repo)?;
     check::revision(revision).map_err(|e| anyhow!("{repo}: --revision: {e}"))?;
     let store = Store::from_env()?;
     if offline() {
-        return store.cached_snapshot(repo, revision).ok_or_else(|| {
+        return cached(&store, repo, revision, tag)?.ok_or_else(|| {
             anyhow!("{repo}: not in the Hugging Face cache ({}) and HF_HUB_OFFLINE is set", store.root.display())
         });
     }
@@ -98,7 +104,7 @@ pub fn fetch(repo: &str, revision: &str) -> Result<PathBuf> {
             let why = describe(&client, repo, revision, &e);
             // The network is down: a complete cached snapshot still serves.
             if matches!(e, Failure::Unreachable(_)) {
-                if let Some(dir) = store.cached_snapshot(repo, revision) {
+                if let Some(dir) = cached(&store, repo, revision, tag)? {
                     eprintln!("famlx: warning: {why}; using the cached {}", dir.display());
                     return Ok(dir);
                 }
@@ -111,10 +117,28 @@ pub fn fetch(repo: &str, revision: &str) -> Result<PathBuf> {
         bail!("{repo}: asked for commit {revision}, the hub lists {commit}");
     }
     let listed: Vec<&str> = listing.siblings.iter().map(|s| s.rfilename.as_str()).collect();
-    if !listed.contains(&"config.json") {
-        bail!("{repo}: the repo has no config.json (not a model checkpoint famlx can load)");
-    }
     let get = |f: &str| fetch_file(&client, &store, repo, &commit, f);
+    // A checkpoint (config.json and safetensors) unless a tag asks for a
+    // GGUF file or the repo has none; then a GGUF model.
+    let checkpoint = listed.contains(&"config.json")
+        && listed.iter().any(|f| *f == "model.safetensors.index.json" || f.ends_with(".safetensors"));
+    let models = gguf::models(listed.iter().copied());
+    if tag.is_some() || (!checkpoint && !models.is_empty()) || !listed.contains(&"config.json") {
+        let model = gguf::choose(repo, &models, tag)?;
+        if !model.complete() {
+            bail!(
+                "{repo}: {} is part of a split GGUF ({} parts), and the repo lacks some of them",
+                check::shown(&model.first),
+                model.parts
+            );
+        }
+        for f in &model.files {
+            get(f)?;
+        }
+        store.write_ref(repo, revision, &commit)?;
+        // Checked (by `get`) before it became a path.
+        return Ok(store.root.join(check::snapshot_dir(repo, &commit)?).join(&model.first));
+    }
     get("config.json")?;
     let mut weights: Vec<String> = Vec::new();
     if listed.contains(&"model.safetensors.index.json") {
@@ -142,6 +166,32 @@ pub fn fetch(repo: &str, revision: &str) -> Result<PathBuf> {
     }
     store.write_ref(repo, revision, &commit)?;
     Ok(store.root.join(check::snapshot_dir(repo, &commit)?))
+}
+
+/// What the cache holds of `repo` at `revision`, for offline use: a
+/// complete checkpoint's snapshot folder (unless a tag asks for a GGUF
+/// file), else the GGUF model `tag` picks among the cached ones, all of its
+/// parts there. Without a tag, a snapshot holding several GGUF models is an
+/// error listing them; one the cache lacks is `None`.
+fn cached(store: &Store, repo: &str, revision: &str, tag: Option<&str>) -> Result<Option<PathBuf>> {
+    if tag.is_none() {
+        if let Some(dir) = store.cached_snapshot(repo, revision) {
+            return Ok(Some(dir));
+        }
+    }
+    let Some(dir) = store.snapshot(repo, revision) else { return Ok(None) };
+    let files = store::gguf_files(&dir);
+    let models = gguf::models(files.iter().map(String::as_str));
+    if models.is_empty() {
+        return Ok(None);
+    }
+    let model = match (gguf::choose(repo, &models, tag), tag) {
+        (Ok(m), _) => m,
+        // A tag the cache lacks may still be on the hub.
+        (Err(_), Some(_)) => return Ok(None),
+        (Err(e), None) => return Err(e),
+    };
+    Ok(model.complete().then(|| dir.join(&model.first)))
 }
 
 /// `file` of `repo` at `commit` in the cache (downloaded unless its snapshot

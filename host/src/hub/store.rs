@@ -14,6 +14,11 @@ const MAX_REF: u64 = 4096;
 const MAX_TOKEN: u64 = 64 << 10;
 /// The largest index read from a snapshot.
 pub const MAX_INDEX: u64 = 64 << 20;
+/// How deep [`gguf_files`] walks a snapshot (GGUF repos keep quants in
+/// folders one or two deep).
+const MAX_DEPTH: usize = 8;
+/// How many entries [`gguf_files`] looks at.
+const MAX_FILES: usize = 100_000;
 
 /// The cache folder (`HF_HUB_CACHE`, else `$HF_HOME/hub`).
 pub struct Store {
@@ -49,13 +54,7 @@ impl Store {
     /// complete checkpoint there: config.json and the weights (every shard
     /// the index names, or at least one `.safetensors` file).
     pub fn cached_snapshot(&self, repo: &str, revision: &str) -> Option<PathBuf> {
-        let commit = if check::is_commit(revision) {
-            revision.to_string()
-        } else {
-            let r = read_small(&self.root.join(check::ref_path(repo, revision).ok()?), MAX_REF).ok()?;
-            check::commit(String::from_utf8(r).ok()?.trim()).ok()?.to_string()
-        };
-        let dir = self.root.join(check::snapshot_dir(repo, &commit).ok()?);
+        let dir = self.snapshot(repo, revision)?;
         if !dir.join("config.json").is_file() {
             return None;
         }
@@ -72,6 +71,18 @@ impl Store {
                 has.then_some(dir)
             }
         }
+    }
+
+    /// The snapshot folder of `repo` at `revision` (a commit, or what its
+    /// `refs/` file names), if the cache has it.
+    pub fn snapshot(&self, repo: &str, revision: &str) -> Option<PathBuf> {
+        let commit = if check::is_commit(revision) {
+            revision.to_string()
+        } else {
+            let r = read_small(&self.root.join(check::ref_path(repo, revision).ok()?), MAX_REF).ok()?;
+            check::commit(String::from_utf8(r).ok()?.trim()).ok()?.to_string()
+        };
+        Some(self.root.join(check::snapshot_dir(repo, &commit).ok()?)).filter(|d| d.is_dir())
     }
 
     /// Records that `revision` of `repo` is at `commit` (`refs/<revision>`),
@@ -163,6 +174,34 @@ fn try_lock(f: &std::fs::File) -> bool {
 #[cfg(not(unix))]
 fn try_lock(_: &std::fs::File) -> bool {
     true
+}
+
+/// The `.gguf` files of a snapshot folder whose blobs are there (a link
+/// to a blob still downloading is not a file yet), as `/`-separated paths
+/// relative to it. Folders are walked to [`MAX_DEPTH`] levels, never through
+/// a link, and at most [`MAX_FILES`] entries are looked at.
+pub fn gguf_files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![(dir.to_path_buf(), String::new(), 0)];
+    let mut seen = 0;
+    while let Some((d, rel, depth)) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > MAX_FILES {
+                return out;
+            }
+            let Some(name) = e.file_name().to_str().map(str::to_string) else { continue };
+            let path = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() && depth < MAX_DEPTH {
+                todo.push((e.path(), path, depth + 1));
+            } else if name.to_ascii_lowercase().ends_with(".gguf") && e.path().is_file() {
+                out.push(path);
+            }
+        }
+    }
+    out
 }
 
 /// The bytes free to this user on the file system holding `dir`, if known.

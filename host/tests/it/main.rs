@@ -97,6 +97,7 @@ mod cli {
     mod convert;
     mod default_model;
     mod hub;
+    mod hub_gguf;
     mod prompts;
 }
 

@@ -15,12 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-const IDS: &str = "1,5,9,33,70,2,101,7";
+pub(crate) const IDS: &str = "1,5,9,33,70,2,101,7";
 /// The commit the stand-in serves every repo at.
-const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+pub(crate) const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
 
 /// `famlx generate --model REPO` with the hub at `endpoint` and the cache in `home`.
-fn generate(repo: &str, home: &Path, endpoint: &str, env: &[(&str, &str)]) -> Output {
+pub(crate) fn generate(repo: &str, home: &Path, endpoint: &str, env: &[(&str, &str)]) -> Output {
     let mut c = famlx();
     c.args(["generate", "--model", repo, "--prompt-ids", IDS, "--max-tokens", "6", "--json"])
         .env("HF_HOME", home)
@@ -34,11 +34,11 @@ fn generate(repo: &str, home: &Path, endpoint: &str, env: &[(&str, &str)]) -> Ou
     c.output().unwrap()
 }
 
-fn tokens(o: &Output) -> serde_json::Value {
+pub(crate) fn tokens(o: &Output) -> serde_json::Value {
     json_of(o)["tokens"].clone()
 }
 
-fn fails(o: &Output) -> String {
+pub(crate) fn fails(o: &Output) -> String {
     let (out, err) = texts(o);
     assert!(!o.status.success(), "should have failed:\n{out}\n{err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -53,7 +53,7 @@ fn llama_repo() -> HubRepo {
     HubRepo::from_dir("famlx-test/llama", &fixture("llama-hf-bf16"), &[("pytorch_model.bin", b"not needed")])
 }
 
-fn expected() -> serde_json::Value {
+pub(crate) fn expected() -> serde_json::Value {
     let o = famlx()
         .args(["generate", "--model"])
         .arg(fixture("llama-hf-bf16"))
@@ -63,7 +63,7 @@ fn expected() -> serde_json::Value {
     tokens(&o)
 }
 
-fn file_gets(log: &[String]) -> Vec<String> {
+pub(crate) fn file_gets(log: &[String]) -> Vec<String> {
     log.iter().filter(|l| l.starts_with("GET") && l.contains("/resolve/")).cloned().collect()
 }
 

@@ -1,5 +1,5 @@
 //! A stand-in for the Hugging Face hub on 127.0.0.1, for tests of `--model
-//! org/name`: the repo-info API and the `resolve` file endpoint (ranges,
+//! org/name` (and of GGUF repos, `org/NAME-GGUF:TAG`): the repo-info API and the `resolve` file endpoint (ranges,
 //! ETag, X-Repo-Commit, HEAD), a private repo behind a token, and switches
 //! that make it hostile: a file's transfers cut halfway, headers of the
 //! test's choosing (an ETag or commit that is a path), a listing naming any
@@ -41,6 +41,12 @@ impl HubRepo {
         for (n, b) in extra {
             files.insert(n.to_string(), b.to_vec());
         }
+        HubRepo { id: id.into(), sha: "0123456789abcdef0123456789abcdef01234567".into(), files, token: None }
+    }
+
+    /// A repo holding `files` (names may have folders: `Q4_K_M/x.gguf`).
+    pub fn with_files(id: &str, files: Vec<(&str, Vec<u8>)>) -> HubRepo {
+        let files = files.into_iter().map(|(n, b)| (n.to_string(), b)).collect();
         HubRepo { id: id.into(), sha: "0123456789abcdef0123456789abcdef01234567".into(), files, token: None }
     }
 }

@@ -66,11 +66,16 @@ mod families {
 
     /// The text families of issue 36 (qwen2, gemma3, olmo, ...) against mlx-lm.
     pub(crate) mod text;
+
+    /// Real GGUF weights (SmolLM2 Q4_1, Gemma 3 270M Q4_K_M) against llama.cpp.
+    mod llamacpp;
 }
 
 /// Loading a checkpoint: fusion and quantization through a family's rewrite.
 mod model {
     mod fusion;
+    /// GGUF K-quants held packed.
+    mod gguf_kquant;
     mod split_quant;
 }
 

@@ -89,6 +89,14 @@ impl NormKind {
 }
 
 impl Norm {
+    /// The element type of the norm's scale (`None`: it has none).
+    pub fn dtype(&self) -> Option<crate::Dtype> {
+        match self {
+            Norm::Rms(n) => Some(n.weight.dtype()),
+            Norm::Layer(n) => n.weight.as_ref().map(Array::dtype),
+        }
+    }
+
     /// Applies the norm over the last axis.
     pub fn forward(&self, x: &Array) -> Result<Array> {
         match self {

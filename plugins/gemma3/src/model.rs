@@ -92,14 +92,7 @@ impl Model for GemmaLm {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let lm = &self.lm;
         let stage = lm.stage.as_ref();
-        let shape = [input.tokens.dim(0), input.tokens.dim(1), lm.hidden];
-        let mut h = Stage::enter(stage, &shape, lm.embed.dtype(), || {
-            let e = input.embed(&lm.embed)?;
-            match lm.embed_scale {
-                Some(s) => e.mul_s(s as f64),
-                None => Ok(e),
-            }
-        })?;
+        let mut h = lm.enter(input)?;
         let first = stage.map_or(0, |s| s.layers.start);
         for (i, b) in lm.blocks.iter().enumerate() {
             h = self.block(b, &h, caches, first + i)?;

@@ -86,8 +86,7 @@ impl Model for ScaledQueryLm {
     fn forward(&mut self, input: &Input, caches: &mut Caches<'_>) -> Result<Output> {
         let lm = &self.lm;
         let stage = lm.stage.as_ref();
-        let shape = [input.tokens.dim(0), input.tokens.dim(1), lm.hidden];
-        let mut h = Stage::enter(stage, &shape, lm.embed.dtype(), || input.embed(&lm.embed))?;
+        let mut h = lm.enter(input)?;
         let first = stage.map_or(0, |s| s.layers.start);
         if !lm.blocks.is_empty() {
             // One offset for every layer: they all hold the same tokens.

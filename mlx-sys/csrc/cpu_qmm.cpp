@@ -126,7 +126,9 @@ std::optional<mx::array> cpu_quantized_matmul(const mx::array& x, const mx::arra
   const bool off = env_is("FAMLX_CPU_QMM", "mlx");
   mx::Stream s = mx::default_stream(mx::default_device());
   if (off || s.device != mx::Device::cpu || !transpose || mode != "affine" || !biases) return std::nullopt;
-  if (!(bits == 4 || bits == 8) || group_size % 8 != 0 || x.ndim() < 1 || w.ndim() != 2) return std::nullopt;
+  // 5 bits (GGUF's Q5 types) with whole 32-value groups, float32 x only.
+  const bool five = bits == 5 && group_size % 32 == 0 && x.dtype() == mx::float32;
+  if (!(bits == 4 || bits == 8 || five) || group_size % 8 != 0 || x.ndim() < 1 || w.ndim() != 2) return std::nullopt;
   const int K = x.shape(-1);
   if (K == 0 || K % group_size != 0 || w.shape(1) * 32 / bits != K) return std::nullopt;
   if (scales.shape() != biases->shape() || scales.ndim() != 2 || scales.shape(0) != w.shape(0) ||

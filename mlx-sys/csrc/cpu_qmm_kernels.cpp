@@ -55,10 +55,14 @@ void load_row(const void* p, mx::Dtype t, size_t off, int n, float* dst) {
   for (int i = 0; i < n; i++) dst[i] = to_float(p, t, off + i);
 }
 
-// Quantized value k of a weight row.
+// Quantized value k of a weight row: a little-endian bit stream, so a
+// 5-bit value may straddle two words (a group of 32 is 5 whole words).
 inline uint32_t qval(const uint32_t* row, int bits, int k) {
-  const int per = 32 / bits;
-  return (row[k / per] >> (bits * (k % per))) & ((1u << bits) - 1);
+  const size_t bit = static_cast<size_t>(k) * bits;
+  const int at = static_cast<int>(bit % 32);
+  uint32_t v = row[bit / 32] >> at;
+  if (32 - at < bits) v |= row[bit / 32 + 1] << (32 - at);
+  return v & ((1u << bits) - 1);
 }
 
 // ---- one weight row at a time --------------------------------------------
@@ -147,6 +151,42 @@ __attribute__((target("avx2,fma,f16c"))) float row_q8_avx2(const uint32_t* w, co
       a0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(x), a0);
       q += 8;
       x += 8;
+    }
+    acc = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(scale_at(p.scales, p.scale_dtype, off + g)), acc);
+    bias += scale_at(p.biases, p.scale_dtype, off + g) * xsum[g];
+  }
+  return hsum(acc) + bias;
+}
+
+// One output of a 5-bit row (GGUF's Q5_0/Q5_1/Q5_K): each 8 values are 5
+// bytes; every 32-bit lane takes the two bytes holding its value (pshufb)
+// and shifts it down, then the group is summed as the 8-bit rows are.
+__attribute__((target("avx2,fma,f16c"))) float row_q5_avx2(const uint32_t* w, const float* x, const float* xsum,
+                                                            const QmmProblem& p, size_t off) {
+  const uint8_t* q = reinterpret_cast<const uint8_t*>(w);
+  // Lane j's value starts at bit 5j: bytes 5j/8 and the next, shift 5j%8.
+  const __m256i pick = _mm256_setr_epi8(0, 1, -1, -1, 0, 1, -1, -1, 1, 2, -1, -1, 1, 2, -1, -1,  //
+                                        2, 3, -1, -1, 3, 4, -1, -1, 3, 4, -1, -1, 4, 5, -1, -1);
+  const __m256i shift = _mm256_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3);
+  const __m256i mask = _mm256_set1_epi32(31);
+  __m256 acc = _mm256_setzero_ps();
+  float bias = 0.0f;
+  const int groups = p.K / p.gs;
+  for (int g = 0; g < groups; g++) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int k = 0; k < p.gs; k += 16) {
+      // Five bytes each (a wider load could run past the weights' end).
+      int64_t t0 = 0, t1 = 0;
+      std::memcpy(&t0, q, 5);
+      std::memcpy(&t1, q + 5, 5);
+      const __m256i v0 = _mm256_shuffle_epi8(_mm256_set1_epi64x(t0), pick);
+      const __m256i v1 = _mm256_shuffle_epi8(_mm256_set1_epi64x(t1), pick);
+      const __m256 q0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v0, shift), mask));
+      const __m256 q1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v1, shift), mask));
+      a0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(x), a0);
+      a1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(x + 8), a1);
+      q += 10;
+      x += 16;
     }
     acc = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(scale_at(p.scales, p.scale_dtype, off + g)), acc);
     bias += scale_at(p.biases, p.scale_dtype, off + g) * xsum[g];
@@ -333,7 +373,8 @@ void qmm_rows(const QmmProblem& p, const QmmRowsInput& in, int n0, int n1) {
     b.resize(groups);
   }
 #if defined(__x86_64__)
-  if (in.isa == Isa::Avx512) return qmm_rows_avx512(p, in, n0, n1);
+  // 5-bit rows take the AVX2 kernel on AVX-512 machines too.
+  if (in.isa == Isa::Avx512 && p.bits != 5) return qmm_rows_avx512(p, in, n0, n1);
 #endif
   for (int n = n0; n < n1; n++) {
     const uint32_t* wn = p.w + n * words;
@@ -349,8 +390,11 @@ void qmm_rows(const QmmProblem& p, const QmmRowsInput& in, int n0, int n1) {
       float r = 0.0f;
       switch (in.isa) {
 #if defined(__x86_64__)
+        case Isa::Avx512:
         case Isa::Avx2:
-          r = p.bits == 4 ? row_q4_avx2(wn, xpm, xsum, p, off) : row_q8_avx2(wn, xm, xsum, p, off);
+          r = p.bits == 4   ? row_q4_avx2(wn, xpm, xsum, p, off)
+              : p.bits == 5 ? row_q5_avx2(wn, xm, xsum, p, off)
+                            : row_q8_avx2(wn, xm, xsum, p, off);
           break;
 #endif
         default: {
@@ -384,6 +428,10 @@ void pack_panel(const QmmProblem& p, int n, float* panel, float* s, float* b) {
     const uint32_t* row = p.w + (n + j) * words;
     load_row(p.scales, p.scale_dtype, static_cast<size_t>(n + j) * groups, groups, s);
     load_row(p.biases, p.scale_dtype, static_cast<size_t>(n + j) * groups, groups, b);
+    if (32 % p.bits != 0) {
+      for (int k = 0; k < p.K; k++) panel[k * kPanel + j] = s[k / p.gs] * static_cast<float>(qval(row, p.bits, k)) + b[k / p.gs];
+      continue;
+    }
     const int per = 32 / p.bits;
     const uint32_t mask = (1u << p.bits) - 1;
     for (int wi = 0; wi < p.K / per; wi++) {

@@ -1,7 +1,7 @@
 //! The quantized matmul on CPU streams against `x @ dequantize(w).T`
 //! computed in float32: with float32 activations famlx's kernel (mlx-sys,
-//! replacing MLX's CPU one) to 1e-5 of the largest output, for 4 and 8
-//! bits, groups of 32, 64 and 128, one to three rows (weights streamed per
+//! replacing MLX's CPU one) to 1e-5 of the largest output, for 4, 5 and 8
+//! bits (float32 or float16 scales), groups of 32, 64 and 128, one to three rows (weights streamed per
 //! row) and four or more (dequantized panels: partial panels, row tails,
 //! depths past one cache block), the thread pool, a non-contiguous `x`;
 //! float16 / bfloat16 activations bit for bit as MLX's own kernel computes
@@ -83,4 +83,44 @@ fn check_all() {
         check(2, 33, 256, 8, 32, dtype, false);
         check(20, 50, 256, 4, 128, dtype, false);
     }
+    // 5 bits (GGUF's Q5 types), float32 activations: values straddle words.
+    for gs in [32, 64] {
+        check(1, 48, 256, 5, gs, Dtype::F32, false);
+        check(3, 40, 192, 5, gs, Dtype::F32, false);
+        check(7, 40, 192, 5, gs, Dtype::F32, false);
+    }
+    check(13, 50, 640, 5, 32, Dtype::F32, false);
+    check(3, 1000, 1024, 5, 32, Dtype::F32, true);
+    // float16 scales with float32 activations (a GGUF's Q4_0/Q5_0/Q8_0).
+    for bits in [4, 5, 8] {
+        check_half_scales(1, 64, 512, bits);
+        check_half_scales(9, 40, 256, bits);
+    }
+}
+
+/// float32 `x` against float16 scales and biases: famlx's kernel, within
+/// 1e-5 of the float32 product.
+fn check_half_scales(m: i32, n: i32, k: i32, bits: i32) {
+    let spec = QuantSpec::affine(32, bits);
+    let w = random::normal(&[n, k], Dtype::F32, 0.0, 1.0, None).unwrap().astype(Dtype::F16).unwrap();
+    let q = quant::quantize(&w, &spec).unwrap();
+    assert_eq!(q.scales.dtype(), Dtype::F16);
+    let x = random::normal(&[m, k], Dtype::F32, 0.0, 1.0, None).unwrap();
+    let got = quant::quantized_matmul(&x, &q, &spec, true).unwrap();
+    let census = mlx::graph_census(&[&got]).unwrap();
+    assert_eq!(census.iter().any(|(name, _)| name == "FamlxCpuQuantizedMatmul"), common::on_cpu(), "{census:?}");
+    assert_eq!(got.dtype(), Dtype::F32);
+    // The reference dequantizes from float32 copies of the scales (MLX's
+    // dequantize would compute in float16).
+    let wide = quant::Quantized {
+        w: q.w.clone(),
+        scales: q.scales.astype(Dtype::F32).unwrap(),
+        biases: Some(q.biases.as_ref().unwrap().astype(Dtype::F32).unwrap()),
+    };
+    let deq = quant::dequantize(&wide, &spec, Some(Dtype::F32)).unwrap();
+    let want = x.matmul(&deq.t().unwrap()).unwrap().to_vec::<f32>().unwrap();
+    let g = got.to_vec::<f32>().unwrap();
+    let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = g.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(d <= 1e-5 * scale, "m{m} n{n} k{k} {bits}-bit float16 scales: {d} of {scale}");
 }

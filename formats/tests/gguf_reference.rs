@@ -2,7 +2,7 @@
 //! `gguf` Python package gives (fixtures/gguf-quants, made by
 //! fixtures/make_gguf_fixtures.py).
 
-use famlx_formats::gguf::{affine, Decoded, Gguf, PlainDtype, ScaleType, GROUP};
+use famlx_formats::gguf::{affine, Decoded, GgmlType, Gguf, PlainDtype, ScaleType, GROUP};
 use half::{bf16, f16};
 use std::path::Path;
 
@@ -42,7 +42,7 @@ fn values(d: &Decoded) -> Vec<f32> {
 #[test]
 fn every_block_type_matches_gguf_py() {
     let (q, e) = (fixture("quants.gguf"), fixture("expected.gguf"));
-    assert!(q.tensors.len() >= 22, "{} tensors", q.tensors.len());
+    assert!(q.tensors.len() >= 26, "{} tensors", q.tensors.len());
     for t in &q.tensors {
         let want_t = e.tensors.iter().find(|x| x.name == t.name).unwrap();
         assert_eq!(t.shape(), want_t.shape(), "{}", t.name);
@@ -66,6 +66,8 @@ fn every_block_type_matches_gguf_py() {
                 let tol = match form {
                     // Exact: the very float32 gguf-py computes.
                     Some(f) if f.exact => 0.0,
+                    // IQ4_XS: one float32 rounding of `(v + 127) * scale`.
+                    Some(_) if t.ggml_type == GgmlType::IQ4_XS => (w.abs() + 127.0 * (hi - lo) / 240.0) * 2.0f32.powi(-23),
                     // Requantized to 8 bits over the group's range: half a
                     // step (and float32's rounding of it).
                     Some(_) => (hi - lo) / 510.0 + w.abs() * 2.0f32.powi(-20) + 1e-6,
@@ -81,7 +83,7 @@ fn every_block_type_matches_gguf_py() {
 #[test]
 fn kquant_forms_are_the_documented_ones() {
     use famlx_formats::gguf::GgmlType as T;
-    let exact = [T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::Q4_K, T::Q5_K];
+    let exact = [T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::Q4_K, T::Q5_K, T::IQ4_NL];
     for t in exact {
         assert!(affine::form(t).unwrap().exact, "{}", t.name());
     }

@@ -7,12 +7,15 @@
 //!   scales and biases), Q4_K and Q5_K (each 32-value sub-block's scale and
 //!   minimum are a float16 times a 6-bit integer; their products need more
 //!   than float16's 11 bits, so the scales and biases are float32).
+//!   IQ4_NL (a fixed 16-value grid of integers in -127..113, times a
+//!   float16 scale) as 8-bit integers `v + 127`, float32 scales.
 //! - **near-exact**: Q2_K, Q3_K and Q6_K have sub-blocks of 16, finer than
 //!   any group MLX has (32, 64, 128); each group of 32 is requantized to 8
 //!   bits between its own minimum and maximum (float32 scale and bias), so
-//!   a value moves by at most (max - min) / 510 of its group.
+//!   a value moves by at most (max - min) / 510 of its group. IQ4_XS as
+//!   IQ4_NL, within one float32 rounding (its scales are wider).
 
-use super::decode::{q2_k, q3_k, q6_k};
+use super::decode::{iq4_xs_scale, q2_k, q3_k, q6_k, IQ4_VALUES};
 use super::types::GgmlType;
 
 /// Values per quantization group.
@@ -48,6 +51,11 @@ pub fn form(ty: GgmlType) -> Option<AffineForm> {
         GgmlType::Q4_K => (4, ScaleType::F32, true),
         GgmlType::Q5_K => (5, ScaleType::F32, true),
         GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q6_K => (8, ScaleType::F32, false),
+        // The table's values plus 127 as 8-bit integers: exact for IQ4_NL;
+        // IQ4_XS's scale has 17 significant bits, so `(v + 127) * scale`
+        // may round by one float32 step before the bias takes 127 back.
+        GgmlType::IQ4_NL => (8, ScaleType::F32, true),
+        GgmlType::IQ4_XS => (8, ScaleType::F32, false),
         _ => return None,
     };
     Some(AffineForm { bits, scales, exact })
@@ -104,6 +112,8 @@ pub fn convert(ty: GgmlType, data: &[u8], block_bytes: usize, block_elems: usize
             GgmlType::Q8_0 => q8_0(block, &mut buf[0]),
             GgmlType::Q4_K => q4_k(block, &mut buf),
             GgmlType::Q5_K => q5_k(block, &mut buf),
+            GgmlType::IQ4_NL => iq4_nl(block, &mut buf[0]),
+            GgmlType::IQ4_XS => iq4_xs(block, &mut buf),
             _ => {
                 let dequant = match ty {
                     GgmlType::Q2_K => q2_k,
@@ -246,6 +256,25 @@ fn q5_k(b: &[u8], gs: &mut [Group]) {
         }
         k_group(b, 2 * j, &mut gs[2 * j]);
         k_group(b, 2 * j + 1, &mut gs[2 * j + 1]);
+    }
+}
+
+/// IQ4 indices as 8-bit integers `table value + 127`, bias `-127 scale`.
+fn iq4_group(qs: &[u8], scale: f32, g: &mut Group) {
+    for j in 0..16 {
+        g.q[j] = (IQ4_VALUES[(qs[j] & 0x0F) as usize] as i16 + 127) as u8;
+        g.q[j + 16] = (IQ4_VALUES[(qs[j] >> 4) as usize] as i16 + 127) as u8;
+    }
+    (g.scale, g.bias) = (scale, -127.0 * scale);
+}
+
+fn iq4_nl(b: &[u8], g: &mut Group) {
+    iq4_group(&b[2..18], half(b, 0), g);
+}
+
+fn iq4_xs(b: &[u8], gs: &mut [Group]) {
+    for (ib, g) in gs.iter_mut().enumerate() {
+        iq4_group(&b[8 + 16 * ib..8 + 16 * ib + 16], iq4_xs_scale(b, ib), g);
     }
 }
 

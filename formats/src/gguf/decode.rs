@@ -61,6 +61,8 @@ pub(super) fn decode<'a>(t: &TensorInfo, data: &'a [u8]) -> Result<Decoded<'a>> 
         GgmlType::Q4_K => q4_k,
         GgmlType::Q5_K => q5_k,
         GgmlType::Q6_K => q6_k,
+        GgmlType::IQ4_NL => iq4_nl,
+        GgmlType::IQ4_XS => iq4_xs,
         other => return Err(Error::new(format!("type {} is not readable", other.name()))),
     };
     let mut out = Vec::with_capacity(data.len() / bb * be);
@@ -247,6 +249,40 @@ pub(super) fn q6_k(b: &[u8], y: &mut [f32]) {
             y[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
             y[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
             y[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+        }
+    }
+}
+
+/// The 16 values IQ4_NL and IQ4_XS index (GGML's `kvalues_iq4nl`, a fixed
+/// non-uniform 4-bit grid: a format constant, not code).
+pub(super) const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+fn iq4_nl(b: &[u8], y: &mut [f32]) {
+    // d | qs[16]: values 0..16 the low nibbles, 16..32 the high.
+    let d = half_at(b, 0);
+    for j in 0..16 {
+        y[j] = d * IQ4_VALUES[(b[2 + j] & 0x0F) as usize] as f32;
+        y[j + 16] = d * IQ4_VALUES[(b[2 + j] >> 4) as usize] as f32;
+    }
+}
+
+/// IQ4_XS sub-block `ib`'s scale: `d * (ls - 32)` for its 6-bit `ls`.
+pub(super) fn iq4_xs_scale(b: &[u8], ib: usize) -> f32 {
+    let d = half_at(b, 0);
+    let high = u16::from_le_bytes([b[2], b[3]]);
+    let ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F) as i32 | ((((high >> (2 * ib)) & 3) as i32) << 4);
+    d * (ls - 32) as f32
+}
+
+fn iq4_xs(b: &[u8], y: &mut [f32]) {
+    // d | scales_h (u16) | scales_l[4] | qs[128]: sub-block ib's 32 values
+    // from qs[16 ib..16 ib + 16], low nibbles first.
+    for ib in 0..8 {
+        let dl = iq4_xs_scale(b, ib);
+        let qs = &b[8 + 16 * ib..8 + 16 * ib + 16];
+        for j in 0..16 {
+            y[32 * ib + j] = dl * IQ4_VALUES[(qs[j] & 0x0F) as usize] as f32;
+            y[32 * ib + j + 16] = dl * IQ4_VALUES[(qs[j] >> 4) as usize] as f32;
         }
     }
 }

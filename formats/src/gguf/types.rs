@@ -61,10 +61,10 @@ const TABLE: &[(u32, &str, Block)] = &[
     (17, "IQ2_XS", None),
     (18, "IQ3_XXS", None),
     (19, "IQ1_S", None),
-    (20, "IQ4_NL", None),
+    (20, "IQ4_NL", Some((32, 18))),
     (21, "IQ3_S", None),
     (22, "IQ2_S", None),
-    (23, "IQ4_XS", None),
+    (23, "IQ4_XS", Some((256, 136))),
     (24, "I8", Some((1, 1))),
     (25, "I16", Some((1, 2))),
     (26, "I32", Some((1, 4))),
@@ -104,6 +104,10 @@ impl GgmlType {
     pub const Q5_K: GgmlType = GgmlType(13);
     /// 6-bit k-quant
     pub const Q6_K: GgmlType = GgmlType(14);
+    /// 4-bit indices into a fixed 16-value table, one f16 scale per 32
+    pub const IQ4_NL: GgmlType = GgmlType(20);
+    /// IQ4_NL's table with super-blocks of 256 (a 6-bit scale per 32)
+    pub const IQ4_XS: GgmlType = GgmlType(23);
     /// int8
     pub const I8: GgmlType = GgmlType(24);
     /// int16

@@ -15,7 +15,16 @@ fn packed_kquants_matmul_as_their_float32_values() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/gguf-quants");
     let q = Checkpoint::open(&dir.join("quants.gguf")).unwrap();
     let e = Checkpoint::open(&dir.join("expected.gguf")).unwrap();
-    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q6_K] {
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+        GgmlType::Q6_K,
+    ] {
         let name = ty.name();
         let w = &q.tensors[&format!("{name}.weight")];
         let packed = Quantized {

@@ -1,8 +1,12 @@
 //! The qwen3 family (dense Qwen3): Llama-style blocks with per-head q/k RMS
 //! norms; config, weight-name rules and registration.
+//!
+//! Also reads GGUF files of llama.cpp's `qwen3` architecture (`gguf.rs`).
+
+mod gguf;
 
 use mlx::nn::Weights;
-use mlx::Result;
+use mlx::{Array, Result};
 use plugin_api::config::{
     context_length, eos_ids, field_or, named_scaling, one_of, positive_finite, rope, DecoderFields,
 };
@@ -74,7 +78,12 @@ impl Family for Qwen3Family {
     }
 
     fn catalog(&self) -> Vec<ModelInfo> {
-        vec![ModelInfo::text("qwen3").examples(&["Qwen/Qwen3-0.6B", "mlx-community/Qwen3-4B-4bit"])]
+        vec![ModelInfo::text("qwen3").examples(&["Qwen/Qwen3-0.6B", "mlx-community/Qwen3-4B-4bit"]).gguf("qwen3")]
+    }
+
+    /// config.json, or a GGUF file's metadata (architecture `qwen3`).
+    fn config(&self, raw: &Value) -> Result<Config> {
+        gguf::config(raw)
     }
 
     fn plan(&self, cfg: &Config, config: &Value) -> Result<ModelPlan> {
@@ -86,6 +95,16 @@ impl Family for Qwen3Family {
             .with_context(context_length(cfg.max_position_embeddings.unwrap_or(0), &scaling))
             .with_dtype(&field_or::<String>(config, "torch_dtype", "bfloat16".into())?)
             .with_head_dims(&[cfg.head_dim]))
+    }
+
+    /// A GGUF file's names as Hugging Face's; precomputed rotary
+    /// frequencies dropped.
+    fn rewrite(&self, _cfg: &Config, _plan: &ModelPlan, name: &str, t: Array) -> Result<Vec<(String, Array)>> {
+        let name = plugin_api::gguf::hf_name(name, &[]);
+        if name.contains("self_attn.rotary_emb.inv_freq") {
+            return Ok(vec![]);
+        }
+        Ok(vec![(name, t)])
     }
 
     /// One matmul for q/k/v and one for gate/up per layer.

@@ -6,13 +6,14 @@
 //! LongRoPE. SmolLM3 (`smollm3`) is Llama's decoder with rope left out of
 //! some layers (NoPE: `no_rope_layers`, or every `no_rope_layer_interval`-th).
 //! A GGUF file of llama.cpp's `llama` architecture with experts (as its
-//! converter writes Mixtral) gets routed experts in place of the MLP.
+//! converter writes Mixtral) gets routed experts in place of the MLP;
+//! llama.cpp's `smollm3` and `phi3` files are read too.
 
 pub mod gguf;
 
 use mlx::nn::RopeScaling;
 use mlx::nn::Weights;
-use mlx::nn::{GatedMlp, GluActivation::Silu, NormKind, Rope};
+use mlx::nn::{GatedMlp, GluActivation::Silu, Kind, NormKind, Rope};
 use mlx::{Array, Error, Result};
 use plugin_api::config::{
     config_error, context_length, eos_ids, field_or, implied_head_dim, in_range, limits, named_scaling, nullable,
@@ -228,7 +229,9 @@ impl Family for LlamaFamily {
                 .examples(&["meta-llama/Llama-3.2-1B-Instruct", "mlx-community/Llama-3.2-3B-Instruct-4bit"])
                 .gguf("llama"),
             ModelInfo::text("mistral").examples(&["mistralai/Mistral-7B-Instruct-v0.3"]),
-            ModelInfo::text("phi3").examples(&["microsoft/Phi-3-mini-4k-instruct", "microsoft/Phi-4-mini-instruct"]),
+            ModelInfo::text("phi3")
+                .examples(&["microsoft/Phi-3-mini-4k-instruct", "microsoft/Phi-4-mini-instruct"])
+                .gguf("phi3"),
             ModelInfo::text("smollm3").examples(&["HuggingFaceTB/SmolLM3-3B"]).gguf("smollm3"),
         ]
     }
@@ -264,6 +267,10 @@ impl Family for LlamaFamily {
         if !cfg.gguf {
             return Ok(vec![(name.to_string(), t)]);
         }
+        if cfg.is_phi3() {
+            // Phi-3's rows are Hugging Face's: nothing to unpermute.
+            return Ok(gguf::phi3_tensor_name(name).map(|hf| (hf, t)).into_iter().collect());
+        }
         let Some(hf) = gguf::tensor_name(name) else { return Ok(vec![]) };
         let t = if hf.contains("self_attn.q_proj.") {
             gguf::unpermute(&t, cfg.num_attention_heads)?
@@ -295,8 +302,21 @@ impl Family for LlamaFamily {
 
     fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let head_dim = cfg.head_dim()?;
-        let rope =
-            rope(cfg.rope_dims()?, cfg.rope_theta, cfg.rope_traditional, cfg.scaling_entry().as_ref(), cfg.context())?;
+        let rope = match cfg.scaling()? {
+            // A GGUF file's LongRoPE factors are a tensor (see `gguf`).
+            RopeScaling::LongRope { long_factor, mscale } if cfg.gguf => {
+                let factors = w.tensor(gguf::LONG_FACTORS, &[long_factor.len() as i32], Kind::Float)?;
+                let scaling = RopeScaling::LongRope { long_factor: factors.to_vec()?, mscale };
+                Rope::new(cfg.rope_dims()?, cfg.rope_theta, cfg.rope_traditional, &scaling)?
+            }
+            _ => rope(
+                cfg.rope_dims()?,
+                cfg.rope_theta,
+                cfg.rope_traditional,
+                cfg.scaling_entry().as_ref(),
+                cfg.context(),
+            )?,
+        };
         // GGUF files omit `output.weight` when the head is tied.
         let tied = match (cfg.gguf, cfg.tie_word_embeddings) {
             (true, _) => w.get("lm_head.weight").is_none(),

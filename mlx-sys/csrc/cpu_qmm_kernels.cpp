@@ -158,35 +158,44 @@ __attribute__((target("avx2,fma,f16c"))) float row_q8_avx2(const uint32_t* w, co
   return hsum(acc) + bias;
 }
 
-// One output of a 5-bit row (GGUF's Q5_0/Q5_1/Q5_K): each 8 values are 5
-// bytes; every 32-bit lane takes the two bytes holding its value (pshufb)
-// and shifts it down, then the group is summed as the 8-bit rows are.
+// One output of a 5-bit row (GGUF's Q5_0/Q5_1/Q5_K). A group's 32 values
+// are 20 bytes: two 16-byte loads (at 0 and 4, never past the group) go to
+// both halves of a register; pshufb puts the two bytes holding each value
+// in a 16-bit lane, a multiply by 2^(11 - shift) moves the value to the top
+// five bits and a shift by 11 brings it down; then they are summed as the
+// 8-bit rows are.
 __attribute__((target("avx2,fma,f16c"))) float row_q5_avx2(const uint32_t* w, const float* x, const float* xsum,
                                                             const QmmProblem& p, size_t off) {
   const uint8_t* q = reinterpret_cast<const uint8_t*>(w);
-  // Lane j's value starts at bit 5j: bytes 5j/8 and the next, shift 5j%8.
-  const __m256i pick = _mm256_setr_epi8(0, 1, -1, -1, 0, 1, -1, -1, 1, 2, -1, -1, 1, 2, -1, -1,  //
-                                        2, 3, -1, -1, 3, 4, -1, -1, 3, 4, -1, -1, 4, 5, -1, -1);
-  const __m256i shift = _mm256_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3);
-  const __m256i mask = _mm256_set1_epi32(31);
+  // Value i (0..15) starts at bit 5i: bytes 5i/8 and the next, from the
+  // load at byte 0; value 16 + i the same bytes plus 10, from the load at 4.
+  const __m256i pick_lo = _mm256_setr_epi8(0, 1, 0, 1, 1, 2, 1, 2, 2, 3, 3, 4, 3, 4, 4, 5,  //
+                                           5, 6, 5, 6, 6, 7, 6, 7, 7, 8, 8, 9, 8, 9, 9, 10);
+  const __m256i pick_hi = _mm256_setr_epi8(6, 7, 6, 7, 7, 8, 7, 8, 8, 9, 9, 10, 9, 10, 10, 11,  //
+                                           11, 12, 11, 12, 12, 13, 12, 13, 13, 14, 14, 15, 14, 15, 15, -1);
+  // 2^(11 - 5i % 8) for i = 0..15.
+  const __m256i mult = _mm256_setr_epi16(1 << 11, 1 << 6, 1 << 9, 1 << 4, 1 << 7, 1 << 10, 1 << 5, 1 << 8,  //
+                                         1 << 11, 1 << 6, 1 << 9, 1 << 4, 1 << 7, 1 << 10, 1 << 5, 1 << 8);
   __m256 acc = _mm256_setzero_ps();
   float bias = 0.0f;
   const int groups = p.K / p.gs;
   for (int g = 0; g < groups; g++) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    for (int k = 0; k < p.gs; k += 16) {
-      // Five bytes each (a wider load could run past the weights' end).
-      int64_t t0 = 0, t1 = 0;
-      std::memcpy(&t0, q, 5);
-      std::memcpy(&t1, q + 5, 5);
-      const __m256i v0 = _mm256_shuffle_epi8(_mm256_set1_epi64x(t0), pick);
-      const __m256i v1 = _mm256_shuffle_epi8(_mm256_set1_epi64x(t1), pick);
-      const __m256 q0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v0, shift), mask));
-      const __m256 q1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v1, shift), mask));
+    for (int k = 0; k < p.gs; k += 32) {
+      const __m256i b0 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+      const __m256i b1 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 4)));
+      const __m256i v0 = _mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(b0, pick_lo), mult), 11);
+      const __m256i v1 = _mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(b1, pick_hi), mult), 11);
+      const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v0)));
+      const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v0, 1)));
+      const __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v1)));
+      const __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v1, 1)));
       a0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(x), a0);
       a1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(x + 8), a1);
-      q += 10;
-      x += 16;
+      a0 = _mm256_fmadd_ps(q2, _mm256_loadu_ps(x + 16), a0);
+      a1 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(x + 24), a1);
+      q += 20;
+      x += 32;
     }
     acc = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(scale_at(p.scales, p.scale_dtype, off + g)), acc);
     bias += scale_at(p.biases, p.scale_dtype, off + g) * xsum[g];

@@ -235,9 +235,9 @@ fn q4_k(b: &[u8], gs: &mut [Group]) {
     let qs = &b[16..144];
     for j in 0..4 {
         let q = &qs[32 * j..32 * j + 32];
-        for l in 0..32 {
-            gs[2 * j].q[l] = q[l] & 0x0F;
-            gs[2 * j + 1].q[l] = q[l] >> 4;
+        for (l, &v) in q.iter().enumerate() {
+            gs[2 * j].q[l] = v & 0x0F;
+            gs[2 * j + 1].q[l] = v >> 4;
         }
         k_group(b, 2 * j, &mut gs[2 * j]);
         k_group(b, 2 * j + 1, &mut gs[2 * j + 1]);
@@ -250,9 +250,9 @@ fn q5_k(b: &[u8], gs: &mut [Group]) {
     let (qh, qs) = (&b[16..48], &b[48..176]);
     for j in 0..4 {
         let q = &qs[32 * j..32 * j + 32];
-        for l in 0..32 {
-            gs[2 * j].q[l] = (q[l] & 0x0F) | (((qh[l] >> (2 * j)) & 1) << 4);
-            gs[2 * j + 1].q[l] = (q[l] >> 4) | (((qh[l] >> (2 * j + 1)) & 1) << 4);
+        for (l, (&v, &h)) in q.iter().zip(qh).enumerate() {
+            gs[2 * j].q[l] = (v & 0x0F) | (((h >> (2 * j)) & 1) << 4);
+            gs[2 * j + 1].q[l] = (v >> 4) | (((h >> (2 * j + 1)) & 1) << 4);
         }
         k_group(b, 2 * j, &mut gs[2 * j]);
         k_group(b, 2 * j + 1, &mut gs[2 * j + 1]);
@@ -284,7 +284,7 @@ fn requantize8(v: &[f32], g: &mut Group) {
     let hi = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let scale = (hi - lo) / 255.0;
     g.bias = lo;
-    if !(scale > 0.0) || !scale.is_finite() {
+    if scale.is_nan() || scale <= 0.0 || !scale.is_finite() {
         // All equal (or not finite, which GGML blocks never hold): the bias
         // alone gives the value.
         g.scale = 0.0;

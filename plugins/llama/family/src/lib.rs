@@ -271,6 +271,10 @@ impl Family for LlamaFamily {
             // Phi-3's rows are Hugging Face's: nothing to unpermute.
             return Ok(gguf::phi3_tensor_name(name).map(|hf| (hf, t)).into_iter().collect());
         }
+        if name == plugin_api::gguf::ROPE_FREQS {
+            // Llama 3's rope scaling, read by the build.
+            return Ok(vec![(name.to_string(), t)]);
+        }
         let Some(hf) = gguf::tensor_name(name) else { return Ok(vec![]) };
         let t = if hf.contains("self_attn.q_proj.") {
             gguf::unpermute(&t, cfg.num_attention_heads)?
@@ -302,21 +306,7 @@ impl Family for LlamaFamily {
 
     fn build(&self, cfg: &Config, _plan: &ModelPlan, w: &dyn Weights) -> Result<Box<dyn Model>> {
         let head_dim = cfg.head_dim()?;
-        let rope = match cfg.scaling()? {
-            // A GGUF file's LongRoPE factors are a tensor (see `gguf`).
-            RopeScaling::LongRope { long_factor, mscale } if cfg.gguf => {
-                let factors = w.tensor(gguf::LONG_FACTORS, &[long_factor.len() as i32], Kind::Float)?;
-                let scaling = RopeScaling::LongRope { long_factor: factors.to_vec()?, mscale };
-                Rope::new(cfg.rope_dims()?, cfg.rope_theta, cfg.rope_traditional, &scaling)?
-            }
-            _ => rope(
-                cfg.rope_dims()?,
-                cfg.rope_theta,
-                cfg.rope_traditional,
-                cfg.scaling_entry().as_ref(),
-                cfg.context(),
-            )?,
-        };
+        let rope = rope_of(cfg, w)?;
         // GGUF files omit `output.weight` when the head is tied.
         let tied = match (cfg.gguf, cfg.tie_word_embeddings) {
             (true, _) => w.get("lm_head.weight").is_none(),
@@ -343,6 +333,25 @@ impl Family for LlamaFamily {
             let rope = if cfg.ropes(i) { rope.clone() } else { Rope::none() };
             DecoderBlock::load(w, p, &layout, &attention, rope, ffn)
         })?))
+    }
+}
+
+/// The rope a config describes, its scaling read from the tensors
+/// llama.cpp's converter stores it in, when the checkpoint has them (a
+/// GGUF file, or `famlx convert`'s output of one): LongRoPE's long factors
+/// (phi3, see [`gguf`]) and llama3's per-pair period factors
+/// (`rope_freqs`, Llama 3.1 / 3.2).
+fn rope_of(cfg: &Config, w: &dyn Weights) -> Result<Rope> {
+    let (dims, base, traditional) = (cfg.rope_dims()?, cfg.rope_theta, cfg.rope_traditional);
+    match cfg.scaling()? {
+        RopeScaling::LongRope { long_factor, mscale } if w.get(gguf::LONG_FACTORS).is_some() => {
+            let factors = w.tensor(gguf::LONG_FACTORS, &[long_factor.len() as i32], Kind::Float)?;
+            Rope::new(dims, base, traditional, &RopeScaling::LongRope { long_factor: factors.to_vec()?, mscale })
+        }
+        _ => match plugin_api::gguf::rope_from_freqs(w, dims, base, traditional)? {
+            Some(rope) => Ok(rope),
+            None => rope(dims, base, traditional, cfg.scaling_entry().as_ref(), cfg.context()),
+        },
     }
 }
 

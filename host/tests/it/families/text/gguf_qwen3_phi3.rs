@@ -1,7 +1,7 @@
 //! GGUF files of qwen3 and phi3 (llama.cpp's architectures of those
-//! names), written by llama.cpp's own converter from the bf16 fixtures
-//! `qwen3-bf16` and `phi3-bf16` (`fixtures/make_gguf_qwen3_phi3.py`, as
-//! f32): each against mlx-lm's numbers for the same weights in float32
+//! names) and of Llama 3, written by llama.cpp's own converter from the
+//! bf16 fixtures `qwen3-bf16`, `phi3-bf16` and `llama-bf16`
+//! (`fixtures/make_gguf_qwen3_phi3.py`, as f32): each against mlx-lm's numbers for the same weights in float32
 //! (`{name}-f32.expected.json` beside it, the fixture's prompts) at f32
 //! tolerances, and the tokenizer the file carries against the fixture's
 //! tokenizer cases.
@@ -50,6 +50,14 @@ fn phi3_longrope_f32() {
 #[test]
 fn phi3_4k_f32() {
     parity("phi3_4k", "phi3-bf16", "llama");
+}
+
+/// Llama 3.1 / 3.2 as llama.cpp's converter writes them (architecture
+/// `llama`): q/k rows unpermuted, the llama3 rope scaling from the
+/// `rope_freqs` tensor.
+#[test]
+fn llama3_f32() {
+    parity("llama3", "llama-bf16", "llama");
 }
 
 /// Metadata a family needs and the file lacks is refused naming the key.

@@ -1,8 +1,10 @@
 //! GGUF checkpoints of the llama, smollm3 and phi3 architectures:
 //! llama.cpp's metadata keys and tensor names in Hugging Face's terms (the
 //! shared rules of [`plugin_api::gguf`]), and the q/k row order its rope
-//! layout needs undone. SmolLM3's file stores no NoPE pattern: llama.cpp
-//! leaves rope out of every 4th layer, the config's default here too.
+//! layout needs undone. Llama 3.1 / 3.2's rope scaling comes as the
+//! `rope_freqs` tensor (`plugin_api::gguf::rope_from_freqs`). SmolLM3's
+//! file stores no NoPE pattern: llama.cpp leaves rope out of every 4th
+//! layer, the config's default here too.
 //!
 //! Phi-3 / Phi-4-mini (`phi3`): q/k/v stored fused (`attn_qkv`) and gate/up
 //! too (`ffn_up`, gate rows first), as Hugging Face stores them; NeoX rope,

@@ -128,7 +128,7 @@ mod gguf_llamalike;
 mod gguf_olmo_granite;
 /// GGUF files of seed_oss, hunyuan_v1_dense, ernie4_5 and ernie4_5_moe.
 mod gguf_others;
-/// GGUF files of qwen3 and phi3 (the llama family), written by llama.cpp's converter.
+/// GGUF files of qwen3, phi3 and Llama 3 (the llama family), written by llama.cpp's converter.
 mod gguf_qwen3_phi3;
 /// glm4 (plugin famlx-plugin-glm4).
 mod glm4;

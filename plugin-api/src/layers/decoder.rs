@@ -326,25 +326,25 @@ impl DecoderLm {
         })
     }
 
-    /// The residual stream's element type: the embedding's, except that
-    /// half-precision embeddings feeding float32 norms are widened to
-    /// float32. A GGUF file is that case (its norms are float32, its
-    /// quantized embedding dequantizes to float16), and llama.cpp computes
-    /// its activations in float32: rounding the embeddings to half
-    /// precision moved Gemma 3 270M's logits by up to 0.6 from llama.cpp's.
-    pub fn stream_dtype(&self) -> mlx::Dtype {
+    /// The element type the embeddings are widened to, if any: float32 for
+    /// half-precision embeddings feeding float32 norms. A GGUF file is that
+    /// case (its norms are float32, its quantized embedding dequantizes to
+    /// float16), and llama.cpp computes its activations in float32: rounding
+    /// the embeddings to half precision moved Gemma 3 270M's logits by up to
+    /// 0.6 from llama.cpp's. Otherwise the embeddings stay as they come.
+    fn widened(&self) -> Option<mlx::Dtype> {
         use mlx::Dtype::{BF16, F16, F32};
-        match self.embed.dtype() {
-            F16 | BF16 if self.norm.dtype() == Some(F32) => F32,
-            d => d,
-        }
+        let half = matches!(self.embed.dtype(), F16 | BF16);
+        (half && self.norm.dtype() == Some(F32)).then_some(F32)
     }
 
-    /// The input's embeddings, in the stream's type and scaled.
+    /// The input's embeddings, scaled; half-precision ones feeding float32
+    /// norms are widened to float32 first (a GGUF file's, as llama.cpp computes).
     pub fn embeddings(&self, input: &crate::family::Input) -> Result<Array> {
-        let e = input.embed(&self.embed)?;
-        let dt = self.stream_dtype();
-        let e = if e.dtype() == dt { e } else { e.astype(dt)? };
+        let mut e = input.embed(&self.embed)?;
+        if let Some(dt) = self.widened().filter(|&dt| e.dtype() != dt) {
+            e = e.astype(dt)?;
+        }
         match self.embed_scale {
             Some(s) => e.mul_s(s as f64),
             None => Ok(e),
@@ -356,7 +356,8 @@ impl DecoderLm {
     /// the previous stage sent otherwise.
     pub fn enter(&self, input: &crate::family::Input) -> Result<Array> {
         let shape = [input.tokens.dim(0), input.tokens.dim(1), self.hidden];
-        Stage::enter(self.stage.as_ref(), &shape, self.stream_dtype(), || self.embeddings(input))
+        let dtype = self.widened().unwrap_or(self.embed.dtype());
+        Stage::enter(self.stage.as_ref(), &shape, dtype, || self.embeddings(input))
     }
 }
 

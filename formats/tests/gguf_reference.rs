@@ -67,7 +67,9 @@ fn every_block_type_matches_gguf_py() {
                     // Exact: the very float32 gguf-py computes.
                     Some(f) if f.exact => 0.0,
                     // IQ4_XS: one float32 rounding of `(v + 127) * scale`.
-                    Some(_) if t.ggml_type == GgmlType::IQ4_XS => (w.abs() + 127.0 * (hi - lo) / 240.0) * 2.0f32.powi(-23),
+                    Some(_) if t.ggml_type == GgmlType::IQ4_XS => {
+                        (w.abs() + 127.0 * (hi - lo) / 240.0) * 2.0f32.powi(-23)
+                    }
                     // Requantized to 8 bits over the group's range: half a
                     // step (and float32's rounding of it).
                     Some(_) => (hi - lo) / 510.0 + w.abs() * 2.0f32.powi(-20) + 1e-6,
@@ -95,4 +97,3 @@ fn kquant_forms_are_the_documented_ones() {
     assert_eq!(affine::form(T::Q4_K).unwrap().scales, ScaleType::F32);
     assert_eq!(affine::form(T::Q4_0).unwrap().scales, ScaleType::F16);
 }
-

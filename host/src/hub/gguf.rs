@@ -10,6 +10,7 @@
 //! (`*imatrix*`) files are never models.
 
 use anyhow::{bail, Result};
+use famlx_formats::gguf::{part_name, split_name};
 use famlx_formats::hub as check;
 
 /// The longest quantization tag accepted after `org/name:`.
@@ -48,11 +49,11 @@ impl Model {
 /// `Ok(None)` when `m` is not one (a local path); an error when the part
 /// before the `:` is a repo id and the tag is not a tag.
 pub fn hub_ref(m: &str) -> Result<Option<(&str, Option<&str>)>> {
-    if super::is_repo_id(m) {
+    if check::repo_folder(m).is_ok() {
         return Ok(Some((m, None)));
     }
     let Some((repo, tag)) = m.rsplit_once(':') else { return Ok(None) };
-    if !super::is_repo_id(repo) {
+    if check::repo_folder(repo).is_err() {
         return Ok(None);
     }
     let ok = !tag.is_empty()
@@ -66,32 +67,6 @@ pub fn hub_ref(m: &str) -> Result<Option<(&str, Option<&str>)>> {
         );
     }
     Ok(Some((repo, Some(tag))))
-}
-
-/// `(prefix, part, parts, extension)` of a split part's name
-/// (`PREFIX-00002-of-00003.gguf`, five digits each, as llama.cpp writes them).
-pub fn split_name(name: &str) -> Option<(&str, usize, usize, &str)> {
-    let (stem, ext) = name.split_at(name.len().checked_sub(5)?);
-    if !ext.eq_ignore_ascii_case(".gguf") {
-        return None;
-    }
-    // "-00001-of-00003" is 15 bytes.
-    let (prefix, tail) = stem.split_at(stem.len().checked_sub(15)?);
-    let b = tail.as_bytes();
-    let digits = |r: std::ops::Range<usize>| -> Option<usize> {
-        b[r.clone()].iter().all(u8::is_ascii_digit).then(|| tail[r].parse().ok())?
-    };
-    if b[0] != b'-' || &tail[6..10] != "-of-" || prefix.is_empty() {
-        return None;
-    }
-    let (no, of) = (digits(1..6)?, digits(10..15)?);
-    (no >= 1 && no <= of).then_some((prefix, no, of, ext))
-}
-
-/// The file name of part `no` of a split model whose first part is `first`.
-pub fn part_name(first: &str, no: usize) -> Option<String> {
-    let (prefix, _, of, ext) = split_name(first)?;
-    Some(format!("{prefix}-{no:05}-of-{of:05}{ext}"))
 }
 
 /// Whether `file` (a path in the repo) is a model GGUF: `.gguf`, and not a

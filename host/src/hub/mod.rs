@@ -58,12 +58,6 @@ pub fn resolve_model(m: &str, revision: Option<&str>) -> Result<PathBuf> {
     fetch(repo, revision.unwrap_or("main"), tag)
 }
 
-/// `org/name` as the hub allows it: two parts of letters, digits, `-`, `_`,
-/// `.` (see [`famlx_formats::hub::repo_folder`]).
-pub fn is_repo_id(s: &str) -> bool {
-    check::repo_folder(s).is_ok()
-}
-
 fn offline() -> bool {
     std::env::var("HF_HUB_OFFLINE")
         .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
@@ -319,7 +313,10 @@ fn describe_file(client: &Client, repo: &str, file: &str, e: &Failure) -> String
 
 #[cfg(test)]
 mod tests {
-    use super::is_repo_id;
+    /// `org/name` as the hub allows it (what `--model` takes for a repo).
+    fn is_repo_id(s: &str) -> bool {
+        super::check::repo_folder(s).is_ok()
+    }
 
     #[test]
     fn repo_ids() {

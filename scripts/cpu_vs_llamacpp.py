@@ -4,7 +4,9 @@
 Alternates ``famlx bench --json`` and llama.cpp (node-llama-cpp 3.22.1's
 prebuilt CPU build, through scripts/llamacpp_bench.mjs) for --rounds rounds,
 one process at a time, and prints the medians and famlx / llama.cpp ratios
-for prompt and decode tok/s, plus famlx's decode graph size.
+for prompt and decode tok/s, plus famlx's decode graph size; the weights'
+memory (famlx's `model_memory_bytes`, node-llama-cpp's `model.size`) and
+each process's peak resident memory.
 
 node-llama-cpp is installed with npm into ~/.cache/famlx/llamacpp-bench on
 first use. The GGUF defaults to the embedded default model (fetched by
@@ -50,18 +52,33 @@ def default_gguf(famlx):
     return found[0]
 
 
+def peak_rss_of(cmd, cwd=None):
+    """Runs cmd, returns (stdout, peak resident bytes of that process)."""
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        sys.exit(f"{cmd} failed ({p.returncode})")
+    return out, ru.ru_maxrss * 1024
+
+
 def run_famlx(famlx, gguf, p, g, default):
     cmd = [famlx, "bench", "-p", str(p), "-g", str(g), "-n", "1", "--json"]
     if not default:
         cmd += ["--model", str(gguf)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    out, rss = peak_rss_of(cmd)
+    j = json.loads(out)
+    j["peak_rss_bytes"] = rss
+    return j
 
 
 def run_llamacpp(d, gguf, p, g, threads):
     cmd = ["node", "llamacpp_bench.mjs", str(gguf), str(p), str(g), "1", str(threads)]
-    out = subprocess.run(cmd, cwd=d, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    out, rss = peak_rss_of(cmd, cwd=d)
+    j = json.loads(out.strip().splitlines()[-1])
+    j["peak_rss_bytes"] = rss
+    return j
 
 
 def main():
@@ -76,22 +93,27 @@ def main():
     gguf = pathlib.Path(a.gguf) if a.gguf else default_gguf(a.famlx)
     d = harness_dir()
     rows = {"famlx": [], "llama.cpp": []}
+    mem = {"famlx": [], "llama.cpp": []}
     nodes = None
     for r in range(a.rounds):
         f = run_famlx(a.famlx, gguf, a.p, a.g, a.gguf is None)
         m = f["median"]
         rows["famlx"].append((m["prompt_tps"], m["generation_tps"]))
+        mem["famlx"].append((f.get("model_memory_bytes", 0), f["peak_rss_bytes"]))
         nodes = (f.get("decode_graph") or {}).get("nodes")
         lc = run_llamacpp(d, gguf, a.p, a.g, a.threads)
         rows["llama.cpp"].append((lc["prompt_tps"], lc["generation_tps"]))
+        mem["llama.cpp"].append((lc.get("model_bytes", 0), lc["peak_rss_bytes"]))
         print(f"round {r + 1}: famlx {rows['famlx'][-1][0]:.1f} / {rows['famlx'][-1][1]:.2f}, "
               f"llama.cpp {rows['llama.cpp'][-1][0]:.1f} / {rows['llama.cpp'][-1][1]:.2f} (prompt / decode tok/s)",
               file=sys.stderr)
     med = {k: (statistics.median(v[0] for v in rows[k]), statistics.median(v[1] for v in rows[k])) for k in rows}
     print(f"{gguf.name}, p{a.p} g{a.g}, median of {a.rounds} alternating rounds, {a.threads} llama.cpp threads")
-    print(f"{'':12}{'prompt tok/s':>14}{'decode tok/s':>14}")
+    print(f"{'':12}{'prompt tok/s':>14}{'decode tok/s':>14}{'weights MB':>12}{'peak RSS MB':>13}")
     for k in ("famlx", "llama.cpp"):
-        print(f"{k:12}{med[k][0]:14.1f}{med[k][1]:14.2f}")
+        w = statistics.median(v[0] for v in mem[k]) / 1e6
+        r = statistics.median(v[1] for v in mem[k]) / 1e6
+        print(f"{k:12}{med[k][0]:14.1f}{med[k][1]:14.2f}{w:12.1f}{r:13.1f}")
     print(f"{'ratio':12}{med['famlx'][0] / med['llama.cpp'][0]:14.2f}{med['famlx'][1] / med['llama.cpp'][1]:14.2f}")
     if nodes is not None:
         print(f"famlx decode graph: {nodes} nodes")

@@ -36,4 +36,4 @@ const median = k => {
   const v = trials.map(o => o[k]).sort((a, b) => a - b);
   return v[Math.floor(v.length / 2)];
 };
-console.log(JSON.stringify({tool: "llama.cpp", trials, prompt_tps: median("prompt_tps"), generation_tps: median("generation_tps")}));
+console.log(JSON.stringify({tool: "llama.cpp", trials, prompt_tps: median("prompt_tps"), generation_tps: median("generation_tps"), model_bytes: model.size}));

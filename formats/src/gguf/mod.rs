@@ -118,6 +118,21 @@ impl Gguf {
         let data = self.data(t).ok_or_else(|| unsupported(t))?;
         decode::decode(t, data).map_err(|e| Error(format!("tensor {}: {e}", t.name)))
     }
+
+    /// Tells the OS that tensor `t`'s mapped pages are not needed any more
+    /// (its data was copied out): a file read tensor by tensor does not stay
+    /// resident beside its copy. The pages come back from the file if touched
+    /// again; an in-memory file is left alone.
+    pub fn release(&self, t: &TensorInfo) {
+        if let (Bytes::Mapped(m), Some(n)) = (&self.bytes, t.nbytes) {
+            // SAFETY: the mapping is a read-only, shared file mapping, so
+            // MADV_DONTNEED drops clean pages that are re-read from the file
+            // on the next access: no content any reference sees changes.
+            #[cfg(unix)]
+            let _ =
+                unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, t.start as usize, n as usize) };
+        }
+    }
 }
 
 fn unsupported(t: &TensorInfo) -> Error {

@@ -15,7 +15,7 @@
 //!   a value moves by at most (max - min) / 510 of its group. IQ4_XS as
 //!   IQ4_NL, within one float32 rounding (its scales are wider).
 
-use super::blocks::{iq4_xs_scale, q2_k, q3_k, q6_k, IQ4_VALUES};
+use super::blocks::{half_at, iq4_xs_scale, q2_k, q3_k, q5_high, q6_k, scale_min_k4, IQ4_VALUES};
 use super::types::GgmlType;
 
 /// Values per quantization group.
@@ -151,10 +151,6 @@ fn pack(q: &[u8; GROUP], bits: u32, out: &mut Vec<u32>) {
     }
 }
 
-fn half(b: &[u8], i: usize) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
-}
-
 /// A float16 rounding of `x` (biases like -8d are float16 in the exact
 /// float16 forms; `x` is exact there unless it overflows).
 fn f16_round(x: f32) -> f32 {
@@ -171,19 +167,19 @@ fn nibbles(qs: &[u8], q: &mut [u8; GROUP]) {
 
 fn q4_0(b: &[u8], g: &mut Group) {
     // value = (q - 8) d
-    let d = half(b, 0);
+    let d = half_at(b, 0);
     nibbles(&b[2..18], &mut g.q);
     (g.scale, g.bias) = (d, f16_round(-8.0 * d));
 }
 
 fn q4_1(b: &[u8], g: &mut Group) {
     nibbles(&b[4..20], &mut g.q);
-    (g.scale, g.bias) = (half(b, 0), half(b, 2));
+    (g.scale, g.bias) = (half_at(b, 0), half_at(b, 2));
 }
 
 /// Q5_0 / Q5_1: nibbles as Q4, fifth bits from a 32-bit mask.
 fn fives(qh: &[u8], qs: &[u8], q: &mut [u8; GROUP]) {
-    let h = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    let h = q5_high(qh);
     nibbles(qs, q);
     for (j, v) in q.iter_mut().enumerate() {
         *v |= (((h >> j) & 1) << 4) as u8;
@@ -192,40 +188,30 @@ fn fives(qh: &[u8], qs: &[u8], q: &mut [u8; GROUP]) {
 
 fn q5_0(b: &[u8], g: &mut Group) {
     // value = (q - 16) d
-    let d = half(b, 0);
+    let d = half_at(b, 0);
     fives(&b[2..6], &b[6..22], &mut g.q);
     (g.scale, g.bias) = (d, f16_round(-16.0 * d));
 }
 
 fn q5_1(b: &[u8], g: &mut Group) {
     fives(&b[4..8], &b[8..24], &mut g.q);
-    (g.scale, g.bias) = (half(b, 0), half(b, 2));
+    (g.scale, g.bias) = (half_at(b, 0), half_at(b, 2));
 }
 
 fn q8_0(b: &[u8], g: &mut Group) {
     // value = q d for signed q: stored unsigned (q + 128), bias -128d.
-    let d = half(b, 0);
+    let d = half_at(b, 0);
     for (v, &s) in g.q.iter_mut().zip(&b[2..34]) {
         *v = s ^ 0x80;
     }
     (g.scale, g.bias) = (d, f16_round(-128.0 * d));
 }
 
-/// Q4_K / Q5_K: sub-block `j`'s 6-bit scale and minimum.
-fn scale_min(j: usize, s: &[u8]) -> (f32, f32) {
-    let (sc, m) = if j < 4 {
-        (s[j] & 63, s[j + 4] & 63)
-    } else {
-        ((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
-    };
-    (sc as f32, m as f32)
-}
-
 /// Scale and bias of K-quant sub-block `j`, computed as gguf-py does
 /// (`d * sc` and `-(dmin * m)` in float32, both exact there).
 fn k_group(b: &[u8], j: usize, g: &mut Group) {
-    let (d, dmin) = (half(b, 0), half(b, 2));
-    let (sc, m) = scale_min(j, &b[4..16]);
+    let (d, dmin) = (half_at(b, 0), half_at(b, 2));
+    let (sc, m) = scale_min_k4(j, &b[4..16]);
     (g.scale, g.bias) = (d * sc, -(dmin * m));
 }
 
@@ -269,7 +255,7 @@ fn iq4_group(qs: &[u8], scale: f32, g: &mut Group) {
 }
 
 fn iq4_nl(b: &[u8], g: &mut Group) {
-    iq4_group(&b[2..18], half(b, 0), g);
+    iq4_group(&b[2..18], half_at(b, 0), g);
 }
 
 fn iq4_xs(b: &[u8], gs: &mut [Group]) {

@@ -4,7 +4,7 @@
 
 use half::f16;
 
-fn half_at(b: &[u8], i: usize) -> f32 {
+pub(super) fn half_at(b: &[u8], i: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
 }
 
@@ -27,7 +27,7 @@ pub(super) fn q4_1(b: &[u8], y: &mut [f32]) {
 }
 
 /// The fifth bits of a Q5 block's 32 values (bit j is value j's).
-fn q5_high(b: &[u8]) -> u32 {
+pub(super) fn q5_high(b: &[u8]) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
@@ -64,7 +64,7 @@ pub(super) fn q8_0(b: &[u8], y: &mut [f32]) {
 
 /// Layout of a 256-value k-quant super-block: the scale / minimum pairs of
 /// its eight sub-blocks of 32, six bits each, packed into 12 bytes (Q4_K, Q5_K).
-fn scale_min_k4(j: usize, s: &[u8]) -> (f32, f32) {
+pub(super) fn scale_min_k4(j: usize, s: &[u8]) -> (f32, f32) {
     let (sc, m) = if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
     } else {

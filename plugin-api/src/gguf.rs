@@ -142,6 +142,37 @@ pub fn rope_scaling(meta: &Value, arch: &str) -> Option<Value> {
     })
 }
 
+/// An error naming `{arch}.rope.scaling.type` when the config got a
+/// `rope_scaling` (from [`rope_scaling`]) that `family` does not implement.
+pub fn refuse_rope_scaling(c: &Map<String, Value>, arch: &str, family: &str) -> Result<()> {
+    match c.get("rope_scaling") {
+        Some(s) => {
+            let kind = s.get("type").and_then(Value::as_str).unwrap_or("?");
+            let what = format!("is `{kind}`, which the {family} family does not implement");
+            Err(key_error(arch, "rope.scaling.type", &what))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Hugging Face's `partial_rotary_factor` from `{arch}.rope.dimension_count`
+/// over the head size (`hidden_size / num_attention_heads`); the count must
+/// be in 1..=head size. Left out when the width or head count is missing
+/// (parsing the config names them).
+pub fn partial_rotary(meta: &Value, arch: &str, c: &mut Map<String, Value>) -> Result<()> {
+    let dims = get(meta, arch, "rope.dimension_count").and_then(Value::as_f64).unwrap_or(0.0);
+    let hidden = c.get("hidden_size").and_then(Value::as_f64).unwrap_or(0.0);
+    let heads = c.get("num_attention_heads").and_then(Value::as_f64).unwrap_or(0.0);
+    if hidden > 0.0 && heads > 0.0 {
+        let head_dim = (hidden / heads).floor();
+        if !(dims > 0.0 && dims <= head_dim) {
+            return Err(key_error(arch, "rope.dimension_count", &format!("is {dims}, must be in 1..={head_dim}")));
+        }
+        c.insert("partial_rotary_factor".into(), json!(dims / head_dim));
+    }
+    Ok(())
+}
+
 /// An error naming `{arch}.{key}` when the metadata lacks it (a key
 /// llama.cpp requires, where the family's config.json has a default).
 pub fn require(meta: &Value, arch: &str, key: &str) -> Result<()> {
@@ -284,6 +315,35 @@ pub fn rope_from_freqs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partial_rotary_is_the_rotated_share_of_a_head() {
+        let meta = json!({"phi2.rope.dimension_count": 32});
+        let mut c = Map::new();
+        c.insert("hidden_size".into(), json!(256));
+        c.insert("num_attention_heads".into(), json!(4));
+        partial_rotary(&meta, "phi2", &mut c).unwrap();
+        assert_eq!(c["partial_rotary_factor"], json!(0.5));
+        let wide = json!({"phi2.rope.dimension_count": 65});
+        let e = partial_rotary(&wide, "phi2", &mut c).unwrap_err().to_string();
+        assert!(e.contains("`phi2.rope.dimension_count` is 65, must be in 1..=64"), "{e}");
+        // No width: nothing derived (parsing names the missing field).
+        let mut bare = Map::new();
+        partial_rotary(&meta, "phi2", &mut bare).unwrap();
+        assert!(!bare.contains_key("partial_rotary_factor"));
+    }
+
+    #[test]
+    fn rope_scaling_a_family_lacks_is_refused_naming_the_key() {
+        let mut c = Map::new();
+        refuse_rope_scaling(&c, "stablelm", "stablelm").unwrap();
+        c.insert("rope_scaling".into(), json!({"type": "yarn"}));
+        let e = refuse_rope_scaling(&c, "stablelm", "stablelm").unwrap_err().to_string();
+        assert!(
+            e.contains("`stablelm.rope.scaling.type` is `yarn`, which the stablelm family does not implement"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn names_map_to_hugging_face() {

@@ -5,9 +5,9 @@
 //! `fc1` / `fc2`, its output norm Phi's `final_layernorm`.
 
 use mlx::Result;
-use plugin_api::gguf::{get, key_error, read_config, require, Key, DECODER_KEYS};
+use plugin_api::gguf::{partial_rotary, read_config, refuse_rope_scaling, require, Key, DECODER_KEYS};
 use plugin_api::FamilyConfig;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// The metadata key prefix.
 const ARCH: &str = "phi2";
@@ -32,24 +32,8 @@ pub fn config<C: FamilyConfig>(raw: &Value) -> Result<C> {
     read_config(raw, ARCH, &[DECODER_KEYS, NORM_KEYS], |c| {
         require(raw, ARCH, "attention.layer_norm_epsilon")?;
         require(raw, ARCH, "rope.dimension_count")?;
-        if let Some(s) = c.get("rope_scaling") {
-            let kind = s.get("type").and_then(Value::as_str).unwrap_or("?");
-            return Err(key_error(
-                ARCH,
-                "rope.scaling.type",
-                &format!("is `{kind}`, which the phi family does not implement"),
-            ));
-        }
-        let dims = get(raw, ARCH, "rope.dimension_count").and_then(Value::as_f64).unwrap_or(0.0);
-        let hidden = c.get("hidden_size").and_then(Value::as_f64).unwrap_or(0.0);
-        let heads = c.get("num_attention_heads").and_then(Value::as_f64).unwrap_or(0.0);
-        if hidden > 0.0 && heads > 0.0 {
-            let head_dim = (hidden / heads).floor();
-            if !(dims > 0.0 && dims <= head_dim) {
-                return Err(key_error(ARCH, "rope.dimension_count", &format!("is {dims}, must be in 1..={head_dim}")));
-            }
-            c.insert("partial_rotary_factor".into(), json!(dims / head_dim));
-        }
+        refuse_rope_scaling(c, ARCH, "phi")?;
+        partial_rotary(raw, ARCH, c)?;
         Ok(())
     })
 }

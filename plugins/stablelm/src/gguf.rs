@@ -7,7 +7,7 @@
 //! those norms are there, so the family looks for them among the weights.
 
 use mlx::{Array, Result};
-use plugin_api::gguf::{get, key_error, read_config, require, Key, DECODER_KEYS};
+use plugin_api::gguf::{partial_rotary, read_config, refuse_rope_scaling, require, Key, DECODER_KEYS};
 use plugin_api::FamilyConfig;
 use serde_json::{json, Value};
 
@@ -27,22 +27,9 @@ pub fn config<C: FamilyConfig>(raw: &Value) -> Result<C> {
     read_config(raw, ARCH, &[DECODER_KEYS, KEYS], |c| {
         require(raw, ARCH, "attention.layer_norm_epsilon")?;
         require(raw, ARCH, "rope.dimension_count")?;
-        if let Some(s) = c.get("rope_scaling") {
-            let kind = s.get("type").and_then(Value::as_str).unwrap_or("?");
-            let what = format!("is `{kind}`, which the stablelm family does not implement");
-            return Err(key_error(ARCH, "rope.scaling.type", &what));
-        }
+        refuse_rope_scaling(c, ARCH, "stablelm")?;
         c.entry("rope_theta").or_insert(json!(10000.0));
-        let dims = get(raw, ARCH, "rope.dimension_count").and_then(Value::as_f64).unwrap_or(0.0);
-        let hidden = c.get("hidden_size").and_then(Value::as_f64).unwrap_or(0.0);
-        let heads = c.get("num_attention_heads").and_then(Value::as_f64).unwrap_or(0.0);
-        if hidden > 0.0 && heads > 0.0 {
-            let head_dim = (hidden / heads).floor();
-            if !(dims > 0.0 && dims <= head_dim) {
-                return Err(key_error(ARCH, "rope.dimension_count", &format!("is {dims}, must be in 1..={head_dim}")));
-            }
-            c.insert("partial_rotary_factor".into(), json!(dims / head_dim));
-        }
+        partial_rotary(raw, ARCH, c)?;
         c.insert("use_qkv_bias".into(), json!(false));
         c.insert("qk_layernorm".into(), json!(false));
         c.insert("optional_tensors_from_weights".into(), json!(true));

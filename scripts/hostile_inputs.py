@@ -415,7 +415,8 @@ def hub_cases(c, famlx):
         def do_GET(self, head=False):
             path = self.path.split("?")[0]
             if path.startswith(f"/api/models/{repo}/revision/"):
-                body = json.dumps({"sha": fault.get("listing_sha", sha), "siblings": [{"rfilename": f} for f in files]}).encode()
+                listed = list(files) + list(fault.get("extra", {}))
+                body = json.dumps({"sha": fault.get("listing_sha", sha), "siblings": [{"rfilename": f} for f in listed]}).encode()
                 if fault.get("slow_listing"):
                     self.send(200, [("Content-Length", str(len(body)))])
                     for b in body:
@@ -430,7 +431,7 @@ def hub_cases(c, famlx):
             if fault.get("loop"):
                 return self.send(302, [("Location", path), ("Content-Length", "0")])
             name = path[len(prefix):].split("/", 1)[-1]
-            data = files.get(name)
+            data = files.get(name, fault.get("extra", {}).get(name))
             if data is None:
                 return self.send(404, [("Content-Length", "0")])
             h = {"ETag": f'"{hashlib.sha1(data).hexdigest()}"', "X-Repo-Commit": sha}
@@ -471,7 +472,7 @@ def hub_cases(c, famlx):
     os.environ["FAMLX_HUB_TIMEOUT_SECS"] = "2"
     E, S = "clear error", "served"
     try:
-        def case(what, set_fault, expect=E, revision=None):
+        def case(what, set_fault, expect=E, revision=None, tag=None):
             fault.clear()
             fault.update(set_fault)
             c.n += 1
@@ -483,7 +484,8 @@ def hub_cases(c, famlx):
                 fault["headers"][k] = v.replace("SENTINEL", sentinel)
             if "listing_sha" in fault:
                 fault["listing_sha"] = fault["listing_sha"].replace("SENTINEL", sentinel)
-            args = gen(repo) + (["--revision", revision.replace("SENTINEL", sentinel)] if revision else [])
+            model = f"{repo}:{tag.replace('SENTINEL', sentinel)}" if tag else repo
+            args = gen(model) + (["--revision", revision.replace("SENTINEL", sentinel)] if revision else [])
             c.row("hub", what, args, expect=expect)
             stray = os.listdir(sentinel) + [n for n in os.listdir(base) if n not in ("home", "sentinel")]
             if stray:
@@ -503,6 +505,13 @@ def hub_cases(c, famlx):
         case("Content-Length 4 GiB for a file announced smaller", {"body": "claims"})
         case("a body that stalls (FAMLX_HUB_TIMEOUT_SECS=2)", {"body": "stall"})
         case("a listing that trickles (FAMLX_HUB_TIMEOUT_SECS=2)", {"slow_listing": True})
+        # GGUF repos (`--model org/NAME:TAG`, as llama.cpp's -hf).
+        gguf = open(os.path.join(FIX, "gguf-text", "qwen2-q8_0.gguf"), "rb").read()
+        case("a GGUF picked by its tag", {"extra": {"m-Q8_0.gguf": gguf, "m-F32.gguf": gguf}}, expect=S, tag="Q8_0")
+        case("two GGUFs, a tag neither has", {"extra": {"m-Q8_0.gguf": gguf, "m-F32.gguf": gguf}}, tag="Q4_K_M")
+        case("a tag ../../x (an absolute path after)", {"extra": {"m-Q8_0.gguf": gguf}}, tag="../../SENTINEL")
+        case("a listed GGUF named ../../PWNED-Q8_0.gguf", {"extra": {"../../PWNED-Q8_0.gguf": gguf}}, tag="Q8_0")
+        case("a split GGUF with its second part missing", {"extra": {"m-Q8_0-00001-of-00002.gguf": gguf}}, tag="Q8_0")
     finally:
         server.shutdown()
         for k, v in saved.items():

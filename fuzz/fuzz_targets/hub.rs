@@ -2,7 +2,8 @@
 //! sends as commit, ETag, size or file name, and whatever revision a user
 //! types, every cache path built from them stays inside the cache folder
 //! (and a snapshot's link lands on its blob), or they are refused in one
-//! line. Input: repo id, revision, commit, ETag and file name, one a line;
+//! line; split-GGUF part names parse or not, never panic. Input: repo id,
+//! revision, commit, ETag and file name, one a line;
 //! each checker also gets the whole input. Must never crash.
 #![no_main]
 
@@ -35,6 +36,12 @@ fuzz_target!(|data: &[u8]| {
     let _ = one_line(repo_folder(all));
     let _ = one_line(revision(all));
     let _ = one_line(repo_file(all));
+    // Split-GGUF part names (a listing's file names): parsed or `None`,
+    // and a part name rebuilt from one parses back to that part.
+    if let Some((prefix, _, of, _)) = famlx_formats::gguf::split_name(all) {
+        let next = famlx_formats::gguf::part_name(all, of).expect("a split name has parts");
+        assert_eq!(famlx_formats::gguf::split_name(&next).map(|p| (p.0, p.1)), Some((prefix, of)));
+    }
 
     let mut f = all.split('\n');
     let mut next = || f.next().unwrap_or("");
